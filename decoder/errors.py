@@ -1,0 +1,61 @@
+"""The exception root of wal2delta and the decoder's errors.
+
+The root lives here because ``decoder`` imports nothing else of ours; every other package
+derives its errors from ``Wal2DeltaError``. ``retryable`` classifies an error at the
+boundary: a retryable error makes the service reconnect from the last durable LSN, a
+terminal one stops it with a message that says what to fix.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class Wal2DeltaError(Exception):
+    """Root of every error wal2delta raises on purpose."""
+
+    retryable: ClassVar[bool] = False
+
+
+class DecodeError(Wal2DeltaError):
+    """Bytes that are not a valid pgoutput stream at this position.
+
+    Attributes:
+        offset: byte offset inside the message where decoding failed.
+        message_type: the message name (``INSERT``, ``STREAM ABORT``...) or ``UNKNOWN``.
+        wal_start: the ``XLogData`` start LSN of the frame, when known.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        offset: int,
+        message_type: str,
+        wal_start: int | None = None,
+    ) -> None:
+        self.reason = reason
+        self.offset = offset
+        self.message_type = message_type
+        self.wal_start = wal_start
+        super().__init__(reason, offset, message_type, wal_start)
+
+    def __str__(self) -> str:
+        where = f"{self.message_type} message at offset {self.offset}"
+        if self.wal_start is not None:
+            where += f" (WAL {self.wal_start >> 32:X}/{self.wal_start & 0xFFFFFFFF:X})"
+        return f"cannot decode {where}: {self.reason}"
+
+    def with_wal_start(self, wal_start: int) -> DecodeError:
+        """Return the same error located at the frame's WAL start."""
+        return type(self)(
+            self.reason, offset=self.offset, message_type=self.message_type, wal_start=wal_start
+        )
+
+
+class MalformedMessageError(DecodeError):
+    """Short buffer, unknown tag, unknown flags or unknown column status byte."""
+
+
+class ProtocolSequenceError(DecodeError):
+    """A well-formed message that is illegal where it arrived (e.g. INSERT outside BEGIN)."""
