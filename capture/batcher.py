@@ -1,0 +1,75 @@
+"""Groups replayed changes of committed transactions into sink batches by size and age.
+
+A batch closes when it holds ``max_rows`` changes, or when its oldest content is
+``max_age`` old. A transaction larger than ``max_rows`` is split over several batches;
+only the batch that holds its last change carries its end LSN as ``durable_lsn``, so the
+flush position never passes a transaction that is only partly in Delta. Empty
+transactions still move ``durable_lsn`` forward, so idle tables do not hold WAL back.
+"""
+
+from __future__ import annotations
+
+from decoder import Change, Lsn, PgTimestamp
+from sink import Batch
+
+
+class Batcher:
+    """Accumulates changes; hands out ``Batch`` values when they are due."""
+
+    def __init__(self, *, max_rows: int, max_age: float) -> None:
+        if max_rows < 1:
+            raise ValueError("max_rows must be at least 1")
+        self.max_rows = max_rows
+        self.max_age = max_age
+        self._changes: list[Change] = []
+        self._durable_lsn: Lsn | None = None
+        self._transactions = 0
+        self._last_commit_time: PgTimestamp | None = None
+        self._opened_at: float | None = None
+
+    @property
+    def row_count(self) -> int:
+        return len(self._changes)
+
+    def _touch(self, now: float) -> None:
+        if self._opened_at is None:
+            self._opened_at = now
+
+    def add(self, change: Change, now: float) -> Batch | None:
+        """Add one change; return a batch when ``max_rows`` is reached."""
+        self._touch(now)
+        self._changes.append(change)
+        if len(self._changes) >= self.max_rows:
+            return self.take()
+        return None
+
+    def end_transaction(self, end_lsn: Lsn, commit_time: PgTimestamp, now: float) -> None:
+        """Every change of the transaction ending at ``end_lsn`` has been added."""
+        self._touch(now)
+        self._durable_lsn = end_lsn
+        self._transactions += 1
+        self._last_commit_time = commit_time
+
+    def due(self, now: float) -> bool:
+        """True when the open batch has content that is at least ``max_age`` old."""
+        return self._opened_at is not None and now - self._opened_at >= self.max_age
+
+    def next_deadline(self) -> float | None:
+        return None if self._opened_at is None else self._opened_at + self.max_age
+
+    def take(self) -> Batch | None:
+        """Close and return the open batch, or None when there is nothing to hand over."""
+        if self._opened_at is None:
+            return None
+        batch = Batch(
+            changes=tuple(self._changes),
+            durable_lsn=self._durable_lsn,
+            transaction_count=self._transactions,
+            last_commit_time=self._last_commit_time,
+        )
+        self._changes = []
+        self._durable_lsn = None
+        self._transactions = 0
+        self._last_commit_time = None
+        self._opened_at = None
+        return batch

@@ -1,0 +1,192 @@
+"""The ``wal2delta`` command line.
+
+Sub-commands: ``run`` (the daemon), ``check-config``, ``demo``. Exit codes: 0 clean
+stop, 1 fatal error, 2 configuration error (or a server that cannot do what the
+configuration asks), 3 slot in use by another process (Kubernetes restarts with backoff).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+import structlog
+
+from capture.errors import EXIT_CONFIG, EXIT_FATAL, EXIT_OK, CaptureError
+from capture.health import HealthServer, loop_alive_check
+from capture.logging import configure_logging
+from capture.metrics import Metrics
+from capture.service import CaptureService
+from config import AppConfig, ConfigError, load_config, redact_dsn
+from decoder import Lsn, Wal2DeltaError, parse_lsn
+from sink import DeltaSink, SinkSettings, SparkSettings, create_spark_session, stop_spark_session
+
+log = structlog.get_logger("wal2delta.cli")
+
+
+def sink_settings(config: AppConfig) -> SinkSettings:
+    """Translate the sink section of the configuration for ``sink``."""
+    sink = config.sink
+    return SinkSettings(
+        path=str(sink.path),
+        lsn_column=sink.metadata.lsn_column,
+        commit_time_column=sink.metadata.commit_time_column,
+        deleted_column=sink.metadata.deleted_column,
+        soft_delete=sink.soft_delete,
+        messages_table=sink.messages == "table",
+        keys={name: tuple(columns) for name, columns in sink.keys.items()},
+    )
+
+
+def spark_settings(config: AppConfig) -> SparkSettings:
+    spark = config.sink.spark
+    return SparkSettings(mode=spark.mode, url=spark.url, conf=dict(spark.conf))
+
+
+def _lsn_argument(text: str) -> Lsn:
+    try:
+        return parse_lsn(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _load_or_report(path: str) -> AppConfig | None:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(f"{path}: invalid configuration\n{exc}", file=sys.stderr)
+        return None
+
+
+def run_service(
+    config: AppConfig,
+    *,
+    endpos: Lsn | None = None,
+    stop_event: threading.Event | None = None,
+    install_signal_handlers: bool = True,
+) -> int:
+    """Run the daemon with ``config`` until stopped; return the process exit code."""
+    stop = stop_event if stop_event is not None else threading.Event()
+    if install_signal_handlers:
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            log.info("stop requested", signal=signal.Signals(signum).name)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    metrics = Metrics()
+    log.info(
+        "starting",
+        source=redact_dsn(config.source.dsn),
+        slot=config.source.slot,
+        sink_path=str(config.sink.path),
+        spark_mode=config.sink.spark.mode,
+    )
+    spark = create_spark_session(spark_settings(config))
+    sink = DeltaSink(spark, sink_settings(config))
+    service = CaptureService(config, sink, metrics=metrics, endpos=endpos, stop_event=stop)
+    health: HealthServer | None = None
+    if config.metrics.enabled:
+        max_lag = config.health.max_lag.total_seconds()
+
+        def ready() -> tuple[bool, str]:
+            if not service.state.connected:
+                return False, "not connected to the source"
+            applied = service.state.last_applied_commit_time
+            if applied is not None and time.time() - applied > max_lag and service.state.pending > 0:
+                return False, f"apply lag above {max_lag:.0f}s"
+            return True, "ok"
+
+        health = HealthServer(
+            metrics,
+            host=config.metrics.host,
+            port=config.metrics.port,
+            alive=loop_alive_check(lambda: service.state.last_loop_at, limit_seconds=300),
+            ready=ready,
+        )
+        health.start()
+    try:
+        service.run()
+    except Wal2DeltaError as exc:
+        log.error("stopped by error", error=str(exc), error_type=type(exc).__name__)
+        return exc.exit_code if isinstance(exc, CaptureError) else EXIT_FATAL
+    finally:
+        if health is not None:
+            health.stop()
+        sink.close()
+        stop_spark_session(spark)
+    return EXIT_OK
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    config = _load_or_report(args.config)
+    if config is None:
+        return EXIT_CONFIG
+    configure_logging(config.logging.format, config.logging.level)
+    return run_service(config, endpos=args.endpos)
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    config = _load_or_report(args.config)
+    if config is None:
+        return EXIT_CONFIG
+    print(f"{args.config}: ok (slot {config.source.slot}, {len(config.source.tables)} tables)")
+    return EXIT_OK
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from capture.demo import run_demo  # noqa: PLC0415 - the demo pulls in the server helper
+
+    return run_demo(
+        workdir=Path(args.dir), lake=Path(args.lake), rounds=args.rounds, keep=args.keep
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="wal2delta",
+        description="Stream PostgreSQL logical replication (pgoutput) into Delta Lake tables.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run the daemon for one source database")
+    run.add_argument("-c", "--config", required=True, help="YAML configuration file")
+    run.add_argument(
+        "--endpos",
+        type=_lsn_argument,
+        help="stop once everything committed up to this LSN (X/X) is in Delta and acknowledged",
+    )
+    run.set_defaults(func=_cmd_run)
+
+    check = commands.add_parser("check-config", help="validate a configuration file")
+    check.add_argument("config", help="YAML configuration file")
+    check.set_defaults(func=_cmd_check_config)
+
+    demo = commands.add_parser(
+        "demo", help="embedded PostgreSQL + Sail + local Delta folder, with a live workload"
+    )
+    demo.add_argument("--dir", default=".wal2delta-demo", help="working directory")
+    demo.add_argument("--lake", default="lake", help="where the Delta tables land")
+    demo.add_argument("--rounds", type=int, default=20, help="workload rounds")
+    demo.add_argument("--keep", action="store_true", help="keep the PostgreSQL data directory")
+    demo.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""Which LSN may be acknowledged to the server, and when to say so.
+
+Theory of operation (ports ``get_flush_position`` and ``send_feedback`` from PostgreSQL's
+``worker.c``, with one stricter rule):
+
+* ``received`` is the highest WAL position seen in a data frame; it is reported as the
+  *write* position, which only tells the server how far we have read.
+* Every committed transaction handed to the sink is *pending* until the sink reports a
+  batch durable up to an end LSN at or beyond the transaction's end LSN. The *flush*
+  position - the one the server uses to recycle WAL and to decide what to send again
+  after a restart - is the end LSN of the newest transaction such that it and every
+  earlier one are durable.
+* A prepared transaction that is not yet resolved holds the flush position at its
+  ``prepare_lsn``: acknowledging past it would make the server think we have it, and it
+  would never send it again after a crash (ARCHITECTURE invariant 1). This is stricter
+  than worker.c, which may advance because it prepared the transaction locally.
+* When nothing is pending, no prepared transaction is held and the decoder is between
+  transactions, a keepalive's ``walEnd`` may be acknowledged: the walsender has decoded
+  everything before it and sent us every commit in that range (invariant 5). A walEnd
+  received while a transaction is open is never used: the open transaction may commit
+  before it.
+* Reported positions never move backwards.
+
+``FeedbackPolicy`` decides when a status update is due: when the server asked for a
+reply, when flush advanced, every ``status_interval`` seconds, and before 60% of
+``wal_sender_timeout`` elapses. The clock is passed in, so nothing here sleeps.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Positions:
+    """What a standby status update reports."""
+
+    write: int
+    flush: int
+    apply: int
+
+
+class FlushTracker:
+    """Tracks received, pending and durable LSNs and derives the acknowledgeable flush LSN."""
+
+    def __init__(self, start_lsn: int = 0) -> None:
+        self._received = start_lsn
+        self._durable = start_lsn
+        self._reported_flush = start_lsn
+        self._keepalive_end = 0
+        self._pending: deque[int] = deque()
+        self._prepared: dict[str, int] = {}
+
+    @property
+    def received(self) -> int:
+        return self._received
+
+    @property
+    def durable(self) -> int:
+        """End LSN of the newest transaction that is durable along with all earlier ones."""
+        return self._durable
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def on_data(self, wal_start: int) -> None:
+        """A data frame starting at ``wal_start`` arrived."""
+        self._received = max(self._received, wal_start)
+
+    def on_keepalive(self, wal_end: int) -> None:
+        """A keepalive said the server has decoded and sent everything before ``wal_end``."""
+        self._received = max(self._received, wal_end)
+        self._keepalive_end = max(self._keepalive_end, wal_end)
+
+    def on_commit(self, end_lsn: int) -> None:
+        """A committed transaction ending at ``end_lsn`` was handed to the sink."""
+        self._received = max(self._received, end_lsn)
+        self._pending.append(end_lsn)
+
+    def on_durable(self, end_lsn: int) -> None:
+        """The sink made every transaction ending at or before ``end_lsn`` durable."""
+        while self._pending and self._pending[0] <= end_lsn:
+            self._durable = max(self._durable, self._pending.popleft())
+
+    def on_prepared(self, gid: str, prepare_lsn: int) -> None:
+        """A prepared transaction is held until COMMIT/ROLLBACK PREPARED."""
+        self._prepared[gid] = prepare_lsn
+
+    def on_prepare_resolved(self, gid: str) -> None:
+        self._prepared.pop(gid, None)
+
+    def positions(self, *, decoder_idle: bool) -> Positions:
+        """Return the positions to report; ``decoder_idle`` means no transaction is open."""
+        flush = self._durable
+        if decoder_idle and not self._pending and not self._prepared:
+            flush = max(flush, self._keepalive_end)
+        if self._prepared:
+            flush = min(flush, min(self._prepared.values()))
+        flush = max(flush, self._reported_flush)
+        self._reported_flush = flush
+        write = max(self._received, flush)
+        return Positions(write=write, flush=flush, apply=flush)
+
+
+class FeedbackPolicy:
+    """Decides when the next standby status update is due."""
+
+    def __init__(self, *, status_interval: float, wal_sender_timeout: float) -> None:
+        interval = status_interval
+        if wal_sender_timeout > 0:
+            interval = min(interval, max(0.1, wal_sender_timeout * 0.6))
+        self.interval = interval
+        self._last_sent = float("-inf")
+        self._last_flush = -1
+        self._reply_requested = False
+
+    def request_reply(self) -> None:
+        """The server asked for an immediate reply (keepalive with reply_requested)."""
+        self._reply_requested = True
+
+    def due(self, now: float, flush: int) -> bool:
+        """True when a status update should be sent now."""
+        return (
+            self._reply_requested
+            or flush != self._last_flush
+            or now - self._last_sent >= self.interval
+        )
+
+    def next_deadline(self) -> float:
+        """Monotonic time at which the periodic update falls due."""
+        return self._last_sent + self.interval
+
+    def sent(self, now: float, flush: int) -> None:
+        self._last_sent = now
+        self._last_flush = flush
+        self._reply_requested = False

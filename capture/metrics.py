@@ -1,0 +1,149 @@
+"""Prometheus metrics of the daemon, defined once against an injectable registry.
+
+Names follow https://prometheus.io/docs/practices/naming: ``wal2delta_`` prefix, base
+units, ``_total`` for counters (prometheus_client adds the suffix on exposition), bounded
+labels only (table names from the publication, operation kinds; never xids or LSNs).
+The list of exposed names is pinned by a test because dashboards and alerts depend on it.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class Metrics:
+    """Every metric the daemon exports."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.build_info = Gauge(
+            "wal2delta_build_info",
+            "Build and protocol information; always 1.",
+            ["version", "proto_version", "spark_mode"],
+            registry=r,
+        )
+        self.replication_lag_bytes = Gauge(
+            "wal2delta_replication_lag_bytes",
+            "Server's current WAL LSN minus the slot's confirmed flush LSN.",
+            registry=r,
+        )
+        self.apply_lag_seconds = Gauge(
+            "wal2delta_apply_lag_seconds",
+            "Now minus the commit time of the last transaction applied to Delta.",
+            registry=r,
+        )
+        self.batch_apply_lag_seconds = Histogram(
+            "wal2delta_batch_apply_lag_seconds",
+            "Commit-to-durable-in-Delta lag of the newest transaction of each batch.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.received_lsn = Gauge(
+            "wal2delta_received_lsn", "Highest WAL position received, in bytes.", registry=r
+        )
+        self.written_lsn = Gauge(
+            "wal2delta_written_lsn", "Write position last reported to the server.", registry=r
+        )
+        self.flushed_lsn = Gauge(
+            "wal2delta_flushed_lsn",
+            "Flush position last acknowledged to the server (durable in Delta).",
+            registry=r,
+        )
+        self.transactions = Counter(
+            "wal2delta_transactions",
+            "Transactions seen, by outcome.",
+            ["outcome"],
+            registry=r,
+        )
+        self.changes = Counter(
+            "wal2delta_changes",
+            "Row changes received in committed transactions, by table and operation.",
+            ["table", "operation"],
+            registry=r,
+        )
+        self.batches = Counter("wal2delta_batches", "Batches applied to Delta.", registry=r)
+        self.batch_apply_duration_seconds = Histogram(
+            "wal2delta_batch_apply_duration_seconds",
+            "Time to make one batch durable in Delta.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.merge_duration_seconds = Histogram(
+            "wal2delta_merge_duration_seconds",
+            "Time of the MERGE of one table within a batch.",
+            ["table"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.rows_merged = Counter(
+            "wal2delta_rows_merged", "Rows written by MERGE, by table.", ["table"], registry=r
+        )
+        self.bytes_received = Counter(
+            "wal2delta_bytes_received", "Replication payload bytes received.", registry=r
+        )
+        self.messages_received = Counter(
+            "wal2delta_messages_received",
+            "Replication protocol messages received, by type.",
+            ["message_type"],
+            registry=r,
+        )
+        self.reconnects = Counter(
+            "wal2delta_reconnects", "Reconnection attempts to PostgreSQL.", registry=r
+        )
+        self.spilled_bytes = Gauge(
+            "wal2delta_spilled_bytes", "Bytes of open transactions spilled to disk.", registry=r
+        )
+        self.open_streamed_transactions = Gauge(
+            "wal2delta_open_streamed_transactions",
+            "Streamed transactions received but not yet committed or aborted.",
+            registry=r,
+        )
+        self.prepared_transactions = Gauge(
+            "wal2delta_prepared_transactions",
+            "Prepared transactions held until COMMIT/ROLLBACK PREPARED.",
+            registry=r,
+        )
+        self.snapshot_rows = Counter(
+            "wal2delta_snapshot_rows", "Rows copied by the initial snapshot.", ["table"], registry=r
+        )
+        self.snapshot_tables_remaining = Gauge(
+            "wal2delta_snapshot_tables_remaining",
+            "Tables the initial snapshot has still to copy.",
+            registry=r,
+        )
+        self.errors = Counter(
+            "wal2delta_errors",
+            "Errors by component and error class.",
+            ["component", "error_type"],
+            registry=r,
+        )
+        self.last_error_timestamp_seconds = Gauge(
+            "wal2delta_last_error_timestamp_seconds",
+            "Unix time of the last error.",
+            registry=r,
+        )
+        self.last_commit_timestamp_seconds = Gauge(
+            "wal2delta_last_commit_timestamp_seconds",
+            "Commit time of the last transaction durable in Delta (Unix seconds).",
+            registry=r,
+        )
+        self.status_updates = Counter(
+            "wal2delta_status_updates",
+            "Standby status updates sent, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.toast_anomalies = Counter(
+            "wal2delta_toast_anomalies",
+            "Unchanged-TOAST updates whose row was missing in Delta (not written).",
+            ["table"],
+            registry=r,
+        )
+        self.ready = Gauge("wal2delta_ready", "1 when /readyz reports ready.", registry=r)
+
+    def record_error(self, component: str, exc: BaseException, now: float) -> None:
+        self.errors.labels(component=component, error_type=type(exc).__name__).inc()
+        self.last_error_timestamp_seconds.set(now)

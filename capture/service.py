@@ -1,0 +1,494 @@
+"""The capture service: replication loop, hand-off to the sink worker, LSN feedback.
+
+Theory of operation
+-------------------
+One loop owns the replication connection. Each turn it
+
+1. reads every CopyData frame available without blocking and feeds XLogData payloads to
+   the decoder's ``Assembler``; a committed transaction is replayed at once, its changes
+   go into the ``Batcher``, and its end LSN becomes *pending* in the ``FlushTracker``;
+2. hands due batches to the ``SinkWorker`` (a bounded queue; while it is full the loop
+   keeps answering the server instead of reading);
+3. collects "batch durable up to end LSN X" reports and moves the flush position;
+4. sends a standby status update when ``FeedbackPolicy`` says one is due;
+5. sleeps on the socket until the next deadline.
+
+The flush position sent to the server never passes a change that is not durable in Delta
+(ARCHITECTURE invariant 1): only the sink worker's reports move it, plus keepalive
+``walEnd`` while nothing is pending (invariant 5). A crash at any point therefore makes
+the server send again everything after the last acknowledged position, and the sink's
+replay guard makes that harmless (invariant 2).
+
+``--endpos`` (like ``pg_recvlogical --endpos``) stops once every transaction committed at
+or before that LSN is durable and acknowledged; a transaction committed after it is not
+applied. SIGTERM/SIGINT stop reading, apply what is committed, send a final status update
+and return 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import UTC, datetime
+import random
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+import structlog
+
+from capture.batcher import Batcher
+from capture.errors import CaptureError, ReplicationConnectionLostError, map_psycopg_errors
+from capture.feedback import FeedbackPolicy, FlushTracker
+from capture.metrics import Metrics
+from capture.negotiation import ReplicationRequest, negotiate, start_replication_options
+from capture.sink_worker import AppliedBatch, FailedBatch, SinkWorker
+from capture.slots import (
+    PublishedTable,
+    check_server,
+    ensure_publication,
+    ensure_slot,
+    server_version,
+    wal_sender_timeout_seconds,
+)
+from capture.stream import ReplicationStream
+from config import AppConfig
+from decoder import (
+    Assembler,
+    Change,
+    CommittedTransaction,
+    Lsn,
+    NonTransactionalMessage,
+    ProtocolOptions,
+    RowChange,
+    StreamAborted,
+    TransactionPrepared,
+    TransactionRolledBack,
+    TruncateChange,
+    encode_standby_status_update,
+    format_lsn,
+    parse_copy_data,
+    pg_timestamp_to_datetime,
+    spilling_buffers,
+)
+from decoder.frames import PrimaryKeepalive, XLogData
+from decoder.lsn import datetime_to_pg_timestamp
+from sink import Batch, Sink
+
+log = structlog.get_logger("wal2delta.service")
+
+
+@dataclass
+class ServiceState:
+    """What health checks and tests can observe of a running service."""
+
+    connected: bool = False
+    last_loop_at: float = field(default_factory=time.monotonic)
+    last_applied_commit_time: float | None = None
+    flushed_lsn: int = 0
+    pending: int = 0
+    options: ProtocolOptions | None = None
+
+
+def published_tables(config: AppConfig) -> list[PublishedTable]:
+    """The configured tables as ``PublishedTable`` values."""
+    tables = []
+    for table in config.source.tables:
+        columns = tuple(table.columns) if table.columns else None
+        tables.append(PublishedTable(table.schema_name, table.table_name, table.where, columns))
+    return tables
+
+
+class _EndposReached(Exception):
+    pass
+
+
+class CaptureService:
+    """Streams one source database into the sink until stopped."""
+
+    def __init__(
+        self,
+        config: AppConfig,
+        sink: Sink,
+        *,
+        metrics: Metrics | None = None,
+        endpos: Lsn | None = None,
+        stop_event: threading.Event | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.sink = sink
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.endpos = endpos
+        self.stop_event = stop_event if stop_event is not None else threading.Event()
+        self.clock = clock
+        self.state = ServiceState()
+        self._conninfo = config.source.conninfo()
+        self._worker: SinkWorker | None = None
+        self._tracker = FlushTracker()
+        self._spool_dir: Path | None = None
+
+    # ------------------------------------------------------------------ set-up
+
+    def _prepare_source(self) -> tuple[ProtocolOptions, float]:
+        source = self.config.source
+        with (
+            map_psycopg_errors("connecting to the source"),
+            psycopg.connect(
+                self._conninfo,
+                autocommit=True,
+                connect_timeout=max(1, round(source.connect_timeout.total_seconds())),
+                application_name="wal2delta-admin",
+            ) as conn,
+        ):
+            check_server(conn)
+            version = server_version(conn)
+            request = ReplicationRequest(
+                protocol_version=source.protocol_version,
+                streaming=source.streaming,
+                two_phase=source.two_phase,
+                binary=source.binary,
+                messages=source.messages,
+                origin=source.origin,
+            )
+            options = negotiate(request, version)
+            ensure_publication(
+                conn,
+                source.publication,
+                published_tables(self.config),
+                create=source.create_publication,
+                via_partition_root=source.publish_via_partition_root,
+            )
+            ensure_slot(conn, source.slot, create=source.create_slot, two_phase=source.two_phase)
+            timeout = wal_sender_timeout_seconds(conn)
+        return options, timeout
+
+    def _spool(self) -> Path:
+        if self._spool_dir is None:
+            configured = self.config.spool.dir
+            if configured is None:
+                self._spool_dir = Path(tempfile.mkdtemp(prefix="wal2delta-spool-"))
+            else:
+                self._spool_dir = Path(configured)
+                self._spool_dir.mkdir(parents=True, exist_ok=True)
+        return self._spool_dir
+
+    # ------------------------------------------------------------------ running
+
+    def run(self) -> None:
+        """Run until stopped or ``endpos`` is reached; reconnect on connection loss.
+
+        Raises:
+            Wal2DeltaError: a terminal error; nothing past it was acknowledged.
+        """
+        reconnect = self.config.source.reconnect
+        delay = reconnect.initial_delay.total_seconds()
+        attempts = 0
+        self._worker = SinkWorker(self.sink)
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    self._run_session()
+                    return
+                except ReplicationConnectionLostError as exc:
+                    self.state.connected = False
+                    self.metrics.record_error("capture", exc, time.time())
+                    attempts += 1
+                    if reconnect.max_attempts and attempts > reconnect.max_attempts:
+                        raise
+                    wait = min(delay, reconnect.max_delay.total_seconds())
+                    wait = wait * (0.5 + random.random() / 2)  # jitter
+                    log.warning(
+                        "replication connection lost; reconnecting",
+                        attempt=attempts,
+                        delay_seconds=round(wait, 2),
+                        error=str(exc),
+                    )
+                    self.metrics.reconnects.inc()
+                    self._drain_worker()
+                    if self.stop_event.wait(wait):
+                        return
+                    delay = min(delay * 2, reconnect.max_delay.total_seconds())
+        finally:
+            self._drain_worker()
+            self._worker.stop()
+
+    def _run_session(self) -> None:
+        source = self.config.source
+        options, wal_sender_timeout = self._prepare_source()
+        self.state.options = options
+        self.metrics.build_info.labels(
+            version=_version(), proto_version=str(options.proto_version),
+            spark_mode=self.config.sink.spark.mode,
+        ).set(1)
+        stream = ReplicationStream.open(
+            self._conninfo, connect_timeout=source.connect_timeout.total_seconds()
+        )
+        assembler = Assembler(
+            options,
+            buffers=spilling_buffers(self._spool(), int(self.config.spool.memory_limit)),
+        )
+        tracker = FlushTracker(self._tracker.durable)
+        self._tracker = tracker
+        policy = FeedbackPolicy(
+            status_interval=source.status_interval.total_seconds(),
+            wal_sender_timeout=wal_sender_timeout,
+        )
+        batch_cfg = self.config.sink.batch
+        batcher = Batcher(max_rows=batch_cfg.max_rows, max_age=batch_cfg.max_age.total_seconds())
+        session = _Session(self, stream, assembler, tracker, policy, batcher)
+        try:
+            stream.start(
+                source.slot, 0, start_replication_options(options, source.publication, source.origin)
+            )
+            self.state.connected = True
+            log.info(
+                "replication started",
+                slot=source.slot,
+                publication=source.publication,
+                proto_version=options.proto_version,
+                streaming=options.streaming,
+                binary=options.binary,
+                two_phase=options.two_phase,
+            )
+            session.loop()
+        finally:
+            self.state.connected = False
+            stream.close()
+
+    def _drain_worker(self) -> None:
+        """Wait for every handed-over batch and account for it (used at stop and reconnect)."""
+        worker = self._worker
+        if worker is None:
+            return
+        while worker.in_flight:
+            report = worker.wait_report(1.0)
+            if report is not None:
+                self._account(report)
+
+    def _account(self, report: AppliedBatch | FailedBatch) -> None:
+        if isinstance(report, FailedBatch):
+            self.metrics.record_error("sink", report.error, time.time())
+            raise report.error
+        batch = report.batch
+        self.metrics.batches.inc()
+        self.metrics.batch_apply_duration_seconds.observe(report.duration_seconds)
+        for table, ops in report.result.rows_by_table.items():
+            self.metrics.rows_merged.labels(table=table).inc(sum(ops.values()))
+        if report.result.toast_anomalies:
+            log.warning("toast anomalies in batch", count=report.result.toast_anomalies)
+        if batch.durable_lsn is not None:
+            self._tracker.on_durable(batch.durable_lsn)
+        if batch.last_commit_time is not None:
+            commit_seconds = pg_timestamp_to_datetime(batch.last_commit_time).timestamp()
+            self.state.last_applied_commit_time = commit_seconds
+            self.metrics.last_commit_timestamp_seconds.set(commit_seconds)
+            lag = max(0.0, time.time() - commit_seconds)
+            self.metrics.batch_apply_lag_seconds.observe(lag)
+            self.metrics.apply_lag_seconds.set(lag)
+        log.info(
+            "batch applied",
+            rows=len(batch.changes),
+            transactions=batch.transaction_count,
+            durable_lsn=format_lsn(batch.durable_lsn) if batch.durable_lsn is not None else None,
+            duration_seconds=round(report.duration_seconds, 3),
+        )
+
+
+class _Session:
+    """State of one replication connection; recreated on every reconnect."""
+
+    def __init__(
+        self,
+        service: CaptureService,
+        stream: ReplicationStream,
+        assembler: Assembler,
+        tracker: FlushTracker,
+        policy: FeedbackPolicy,
+        batcher: Batcher,
+    ) -> None:
+        self.service = service
+        self.stream = stream
+        self.assembler = assembler
+        self.tracker = tracker
+        self.policy = policy
+        self.batcher = batcher
+        self.metrics = service.metrics
+        self.worker = service._worker
+        assert self.worker is not None
+        self.endpos = service.endpos
+        self.endpos_reached = False
+
+    def loop(self) -> None:
+        clock = self.service.clock
+        stop = self.service.stop_event
+        while not stop.is_set() and not self.endpos_reached:
+            self.service.state.last_loop_at = clock()
+            frames = self.stream.read_frames()
+            for frame in frames:
+                self._on_frame(frame)
+                if self.endpos_reached:
+                    break
+            self._collect_reports()
+            self.service.state.pending = self.tracker.pending_count
+            now = clock()
+            if self.batcher.due(now):
+                self._hand_off(self.batcher.take())
+            self._send_feedback_if_due(now)
+            if not frames:
+                self.stream.wait_readable(self._sleep_time(clock()))
+        self._finish()
+
+    def _sleep_time(self, now: float) -> float:
+        deadlines = [self.policy.next_deadline(), now + 1.0]
+        batch_deadline = self.batcher.next_deadline()
+        if batch_deadline is not None:
+            deadlines.append(batch_deadline)
+        if self.worker is not None and self.worker.in_flight:
+            deadlines.append(now + 0.05)
+        return max(0.0, min(deadlines) - now)
+
+    def _finish(self) -> None:
+        """Apply everything committed, wait until durable, send the final status update."""
+        self._hand_off(self.batcher.take())
+        self.service._drain_worker()
+        self._send_status(reason="final", reply_requested=False)
+        positions = self.tracker.positions(decoder_idle=self.assembler.idle)
+        log.info(
+            "replication stopped",
+            flushed_lsn=format_lsn(positions.flush),
+            endpos_reached=self.endpos_reached,
+        )
+
+    # ------------------------------------------------------------------ frames
+
+    def _on_frame(self, frame: bytes) -> None:
+        message = parse_copy_data(frame)
+        if isinstance(message, PrimaryKeepalive):
+            self.metrics.messages_received.labels(message_type="keepalive").inc()
+            self.tracker.on_keepalive(message.wal_end)
+            if message.reply_requested:
+                self.policy.request_reply()
+            if (
+                self.endpos is not None
+                and message.wal_end >= self.endpos
+                and self.assembler.idle
+            ):
+                self.endpos_reached = True
+            return
+        assert isinstance(message, XLogData)
+        self.metrics.bytes_received.inc(len(message.payload))
+        self.tracker.on_data(message.wal_start)
+        for output in self.assembler.feed(message.wal_start, message.payload):
+            if isinstance(output, CommittedTransaction):
+                self._on_committed(output)
+                if self.endpos_reached:
+                    return
+            elif isinstance(output, TransactionPrepared):
+                self.tracker.on_prepared(output.gid, output.prepare_lsn)
+                self.metrics.transactions.labels(outcome="prepared").inc()
+            elif isinstance(output, TransactionRolledBack):
+                self.tracker.on_prepare_resolved(output.gid)
+                self.metrics.transactions.labels(outcome="rolled_back").inc()
+            elif isinstance(output, StreamAborted):
+                if output.subxid == output.xid:
+                    self.metrics.transactions.labels(outcome="aborted").inc()
+            elif isinstance(output, NonTransactionalMessage):
+                pass
+        self.metrics.open_streamed_transactions.set(self.assembler.open_streamed_transactions)
+        self.metrics.prepared_transactions.set(self.assembler.prepared_transactions)
+        self.metrics.spilled_bytes.set(self.assembler.spilled_bytes)
+        self.metrics.received_lsn.set(self.tracker.received)
+
+    def _on_committed(self, txn: CommittedTransaction) -> None:
+        if self.endpos is not None and txn.commit_lsn > self.endpos:
+            # Not applied and not acknowledged: a later run gets it again.
+            self.endpos_reached = True
+            self.assembler.discard(txn)
+            return
+        if txn.gid is not None:
+            self.tracker.on_prepare_resolved(txn.gid)
+        self.tracker.on_commit(txn.end_lsn)
+        self.metrics.transactions.labels(outcome="committed").inc()
+        with structlog.contextvars.bound_contextvars(
+            xid=txn.xid, commit_lsn=format_lsn(txn.commit_lsn)
+        ):
+            for change in self.assembler.replay(txn):
+                self._count(change)
+                self._hand_off(self.batcher.add(change, self.service.clock()))
+        self.batcher.end_transaction(txn.end_lsn, txn.commit_time, self.service.clock())
+        if self.batcher.row_count == 0 and self.batcher.due(self.service.clock()):
+            self._hand_off(self.batcher.take())
+
+    def _count(self, change: Change) -> None:
+        if isinstance(change, RowChange):
+            self.metrics.changes.labels(
+                table=change.relation.qualified_name, operation=change.op
+            ).inc()
+        elif isinstance(change, TruncateChange):
+            for relation in change.relations:
+                self.metrics.changes.labels(
+                    table=relation.qualified_name, operation="truncate"
+                ).inc()
+
+    # ------------------------------------------------------------------ sink hand-off
+
+    def _hand_off(self, batch: Batch | None) -> None:
+        """Give a batch to the sink worker; keep the server answered while it is busy."""
+        if batch is None:
+            return
+        assert self.worker is not None
+        while not self.worker.offer(batch, timeout=0.2):
+            self._collect_reports()
+            self._send_feedback_if_due(self.service.clock())
+        self._collect_reports()
+
+    def _collect_reports(self) -> None:
+        assert self.worker is not None
+        for report in self.worker.reports():
+            self.service._account(report)
+
+    # ------------------------------------------------------------------ feedback
+
+    def _send_feedback_if_due(self, now: float) -> None:
+        positions = self.tracker.positions(decoder_idle=self.assembler.idle)
+        if self.policy.due(now, positions.flush):
+            self._send_status(reason="periodic", reply_requested=self._want_reply())
+
+    def _want_reply(self) -> bool:
+        # While waiting for --endpos with nothing in flight, ask the server for a
+        # keepalive so its walEnd tells us when everything up to endpos was sent.
+        return self.endpos is not None and self.assembler.idle
+
+    def _send_status(self, *, reason: str, reply_requested: bool) -> None:
+        now = self.service.clock()
+        positions = self.tracker.positions(decoder_idle=self.assembler.idle)
+        payload = encode_standby_status_update(
+            write=positions.write,
+            flush=positions.flush,
+            apply=positions.apply,
+            send_time=datetime_to_pg_timestamp(datetime.now(UTC)),
+            reply_requested=reply_requested,
+        )
+        with contextlib.suppress(ReplicationConnectionLostError):
+            self.stream.send(payload)
+        self.policy.sent(now, positions.flush)
+        self.metrics.status_updates.labels(reason=reason).inc()
+        self.metrics.written_lsn.set(positions.write)
+        self.metrics.flushed_lsn.set(positions.flush)
+        self.service.state.flushed_lsn = positions.flush
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        return version("wal2delta")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+__all__ = ["CaptureError", "CaptureService", "ServiceState", "published_tables"]

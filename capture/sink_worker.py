@@ -1,0 +1,112 @@
+"""The single sink worker thread: applies batches while the replication loop keeps going.
+
+A long MERGE must not starve the replication connection of status updates (the
+walsender would time us out), so the loop hands batches to this thread through a bounded
+queue and keeps replying to the server while the queue is full. The worker reports each
+applied batch - or the error that stopped it - back through a second queue. Batches are
+applied strictly in the order they were handed over.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import structlog
+
+from decoder import format_lsn
+from sink import Batch, BatchResult, Sink
+
+log = structlog.get_logger("wal2delta.sink_worker")
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedBatch:
+    batch: Batch
+    result: BatchResult
+    duration_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class FailedBatch:
+    batch: Batch
+    error: BaseException
+
+
+class SinkWorker:
+    """Runs ``sink.apply`` for each handed-over batch on its own thread."""
+
+    def __init__(self, sink: Sink, *, max_pending: int = 2) -> None:
+        self._sink = sink
+        self._inbox: queue.Queue[Batch | None] = queue.Queue(maxsize=max_pending)
+        self._outbox: queue.Queue[AppliedBatch | FailedBatch] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="wal2delta-sink", daemon=True)
+        self._in_flight = 0
+        self._failed = False
+        self._thread.start()
+
+    @property
+    def in_flight(self) -> int:
+        """Batches handed over and not yet reported back."""
+        return self._in_flight
+
+    def offer(self, batch: Batch, timeout: float) -> bool:
+        """Hand a batch over; False when the queue stayed full for ``timeout`` seconds."""
+        try:
+            self._inbox.put(batch, timeout=max(timeout, 0.0))
+        except queue.Full:
+            return False
+        self._in_flight += 1
+        return True
+
+    def reports(self) -> list[AppliedBatch | FailedBatch]:
+        """Return the reports that arrived since the last call, without blocking."""
+        out: list[AppliedBatch | FailedBatch] = []
+        while True:
+            try:
+                report = self._outbox.get_nowait()
+            except queue.Empty:
+                return out
+            self._in_flight -= 1
+            out.append(report)
+
+    def wait_report(self, timeout: float) -> AppliedBatch | FailedBatch | None:
+        """Block up to ``timeout`` seconds for the next report."""
+        try:
+            report = self._outbox.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        self._in_flight -= 1
+        return report
+
+    def _run(self) -> None:
+        while True:
+            batch = self._inbox.get()
+            if batch is None:
+                return
+            if self._failed:
+                # After a failure nothing later may be applied: order is an invariant.
+                self._outbox.put(FailedBatch(batch, RuntimeError("an earlier batch failed")))
+                continue
+            started = time.monotonic()
+            try:
+                result = self._sink.apply(batch)
+            except BaseException as exc:  # reported to the loop, which decides
+                self._failed = True
+                self._outbox.put(FailedBatch(batch, exc))
+                continue
+            duration = time.monotonic() - started
+            log.debug(
+                "batch durable",
+                rows=len(batch.changes),
+                durable_lsn=format_lsn(batch.durable_lsn) if batch.durable_lsn else None,
+                duration_seconds=round(duration, 3),
+            )
+            self._outbox.put(AppliedBatch(batch, result, duration))
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Let the worker finish what it has and end the thread."""
+        self._inbox.put(None)
+        self._thread.join(timeout)

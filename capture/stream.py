@@ -1,0 +1,118 @@
+"""The COPY BOTH replication stream over a psycopg 3 connection.
+
+Theory of operation: psycopg 3 has no replication API, but since 3.3 ``START_REPLICATION``
+run through ``Connection.execute`` leaves the connection in COPY BOTH mode. From there we
+drive libpq directly through ``conn.pgconn``: ``consume_input`` + ``get_copy_data(1)``
+(non-blocking) until it would block, ``put_copy_data`` + ``flush`` to reply, and
+``select`` on the socket with a timeout equal to the caller's next deadline (psycopg's own
+copy helpers have no timeouts). Replication commands go through the simple query
+protocol, which psycopg uses when a query has no parameters, so identifiers and literals
+are composed with ``psycopg.sql``. This is the only module that touches ``conn.pgconn``.
+"""
+
+from __future__ import annotations
+
+import select
+from collections.abc import Mapping
+
+import psycopg
+from psycopg import sql
+
+from capture.errors import ReplicationConnectionLostError, map_psycopg_errors
+from decoder import format_lsn
+
+
+class ReplicationStream:
+    """One replication connection and, once started, its COPY BOTH stream."""
+
+    def __init__(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        self._conn = conn
+        self._pgconn = conn.pgconn
+        self._started = False
+
+    @classmethod
+    def open(cls, conninfo: str, *, connect_timeout: float) -> ReplicationStream:
+        """Open a ``replication=database`` connection."""
+        with map_psycopg_errors("opening the replication connection"):
+            conn = psycopg.connect(
+                conninfo,
+                replication="database",
+                autocommit=True,
+                connect_timeout=max(1, round(connect_timeout)),
+                application_name="wal2delta",
+            )
+        return cls(conn)
+
+    def identify_system(self) -> tuple[str, int, str]:
+        """Return (system id, timeline, current xlogpos text) from IDENTIFY_SYSTEM."""
+        with map_psycopg_errors("IDENTIFY_SYSTEM"):
+            row = self._conn.execute("IDENTIFY_SYSTEM").fetchone()
+        assert row is not None
+        return str(row[0]), int(str(row[1])), str(row[2])
+
+    def start(self, slot: str, start_lsn: int, options: Mapping[str, str]) -> None:
+        """Send START_REPLICATION for ``slot`` with pgoutput ``options``."""
+        option_list = sql.SQL(", ").join(
+            sql.SQL("{} {}").format(sql.Identifier(name), sql.Literal(value))
+            for name, value in options.items()
+        )
+        query = sql.SQL("START_REPLICATION SLOT {} LOGICAL {} ({})").format(
+            sql.Identifier(slot), sql.SQL(format_lsn(start_lsn)), option_list
+        )
+        with map_psycopg_errors(f"starting replication from slot {slot!r}"):
+            self._conn.execute(query)
+        self._started = True
+
+    def read_frames(self, limit: int = 10_000) -> list[bytes]:
+        """Return the CopyData payloads available now without blocking (maybe none).
+
+        Raises:
+            ReplicationConnectionLostError: the server ended the stream or the link broke.
+        """
+        frames: list[bytes] = []
+        pgconn = self._pgconn
+        try:
+            pgconn.consume_input()
+            while len(frames) < limit:
+                size, data = pgconn.get_copy_data(1)
+                if size == 0:
+                    break
+                if size < 0:
+                    raise ReplicationConnectionLostError(self._end_of_copy_reason())
+                frames.append(bytes(data))
+        except psycopg.OperationalError as exc:
+            raise ReplicationConnectionLostError("replication stream broke") from exc
+        return frames
+
+    def _end_of_copy_reason(self) -> str:
+        result = self._pgconn.get_result()
+        message = result.error_message.decode(errors="replace") if result is not None else ""
+        return f"server ended the replication stream: {message or 'no reason given'}".strip()
+
+    def send(self, payload: bytes) -> None:
+        """Send one CopyData message and flush it."""
+        pgconn = self._pgconn
+        try:
+            while pgconn.put_copy_data(payload) == 0:
+                select.select([], [pgconn.socket], [], 1.0)
+            while pgconn.flush() == 1:
+                select.select([], [pgconn.socket], [], 1.0)
+        except psycopg.OperationalError as exc:
+            raise ReplicationConnectionLostError("could not send to the server") from exc
+
+    def wait_readable(self, timeout: float) -> bool:
+        """Block until the socket is readable or ``timeout`` seconds pass."""
+        if timeout <= 0:
+            return False
+        readable, _, _ = select.select([self._pgconn.socket], [], [], timeout)
+        return bool(readable)
+
+    def close(self) -> None:
+        """Close the connection; ends COPY BOTH if it is still running."""
+        if self._started and not self._conn.closed:
+            try:
+                self._pgconn.put_copy_end()
+                self._pgconn.flush()
+            except psycopg.Error:
+                pass
+        self._conn.close()
