@@ -102,8 +102,43 @@ def published_tables(config: AppConfig) -> list[PublishedTable]:
     return tables
 
 
-class _EndposReached(Exception):
-    pass
+def prepare_source(config: AppConfig) -> tuple[ProtocolOptions, float]:
+    """Check the server, create or update publication and slot, negotiate the protocol.
+
+    Returns:
+        The negotiated protocol options and the server's ``wal_sender_timeout`` in seconds.
+    """
+    source = config.source
+    with (
+        map_psycopg_errors("connecting to the source"),
+        psycopg.connect(
+            source.conninfo(),
+            autocommit=True,
+            connect_timeout=max(1, round(source.connect_timeout.total_seconds())),
+            application_name="wal2delta-admin",
+        ) as conn,
+    ):
+        check_server(conn)
+        version = server_version(conn)
+        request = ReplicationRequest(
+            protocol_version=source.protocol_version,
+            streaming=source.streaming,
+            two_phase=source.two_phase,
+            binary=source.binary,
+            messages=source.messages,
+            origin=source.origin,
+        )
+        options = negotiate(request, version)
+        ensure_publication(
+            conn,
+            source.publication,
+            published_tables(config),
+            create=source.create_publication,
+            via_partition_root=source.publish_via_partition_root,
+        )
+        ensure_slot(conn, source.slot, create=source.create_slot, two_phase=source.two_phase)
+        timeout = wal_sender_timeout_seconds(conn)
+    return options, timeout
 
 
 class CaptureService:
@@ -132,39 +167,6 @@ class CaptureService:
         self._spool_dir: Path | None = None
 
     # ------------------------------------------------------------------ set-up
-
-    def _prepare_source(self) -> tuple[ProtocolOptions, float]:
-        source = self.config.source
-        with (
-            map_psycopg_errors("connecting to the source"),
-            psycopg.connect(
-                self._conninfo,
-                autocommit=True,
-                connect_timeout=max(1, round(source.connect_timeout.total_seconds())),
-                application_name="wal2delta-admin",
-            ) as conn,
-        ):
-            check_server(conn)
-            version = server_version(conn)
-            request = ReplicationRequest(
-                protocol_version=source.protocol_version,
-                streaming=source.streaming,
-                two_phase=source.two_phase,
-                binary=source.binary,
-                messages=source.messages,
-                origin=source.origin,
-            )
-            options = negotiate(request, version)
-            ensure_publication(
-                conn,
-                source.publication,
-                published_tables(self.config),
-                create=source.create_publication,
-                via_partition_root=source.publish_via_partition_root,
-            )
-            ensure_slot(conn, source.slot, create=source.create_slot, two_phase=source.two_phase)
-            timeout = wal_sender_timeout_seconds(conn)
-        return options, timeout
 
     def _spool(self) -> Path:
         if self._spool_dir is None:
@@ -218,7 +220,7 @@ class CaptureService:
 
     def _run_session(self) -> None:
         source = self.config.source
-        options, wal_sender_timeout = self._prepare_source()
+        options, wal_sender_timeout = prepare_source(self.config)
         self.state.options = options
         self.metrics.build_info.labels(
             version=_version(), proto_version=str(options.proto_version),
@@ -491,4 +493,4 @@ def _version() -> str:
         return "0+unknown"
 
 
-__all__ = ["CaptureError", "CaptureService", "ServiceState", "published_tables"]
+__all__ = ["CaptureError", "CaptureService", "ServiceState", "prepare_source", "published_tables"]

@@ -1,0 +1,34 @@
+# The two commands a newcomer runs (see README): `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PG15_BIN := /usr/lib/postgresql/15/bin
+
+.PHONY: setup demo test lint typecheck pg15
+
+$(BIN)/wal2delta: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+setup: $(BIN)/wal2delta
+
+demo: setup
+	$(BIN)/wal2delta demo
+
+# Debian's PostgreSQL 15 for the cross-version tests (needs root or sudo on Debian/Ubuntu).
+pg15:
+	@if [ ! -x $(PG15_BIN)/postgres ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null; \
+	fi
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy
+
+test: setup pg15 lint typecheck
+	$(BIN)/pytest
