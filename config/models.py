@@ -1,0 +1,863 @@
+"""The configuration models: one frozen pydantic model per YAML section.
+
+Theory of operation
+-------------------
+One YAML file configures one daemon, which replicates one source database into one lake
+path. ``AppConfig`` is the whole file; each section is a model with
+``ConfigDict(frozen=True, extra="forbid")``, so a misspelt key is an error with its path
+instead of a silently ignored setting. Defaults live here, in the ``Field`` declarations,
+and nowhere else; ``config.docs`` renders these declarations (type, default,
+``description``) into docs/configuration.md, so the descriptions are the reference
+documentation.
+
+Validation happens in three layers, all inside pydantic so that ``config.load`` can report
+every problem of a file at once with its field path:
+
+1. Field types: annotated types for durations, sizes and PostgreSQL names
+   (``config.units``, ``config.names``), ``Literal`` for closed sets.
+2. ``@model_validator(mode="after")`` on a section for rules between its own fields
+   (``password`` or ``password_file``; ``streaming: parallel`` needs protocol 4).
+3. ``AppConfig``'s validator for rules across sections (``sink.keys`` must name a table
+   of ``source.tables``).
+
+A cross-field rule raises ``FieldRuleError`` with paths *relative to the model that
+raised*, so the message lands on the field to fix (``source.tables.1.key``) rather than on
+the section. Rules that need the server (does protocol 4 exist, is the table there) belong
+to ``capture`` at startup, not here.
+
+Secrets: ``source.password`` is a ``SecretStr``; ``repr`` and ``model_dump`` show the DSN
+through ``redact_dsn`` and mask Spark settings whose names look like credentials. The
+password file is read once at validation (so a missing file is a config error) and again
+by ``SourceConfig.conninfo()`` on every connect, so a rotated Kubernetes secret is picked
+up on the next reconnect without a restart.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal, Self
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+from config.dsn import REDACTED, redact_dsn
+from config.errors import ConfigError
+from config.names import (
+    check_identifier,
+    check_slot_name,
+    format_table_name,
+    normalize_table_name,
+    parse_table_name,
+)
+from config.units import ByteSize, Duration, NonNegativeDuration, format_duration
+
+ProtocolVersion = Literal["auto", 1, 2, 3, 4]
+StreamingMode = Literal["auto", "off", "on", "parallel"]
+OriginFilter = Literal["any", "none"]
+MissingKeyPolicy = Literal["error", "skip"]
+SnapshotMode = Literal["initial", "never"]
+SparkMode = Literal["embedded", "connect", "classic"]
+MessagesMode = Literal["ignore", "table"]
+LogFormat = Literal["auto", "json", "console"]
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+
+#: Table that receives logical decoding messages when ``sink.messages`` is ``table``.
+MESSAGES_TABLE: Final = "_wal2delta_messages"
+
+#: The oldest protocol version that carries each feature (logicalproto.h).
+_MIN_PROTOCOL_FOR_STREAMING: Final = 2
+_MIN_PROTOCOL_FOR_TWO_PHASE: Final = 3
+_MIN_PROTOCOL_FOR_PARALLEL: Final = 4
+
+# Spark settings that carry credentials (s3a secret keys, Azure account keys, tokens)
+# are masked in repr and dumps like the password.
+_SECRET_CONF_KEY: Final = re.compile(r"secret|password|token|credential|\.key$", re.IGNORECASE)
+
+Location = tuple[str | int, ...]
+
+
+class FieldRuleError(ValueError):
+    """Problems found by a model validator, each at a path relative to that model.
+
+    ``config.load`` appends each relative path to the location pydantic reports for the
+    model, so the message names the field to fix.
+    """
+
+    def __init__(self, problems: Iterable[tuple[Location, str]]) -> None:
+        self.problems: list[tuple[Location, str]] = list(problems)
+        super().__init__("; ".join(message for _, message in self.problems))
+
+
+def _raise_problems(problems: list[tuple[Location, str]]) -> None:
+    if problems:
+        raise FieldRuleError(problems)
+
+
+def _column_name(value: str) -> str:
+    return check_identifier(value, what="column name")
+
+
+def _column_list(columns: tuple[str, ...]) -> tuple[str, ...]:
+    if not columns:
+        raise ValueError("must list at least one column")
+    seen: set[str] = set()
+    for column in columns:
+        if column in seen:
+            raise ValueError(f"column {column!r} is listed twice")
+        seen.add(column)
+    return columns
+
+
+def _strip_required(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+ColumnName = Annotated[str, AfterValidator(_column_name)]
+ColumnList = Annotated[tuple[ColumnName, ...], AfterValidator(_column_list)]
+TableName = Annotated[str, AfterValidator(normalize_table_name)]
+NonEmptyStr = Annotated[str, AfterValidator(_strip_required)]
+
+
+class _Section(BaseModel):
+    """Common settings of every configuration model."""
+
+    # Numbers become strings where a string is expected (a slot named 2024 in YAML) so
+    # that quoting is not needed for names that happen to look numeric.
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", coerce_numbers_to_str=True, validate_default=False
+    )
+
+
+class TableConfig(_Section):
+    """One published table, with optional row filter, column list and key."""
+
+    name: TableName = Field(
+        description=(
+            "Table as `schema.table`, or `table` for schema `public`. Exact, case-sensitive "
+            "catalog names; put a part in double quotes when it contains a dot. Normalised "
+            "to `schema.table`."
+        ),
+    )
+    where: NonEmptyStr | None = Field(
+        default=None,
+        description=(
+            "Row filter for the publication (`CREATE PUBLICATION ... WHERE (...)`, "
+            "PostgreSQL 15+). Only used when wal2delta creates the publication."
+        ),
+    )
+    columns: ColumnList | None = Field(
+        default=None,
+        description=(
+            "Column list for the publication (PostgreSQL 15+); all columns when null. "
+            "Must include the key columns."
+        ),
+    )
+    key: ColumnList | None = Field(
+        default=None,
+        description=(
+            "Key columns used to MERGE into Delta when the table has no replica identity "
+            "key (REPLICA IDENTITY FULL). Null uses the replica identity or primary key."
+        ),
+    )
+
+    @property
+    def schema_name(self) -> str:
+        """The exact schema name."""
+        return parse_table_name(self.name)[0]
+
+    @property
+    def table_name(self) -> str:
+        """The exact table name."""
+        return parse_table_name(self.name)[1]
+
+    @property
+    def qualified_name(self) -> str:
+        """``schema.table``, the form used in metric labels and ``sink.keys``."""
+        return self.name
+
+    @model_validator(mode="after")
+    def _key_is_published(self) -> Self:
+        if self.columns is not None and self.key is not None:
+            missing = [column for column in self.key if column not in self.columns]
+            if missing:
+                raise FieldRuleError(
+                    [(("key",), f"key columns {missing} are not in columns; publish them too")]
+                )
+        return self
+
+
+def _table_from_text(value: object) -> object:
+    """Accept ``public.orders`` as shorthand for ``{name: public.orders}``."""
+    return {"name": value} if isinstance(value, str) else value
+
+
+TableEntry = Annotated[TableConfig, BeforeValidator(_table_from_text)]
+
+
+class ReconnectConfig(_Section):
+    """Backoff between attempts to re-establish the replication connection."""
+
+    initial_delay: Duration = Field(
+        default=timedelta(seconds=1), description="Delay before the first reconnect attempt."
+    )
+    max_delay: Duration = Field(
+        default=timedelta(seconds=60),
+        description="Upper bound of the delay, which doubles after each failed attempt.",
+    )
+    max_attempts: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Failed attempts in a row before the daemon exits with an error; 0 retries forever."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _delays_ordered(self) -> Self:
+        if self.max_delay < self.initial_delay:
+            raise FieldRuleError(
+                [(("max_delay",), "must be at least initial_delay")],
+            )
+        return self
+
+
+class HeartbeatConfig(_Section):
+    """Periodic write on the source so an idle database still lets the slot advance."""
+
+    interval: Duration | None = Field(
+        default=None,
+        description=(
+            "How often to run `statement` on a normal connection; null disables the "
+            "heartbeat. Needed when the database is idle but the server's WAL moves (other "
+            "databases), or the slot holds WAL back."
+        ),
+    )
+    statement: NonEmptyStr | None = Field(
+        default=None,
+        description=(
+            "SQL to run, e.g. `SELECT pg_logical_emit_message(false, 'wal2delta_heartbeat', "
+            "'')`. Required when `interval` is set."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> Self:
+        if self.interval is not None and self.statement is None:
+            raise FieldRuleError(
+                [
+                    (
+                        ("statement",),
+                        'required when interval is set, for example "SELECT '
+                        "pg_logical_emit_message(false, 'wal2delta_heartbeat', '')\"",
+                    )
+                ]
+            )
+        if self.statement is not None and self.interval is None:
+            raise FieldRuleError([(("interval",), "required when statement is set")])
+        return self
+
+
+def _protocol_version(value: object) -> object:
+    """Let ``"2"`` (from an environment variable) mean protocol 2."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        return int(text) if text.isdigit() else text
+    return value
+
+
+def _streaming_mode(value: object) -> object:
+    """Undo YAML 1.1, which reads unquoted ``on`` and ``off`` as booleans."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return value
+
+
+def _read_password_file(path: Path) -> SecretStr:
+    """Read a password file: the whole content with surrounding whitespace stripped."""
+    try:
+        content = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise ValueError(f"file {str(path)!r} does not exist") from None
+    except IsADirectoryError:
+        raise ValueError(f"{str(path)!r} is a directory, not a file") from None
+    except PermissionError:
+        raise ValueError(f"file {str(path)!r} is not readable by this user") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"file {str(path)!r} is not UTF-8 text") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read {str(path)!r}: {exc.strerror}") from None
+    if not content:
+        raise ValueError(f"file {str(path)!r} is empty")
+    return SecretStr(content)
+
+
+class SourceConfig(_Section):
+    """The source database, its replication slot and publication, and protocol options."""
+
+    dsn: str = Field(
+        description=(
+            "libpq connection string (`host=... dbname=... user=...`) or `postgresql://` "
+            "URI of the source database. Keep the password out of it; use `password` or "
+            "`password_file`. Shown redacted everywhere."
+        ),
+    )
+    password: SecretStr | None = Field(
+        default=None,
+        description=(
+            "Password, usually `${PGPASSWORD}` from the environment. Never logged or "
+            "dumped. Mutually exclusive with `password_file`."
+        ),
+    )
+    password_file: Path | None = Field(
+        default=None,
+        description=(
+            "File whose content (surrounding whitespace stripped) is the password, e.g. a "
+            "mounted Kubernetes secret. Re-read on every connect, so rotation needs no "
+            "restart. Relative paths start at the working directory."
+        ),
+    )
+    slot: str = Field(
+        description=(
+            "Logical replication slot name: 1 to 63 of `a-z`, `0-9`, `_`. One slot per "
+            "daemon; two daemons on one slot fail with exit code 3."
+        ),
+    )
+    publication: str = Field(
+        description="Publication name (exact, at most 63 bytes).",
+    )
+    create_slot: bool = Field(
+        default=True,
+        description="Create the slot (pgoutput) at startup when it does not exist.",
+    )
+    create_publication: bool = Field(
+        default=True,
+        description=(
+            "Create the publication `FOR TABLE` the listed `tables` at startup when it does "
+            "not exist. When false, the publication must exist and `tables` may be empty."
+        ),
+    )
+    tables: tuple[TableEntry, ...] = Field(
+        default=(),
+        description=(
+            "Tables to publish: `schema.table` strings or objects with `name`, `where`, "
+            "`columns`, `key`. At least one when `create_publication` is true; no "
+            "duplicates."
+        ),
+    )
+    publish_via_partition_root: bool = Field(
+        default=False,
+        description=(
+            "Publish changes of partitions as changes of their root table (one Delta table "
+            "per partitioned table)."
+        ),
+    )
+    protocol_version: Annotated[ProtocolVersion, BeforeValidator(_protocol_version)] = Field(
+        default="auto",
+        description=(
+            "pgoutput protocol version. `auto` picks the highest the server supports "
+            "(2 on PG14, 3 on PG15, 4 on PG16+)."
+        ),
+    )
+    streaming: Annotated[StreamingMode, BeforeValidator(_streaming_mode)] = Field(
+        default="auto",
+        description=(
+            "Receive large in-progress transactions before they commit (spooled locally, "
+            "applied at commit). `auto` uses the best the protocol allows; `on` needs "
+            "protocol 2+, `parallel` protocol 4."
+        ),
+    )
+    two_phase: bool = Field(
+        default=False,
+        description=(
+            "Decode prepared transactions at PREPARE (protocol 3+). They reach Delta only "
+            "at COMMIT PREPARED and hold back the acknowledged LSN until then."
+        ),
+    )
+    binary: bool = Field(
+        default=False,
+        description="Ask the server for binary column values instead of text.",
+    )
+    messages: bool = Field(
+        default=False,
+        description="Receive `pg_logical_emit_message` messages (see `sink.messages`).",
+    )
+    origin: OriginFilter = Field(
+        default="any",
+        description=(
+            "`none` skips changes that were themselves replicated into the source "
+            "(PostgreSQL 16+); `any` takes all."
+        ),
+    )
+    on_missing_key: MissingKeyPolicy = Field(
+        default="error",
+        description=(
+            "What to do with an UPDATE or DELETE on a table without any key (REPLICA "
+            "IDENTITY NOTHING): `error` stops the daemon, `skip` drops the change."
+        ),
+    )
+    status_interval: Duration = Field(
+        default=timedelta(seconds=10),
+        description=(
+            "Longest time between standby status updates to the server "
+            "(like `wal_receiver_status_interval`)."
+        ),
+    )
+    connect_timeout: Duration = Field(
+        default=timedelta(seconds=10),
+        description="Timeout for establishing a connection to the source.",
+    )
+    reconnect: ReconnectConfig = Field(
+        default_factory=ReconnectConfig,
+        description="Backoff after the replication connection is lost.",
+    )
+    heartbeat: HeartbeatConfig = Field(
+        default_factory=HeartbeatConfig,
+        description="Optional periodic write so an idle source lets the slot advance.",
+    )
+
+    @field_validator("dsn")
+    @classmethod
+    def _dsn_parses(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        try:
+            conninfo_to_dict(value)
+        except psycopg.Error as exc:
+            # libpq quotes the offending fragment, which may be part of a password.
+            reason = "" if _may_hold_password(value) else f" ({exc})"
+            raise ValueError(
+                "is not a valid libpq key=value connection string or postgresql:// URI"
+                f"{reason}; quote values that contain spaces"
+            ) from None
+        return value
+
+    @field_validator("slot")
+    @classmethod
+    def _slot_name(cls, value: str) -> str:
+        return check_slot_name(value)
+
+    @field_validator("publication")
+    @classmethod
+    def _publication_name(cls, value: str) -> str:
+        return check_identifier(value, what="publication name")
+
+    @field_validator("password_file")
+    @classmethod
+    def _password_file_readable(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            _read_password_file(value)
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        problems: list[tuple[Location, str]] = []
+        if self.password is not None and self.password_file is not None:
+            problems.append((("password_file",), "set either password or password_file, not both"))
+        if (self.password is not None or self.password_file is not None) and _dsn_password(
+            self.dsn
+        ):
+            problems.append(
+                (("dsn",), "contains a password and password/password_file is also set; keep one")
+            )
+        if self.create_publication and not self.tables:
+            problems.append(
+                (
+                    ("tables",),
+                    "list at least one table: create_publication is true and the publication "
+                    "is created FOR TABLE the listed tables",
+                )
+            )
+        first_seen: dict[str, int] = {}
+        for index, table in enumerate(self.tables):
+            if table.name in first_seen:
+                problems.append(
+                    (
+                        ("tables", index, "name"),
+                        f"{table.name} is already listed as tables.{first_seen[table.name]}",
+                    )
+                )
+            else:
+                first_seen[table.name] = index
+        problems.extend(self._protocol_problems())
+        _raise_problems(problems)
+        return self
+
+    def _protocol_problems(self) -> Iterator[tuple[Location, str]]:
+        version = self.protocol_version
+        if version == "auto":
+            return
+        if self.streaming == "on" and version < _MIN_PROTOCOL_FOR_STREAMING:
+            yield (("streaming",), f"'on' needs protocol_version 2 or later, not {version}")
+        if self.streaming == "parallel" and version < _MIN_PROTOCOL_FOR_PARALLEL:
+            yield (("streaming",), f"'parallel' needs protocol_version 4, not {version}")
+        if self.two_phase and version < _MIN_PROTOCOL_FOR_TWO_PHASE:
+            yield (("two_phase",), f"needs protocol_version 3 or later, not {version}")
+
+    @field_serializer("dsn")
+    def _dump_dsn(self, value: str) -> str:
+        return redact_dsn(value)
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield (name, redact_dsn(value) if name == "dsn" else value)
+
+    def resolved_password(self) -> SecretStr | None:
+        """The password to connect with: ``password``, or the current content of ``password_file``.
+
+        Returns:
+            The secret, or ``None`` when neither is set (the DSN, ``.pgpass`` or a
+            trust/cert method authenticates).
+
+        Raises:
+            ConfigError: the password file can no longer be read.
+        """
+        if self.password_file is None:
+            return self.password
+        try:
+            return _read_password_file(self.password_file)
+        except ValueError as exc:
+            raise ConfigError([("source.password_file", str(exc))]) from None
+
+    def conninfo(self) -> str:
+        """The DSN with the password merged in, ready for ``psycopg.connect``.
+
+        Returns:
+            A libpq connection string. It contains the password: never log it (log
+            ``redact_dsn(source.dsn)`` instead).
+
+        Raises:
+            ConfigError: the password file can no longer be read.
+        """
+        password = self.resolved_password()
+        if password is None:
+            return self.dsn
+        return make_conninfo(self.dsn, password=password.get_secret_value())
+
+
+def _dsn_password(dsn: str) -> bool:
+    """Whether the DSN itself carries a password."""
+    return bool(conninfo_to_dict(dsn).get("password"))
+
+
+def _may_hold_password(dsn: str) -> bool:
+    """Whether text that libpq could not parse might contain a password."""
+    return "password" in dsn or redact_dsn(dsn) != dsn
+
+
+class SnapshotConfig(_Section):
+    """Initial copy of the existing rows, taken when the slot is created."""
+
+    mode: SnapshotMode = Field(
+        default="never",
+        description=(
+            "`initial` copies the tables' current rows from the snapshot exported when the "
+            "slot is created, then streams changes from that point; `never` streams changes "
+            "only."
+        ),
+    )
+    parallelism: int = Field(
+        default=1, ge=1, le=64, description="Tables copied at the same time during the snapshot."
+    )
+
+
+def _conf_value(value: object) -> object:
+    """Spark settings are strings; YAML gives booleans and numbers for many of them."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
+
+
+class SparkConfig(_Section):
+    """Which Spark engine applies the MERGEs."""
+
+    mode: SparkMode = Field(
+        default="embedded",
+        description=(
+            "`embedded` starts a Sail Spark Connect server inside the process; `connect` "
+            "uses a remote Spark Connect server at `url`; `classic` starts a local JVM with "
+            "the delta-spark jars (image built with `WITH_JRE=true`)."
+        ),
+    )
+    url: str | None = Field(
+        default=None,
+        description="Spark Connect URL (`sc://host:15002`), required when mode is `connect`.",
+    )
+    conf: dict[str, Annotated[str, BeforeValidator(_conf_value)]] = Field(
+        default_factory=dict,
+        description=(
+            "Extra Spark session settings (`spark.sql.shuffle.partitions: 4`). Values whose "
+            "names look like credentials are masked in dumps."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _url_matches_mode(self) -> Self:
+        if self.mode == "connect":
+            if self.url is None:
+                raise FieldRuleError([(("url",), "required when mode is 'connect'")])
+            if not self.url.startswith("sc://"):
+                raise FieldRuleError([(("url",), "must be a Spark Connect URL: sc://host:port")])
+        elif self.url is not None:
+            raise FieldRuleError(
+                [(("url",), f"only used when mode is 'connect', not {self.mode!r}")]
+            )
+        return self
+
+    @field_serializer("conf")
+    def _dump_conf(self, value: dict[str, str]) -> dict[str, str]:
+        return _masked_conf(value)
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield (name, _masked_conf(value) if name == "conf" else value)
+
+
+def _masked_conf(conf: Mapping[str, str]) -> dict[str, str]:
+    return {key: REDACTED if _SECRET_CONF_KEY.search(key) else value for key, value in conf.items()}
+
+
+class BatchConfig(_Section):
+    """How committed transactions are grouped into one Delta MERGE per table."""
+
+    max_rows: int = Field(
+        default=50_000,
+        ge=1,
+        description=("Close the batch at the first transaction boundary after this many changes."),
+    )
+    max_age: Duration = Field(
+        default=timedelta(seconds=1),
+        description=(
+            "Close the batch this long after its first transaction arrived, so quiet "
+            "periods still reach Delta quickly."
+        ),
+    )
+    max_rows_ceiling: int = Field(
+        default=500_000,
+        ge=1,
+        description=(
+            "Hard cap on changes in one batch: a larger transaction is applied in several "
+            "batches and acknowledged only after its last one."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _ceiling_above_target(self) -> Self:
+        if self.max_rows_ceiling < self.max_rows:
+            raise FieldRuleError([(("max_rows_ceiling",), "must be at least max_rows")])
+        return self
+
+
+class MetadataConfig(_Section):
+    """Names of the columns wal2delta adds to every Delta table."""
+
+    lsn_column: ColumnName = Field(
+        default="_wal2delta_lsn",
+        description="Commit LSN of the change that wrote the row (bigint); guards replays.",
+    )
+    commit_time_column: ColumnName = Field(
+        default="_wal2delta_commit_ts",
+        description="Commit time of that transaction on the source (timestamp, UTC).",
+    )
+    deleted_column: ColumnName = Field(
+        default="_wal2delta_deleted",
+        description="Soft-delete flag (boolean), present only when `sink.soft_delete` is true.",
+    )
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Self:
+        names = {"lsn_column": self.lsn_column}
+        problems: list[tuple[Location, str]] = []
+        for field, value in (
+            ("commit_time_column", self.commit_time_column),
+            ("deleted_column", self.deleted_column),
+        ):
+            for other, other_value in names.items():
+                if value == other_value:
+                    problems.append(((field,), f"must differ from {other} ({value!r})"))
+            names[field] = value
+        _raise_problems(problems)
+        return self
+
+
+class SinkConfig(_Section):
+    """The Delta Lake destination."""
+
+    path: NonEmptyStr = Field(
+        description=(
+            "Lake root: a local path or a URI the engine can write (`s3://...`). Each table "
+            "lands at `<path>/<schema>/<table>`."
+        ),
+    )
+    spark: SparkConfig = Field(default_factory=SparkConfig, description="Spark engine.")
+    batch: BatchConfig = Field(default_factory=BatchConfig, description="Batching limits.")
+    metadata: MetadataConfig = Field(
+        default_factory=MetadataConfig, description="Names of the added metadata columns."
+    )
+    soft_delete: bool = Field(
+        default=False,
+        description=(
+            "Keep deleted rows with `deleted_column` set to true instead of removing them."
+        ),
+    )
+    messages: MessagesMode = Field(
+        default="ignore",
+        description=(
+            f"`table` appends logical decoding messages to `<path>/{MESSAGES_TABLE}` "
+            "(needs `source.messages: true`); `ignore` drops them."
+        ),
+    )
+    keys: dict[TableName, ColumnList] = Field(
+        default_factory=dict,
+        description=(
+            'Key columns per table, `{"public.t": [id]}`, for REPLICA IDENTITY FULL tables '
+            "without a primary key. Same meaning as `key` in `source.tables`."
+        ),
+    )
+
+
+class SpoolConfig(_Section):
+    """Local disk for transactions too large to hold in memory."""
+
+    dir: Path | None = Field(
+        default=None,
+        description=(
+            "Directory for spill files; null uses a fresh temporary directory. Put it on a "
+            "volume with room for the largest transaction."
+        ),
+    )
+    memory_limit: ByteSize = Field(
+        default=64 * 1024**2,
+        description=(
+            "Buffered bytes of one in-progress transaction before it spills to disk. "
+            "`64MiB`, `1GB` (SI, 1000-based), `512kB` or a number of bytes."
+        ),
+    )
+
+
+class MetricsConfig(_Section):
+    """The HTTP endpoint for `/metrics`, `/healthz` and `/readyz`."""
+
+    enabled: bool = Field(default=True, description="Serve the HTTP endpoint.")
+    host: NonEmptyStr = Field(default="0.0.0.0", description="Address to listen on.")
+    port: int = Field(default=9187, ge=1, le=65535, description="TCP port to listen on.")
+
+
+class HealthConfig(_Section):
+    """When the daemon reports itself not ready."""
+
+    max_lag: Duration = Field(
+        default=timedelta(minutes=5),
+        description="`/readyz` fails when apply lag (now minus last applied commit) exceeds this.",
+    )
+
+
+class LoggingConfig(_Section):
+    """Log output."""
+
+    format: LogFormat = Field(
+        default="auto",
+        description=(
+            "`json` (one object per line), `console` (key=value), or `auto`: console on a "
+            "TTY, JSON otherwise."
+        ),
+    )
+    level: Annotated[
+        LogLevel, BeforeValidator(lambda v: v.lower() if isinstance(v, str) else v)
+    ] = Field(default="info", description="Lowest level logged.")
+
+
+class ShutdownConfig(_Section):
+    """Graceful stop on SIGTERM."""
+
+    grace_period: NonNegativeDuration = Field(
+        default=timedelta(seconds=30),
+        description=(
+            "Time to finish applying received commits and send final feedback after "
+            "SIGTERM. Keep it below the pod's terminationGracePeriodSeconds."
+        ),
+    )
+
+
+class AppConfig(_Section):
+    """A whole configuration file: one source database into one lake path."""
+
+    source: SourceConfig = Field(description="The source database.")
+    snapshot: SnapshotConfig = Field(
+        default_factory=SnapshotConfig, description="Initial copy of existing rows."
+    )
+    sink: SinkConfig = Field(description="The Delta Lake destination.")
+    spool: SpoolConfig = Field(default_factory=SpoolConfig, description="Spill to disk.")
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="HTTP endpoint.")
+    health: HealthConfig = Field(default_factory=HealthConfig, description="Readiness rule.")
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Logging.")
+    shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig, description="Stopping.")
+
+    @model_validator(mode="after")
+    def _sections_agree(self) -> Self:
+        problems: list[tuple[Location, str]] = []
+        listed = {table.name: table for table in self.source.tables}
+        for name, key in self.sink.keys.items():
+            table = listed.get(name)
+            if listed and table is None:
+                problems.append((("sink", "keys", name), f"{name} is not one of source.tables"))
+            elif table is not None and table.key is not None and table.key != key:
+                problems.append(
+                    (
+                        ("sink", "keys", name),
+                        f"differs from the key given in source.tables for {name}; keep one",
+                    )
+                )
+        if self.sink.messages == "table" and not self.source.messages:
+            problems.append(
+                (
+                    ("sink", "messages"),
+                    "'table' needs source.messages: true, otherwise no messages arrive",
+                )
+            )
+        _raise_problems(problems)
+        return self
+
+    def key_for(self, schema: str, table: str) -> tuple[str, ...] | None:
+        """The configured MERGE key of a table, from ``source.tables`` or ``sink.keys``.
+
+        Args:
+            schema: exact schema name.
+            table: exact table name.
+
+        Returns:
+            The key columns, or ``None`` when the configuration gives none (the daemon
+            then uses the replica identity or primary key).
+        """
+        name = format_table_name(schema, table)
+        for entry in self.source.tables:
+            if entry.name == name and entry.key is not None:
+                return entry.key
+        return self.sink.keys.get(name)
+
+    def describe(self) -> str:
+        """One line for the startup log: slot, publication, redacted DSN, lake path.
+
+        Returns:
+            A human-readable summary without secrets.
+        """
+        return (
+            f"slot={self.source.slot} publication={self.source.publication} "
+            f"dsn={redact_dsn(self.source.dsn)!r} sink={self.sink.path} "
+            f"spark={self.sink.spark.mode} max_lag={format_duration(self.health.max_lag)}"
+        )

@@ -1,0 +1,414 @@
+"""Model rules: secrets, tables, cross-field checks, immutability."""
+
+from datetime import timedelta
+from pathlib import Path
+
+import pydantic
+import pytest
+
+from config import AppConfig, ConfigError, SourceConfig, parse_config
+
+SECRET = "hunter2-very-secret"
+
+
+def minimal() -> dict[str, dict[str, object]]:
+    return {
+        "source": {
+            "dsn": "host=127.0.0.1 dbname=app user=replicator",
+            "slot": "wal2delta_app",
+            "publication": "wal2delta_app",
+            "tables": ["public.orders"],
+        },
+        "sink": {"path": "./lake"},
+    }
+
+
+def parse(data: dict[str, dict[str, object]]) -> AppConfig:
+    return parse_config(data, environ={})
+
+
+def errors_of(data: dict[str, dict[str, object]]) -> dict[str, str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, environ={})
+    return dict(info.value.errors)
+
+
+def every_rendering(config: AppConfig) -> list[str]:
+    return [
+        repr(config),
+        str(config),
+        repr(config.source),
+        str(config.source),
+        str(config.model_dump()),
+        config.model_dump_json(),
+        str(config.source.model_dump()),
+        config.describe(),
+    ]
+
+
+class TestSecrets:
+    def test_password_never_appears_in_repr_str_or_dumps(self) -> None:
+        data = minimal()
+        data["source"]["password"] = "${PGPASSWORD}"
+        config = parse_config(data, environ={"PGPASSWORD": SECRET})
+        for text in every_rendering(config):
+            assert SECRET not in text
+
+    def test_password_inside_the_dsn_is_redacted_in_repr_and_dumps(self) -> None:
+        data = minimal()
+        data["source"]["dsn"] = f"host=db user=app password={SECRET}"
+        config = parse(data)
+        for text in every_rendering(config):
+            assert SECRET not in text
+        assert "password=****" in repr(config)
+        assert config.source.dsn.endswith(SECRET), "the attribute keeps the real DSN"
+
+    def test_password_inside_a_uri_is_redacted(self) -> None:
+        data = minimal()
+        data["source"]["dsn"] = f"postgresql://app:{SECRET}@db/app"
+        config = parse(data)
+        for text in every_rendering(config):
+            assert SECRET not in text
+
+    def test_password_file_content_never_appears(self, tmp_path: Path) -> None:
+        secret_file = tmp_path / "pg"
+        secret_file.write_text(SECRET + "\n")
+        data = minimal()
+        data["source"]["password_file"] = str(secret_file)
+        config = parse(data)
+        for text in every_rendering(config):
+            assert SECRET not in text
+
+    def test_credential_like_spark_settings_are_masked(self) -> None:
+        data = minimal()
+        data["sink"]["spark"] = {
+            "conf": {
+                "spark.hadoop.fs.s3a.secret.key": SECRET,
+                "spark.hadoop.fs.azure.account.key": SECRET,
+                "spark.sql.shuffle.partitions": 4,
+            }
+        }
+        config = parse(data)
+        for text in every_rendering(config):
+            assert SECRET not in text
+        assert config.sink.spark.conf["spark.hadoop.fs.s3a.secret.key"] == SECRET
+        assert config.sink.spark.conf["spark.sql.shuffle.partitions"] == "4"
+
+    def test_unparseable_dsn_with_a_password_is_reported_without_echoing_it(self) -> None:
+        data = minimal()
+        data["source"]["dsn"] = f"host=db password={SECRET} broken"
+        with pytest.raises(ConfigError) as info:
+            parse(data)
+        assert "source.dsn" in dict(info.value.errors)
+        assert SECRET not in str(info.value)
+        assert SECRET not in repr(info.value)
+
+    def test_unparseable_dsn_without_a_password_says_why(self) -> None:
+        data = minimal()
+        data["source"]["dsn"] = "host=db broken"
+        message = errors_of(data)["source.dsn"]
+        assert "broken" in message
+
+    def test_wrong_type_for_password_does_not_echo_the_value(self) -> None:
+        data = minimal()
+        data["source"]["password"] = [SECRET]
+        with pytest.raises(ConfigError) as info:
+            parse(data)
+        assert "source.password" in dict(info.value.errors)
+        assert SECRET not in str(info.value)
+
+
+class TestConninfo:
+    def test_password_is_merged_into_a_key_value_dsn(self) -> None:
+        data = minimal()
+        data["source"]["password"] = "p w'd"
+        conninfo = parse(data).source.conninfo()
+        from psycopg.conninfo import conninfo_to_dict
+
+        assert conninfo_to_dict(conninfo) == {
+            "host": "127.0.0.1",
+            "dbname": "app",
+            "user": "replicator",
+            "password": "p w'd",
+        }
+
+    def test_password_is_merged_into_a_uri_dsn(self) -> None:
+        from psycopg.conninfo import conninfo_to_dict
+
+        data = minimal()
+        data["source"]["dsn"] = "postgresql://replicator@db:5433/app?sslmode=require"
+        data["source"]["password"] = "secret"
+        params = conninfo_to_dict(parse(data).source.conninfo())
+        assert params["password"] == "secret"
+        assert params["host"] == "db"
+        assert params["port"] == "5433"
+        assert params["sslmode"] == "require"
+
+    def test_without_password_the_dsn_is_returned_as_written(self) -> None:
+        config = parse(minimal())
+        assert config.source.conninfo() == config.source.dsn
+
+    def test_password_file_is_stripped_and_reread_on_each_call(self, tmp_path: Path) -> None:
+        from psycopg.conninfo import conninfo_to_dict
+
+        secret_file = tmp_path / "pg"
+        secret_file.write_text("  first\n")
+        data = minimal()
+        data["source"]["password_file"] = str(secret_file)
+        source = parse(data).source
+        assert conninfo_to_dict(source.conninfo())["password"] == "first"
+        secret_file.write_text("rotated\n")
+        assert conninfo_to_dict(source.conninfo())["password"] == "rotated"
+
+    def test_password_file_that_disappears_later_raises_config_error(self, tmp_path: Path) -> None:
+        secret_file = tmp_path / "pg"
+        secret_file.write_text("first")
+        data = minimal()
+        data["source"]["password_file"] = str(secret_file)
+        source = parse(data).source
+        secret_file.unlink()
+        with pytest.raises(ConfigError, match=r"^source\.password_file: file .* does not exist$"):
+            source.conninfo()
+
+
+class TestPasswordRules:
+    def test_missing_password_file_is_a_config_error(self, tmp_path: Path) -> None:
+        data = minimal()
+        data["source"]["password_file"] = str(tmp_path / "absent")
+        assert errors_of(data)["source.password_file"].endswith("does not exist")
+
+    def test_empty_password_file_is_a_config_error(self, tmp_path: Path) -> None:
+        (tmp_path / "pg").write_text("\n")
+        data = minimal()
+        data["source"]["password_file"] = str(tmp_path / "pg")
+        assert errors_of(data)["source.password_file"].endswith("is empty")
+
+    def test_password_and_password_file_together_are_rejected(self, tmp_path: Path) -> None:
+        (tmp_path / "pg").write_text("x")
+        data = minimal()
+        data["source"]["password"] = "y"
+        data["source"]["password_file"] = str(tmp_path / "pg")
+        assert errors_of(data) == {
+            "source.password_file": "set either password or password_file, not both"
+        }
+
+    def test_password_in_dsn_and_password_field_together_are_rejected(self) -> None:
+        data = minimal()
+        data["source"]["dsn"] = "host=db password=a"
+        data["source"]["password"] = "b"
+        assert "source.dsn" in errors_of(data)
+
+
+class TestTables:
+    def test_strings_and_objects_are_both_accepted_and_normalised(self) -> None:
+        data = minimal()
+        data["source"]["tables"] = [
+            "orders",
+            {
+                "name": "sales.customers",
+                "where": "region = 'eu'",
+                "columns": ["id", "name"],
+                "key": ["id"],
+            },
+            '"odd.schema".Items',
+        ]
+        tables = parse(data).source.tables
+        assert [t.name for t in tables] == [
+            "public.orders",
+            "sales.customers",
+            '"odd.schema".Items',
+        ]
+        assert (tables[1].schema_name, tables[1].table_name) == ("sales", "customers")
+        assert tables[1].where == "region = 'eu'"
+        assert tables[1].columns == ("id", "name")
+        assert tables[1].key == ("id",)
+        assert (tables[2].schema_name, tables[2].table_name) == ("odd.schema", "Items")
+
+    def test_duplicate_tables_are_rejected_even_when_spelt_differently(self) -> None:
+        data = minimal()
+        data["source"]["tables"] = ["public.orders", "orders"]
+        assert errors_of(data) == {
+            "source.tables.1.name": "public.orders is already listed as tables.0"
+        }
+
+    def test_at_least_one_table_when_creating_the_publication(self) -> None:
+        data = minimal()
+        data["source"]["tables"] = []
+        assert "source.tables" in errors_of(data)
+
+    def test_no_tables_needed_when_the_publication_exists(self) -> None:
+        data = minimal()
+        data["source"]["tables"] = []
+        data["source"]["create_publication"] = False
+        assert parse(data).source.tables == ()
+
+    def test_key_must_be_among_published_columns(self) -> None:
+        data = minimal()
+        data["source"]["tables"] = [{"name": "t", "columns": ["name"], "key": ["id"]}]
+        assert errors_of(data) == {
+            "source.tables.0.key": "key columns ['id'] are not in columns; publish them too"
+        }
+
+    def test_empty_and_repeated_column_lists_are_rejected(self) -> None:
+        data = minimal()
+        data["source"]["tables"] = [
+            {"name": "a", "columns": []},
+            {"name": "b", "key": ["id", "id"]},
+        ]
+        errors = errors_of(data)
+        assert errors["source.tables.0.columns"] == "must list at least one column"
+        assert errors["source.tables.1.key"] == "column 'id' is listed twice"
+
+    def test_key_for_merges_table_keys_and_sink_keys(self) -> None:
+        data = minimal()
+        data["source"]["tables"] = [{"name": "a", "key": ["id"]}, "b", "c"]
+        data["sink"]["keys"] = {"b": ["code", "region"]}
+        config = parse(data)
+        assert config.key_for("public", "a") == ("id",)
+        assert config.key_for("public", "b") == ("code", "region")
+        assert config.key_for("public", "c") is None
+
+    def test_sink_keys_must_name_a_listed_table(self) -> None:
+        data = minimal()
+        data["sink"]["keys"] = {"public.ordrs": ["id"]}
+        assert errors_of(data) == {
+            "sink.keys.public.ordrs": "public.ordrs is not one of source.tables"
+        }
+
+    def test_sink_keys_may_name_any_table_when_tables_are_not_listed(self) -> None:
+        data = minimal()
+        data["source"]["tables"] = []
+        data["source"]["create_publication"] = False
+        data["sink"]["keys"] = {"public.t": ["id"]}
+        assert parse(data).key_for("public", "t") == ("id",)
+
+    def test_conflicting_keys_in_tables_and_sink_keys_are_rejected(self) -> None:
+        data = minimal()
+        data["source"]["tables"] = [{"name": "t", "key": ["id"]}]
+        data["sink"]["keys"] = {"t": ["other"]}
+        assert "sink.keys.public.t" in errors_of(data)
+
+
+class TestSourceRules:
+    @pytest.mark.parametrize("slot", ["Upper", "with-dash", "", "x" * 64, "space here"])
+    def test_slot_names_follow_postgresql_rules(self, slot: str) -> None:
+        data = minimal()
+        data["source"]["slot"] = slot
+        assert "source.slot" in errors_of(data)
+
+    def test_numeric_looking_names_need_no_quotes(self) -> None:
+        data = minimal()
+        data["source"]["slot"] = 2024
+        assert parse(data).source.slot == "2024"
+
+    def test_publication_longer_than_63_bytes_is_rejected(self) -> None:
+        data = minimal()
+        data["source"]["publication"] = "é" * 32
+        assert "64 bytes" in errors_of(data)["source.publication"]
+
+    @pytest.mark.parametrize(
+        ("settings", "field"),
+        [
+            ({"protocol_version": 1, "streaming": "on"}, "source.streaming"),
+            ({"protocol_version": 3, "streaming": "parallel"}, "source.streaming"),
+            ({"protocol_version": 2, "two_phase": True}, "source.two_phase"),
+        ],
+    )
+    def test_features_need_their_protocol_version_when_it_is_explicit(
+        self, settings: dict[str, object], field: str
+    ) -> None:
+        data = minimal()
+        data["source"].update(settings)
+        assert field in errors_of(data)
+
+    def test_auto_protocol_leaves_feature_checks_to_the_server(self) -> None:
+        data = minimal()
+        data["source"].update({"streaming": "parallel", "two_phase": True})
+        source = parse(data).source
+        assert source.protocol_version == "auto"
+        assert source.streaming == "parallel"
+
+    @pytest.mark.parametrize("version", [0, 5, "latest"])
+    def test_protocol_version_is_auto_or_one_to_four(self, version: object) -> None:
+        data = minimal()
+        data["source"]["protocol_version"] = version
+        assert "source.protocol_version" in errors_of(data)
+
+    def test_reconnect_max_delay_must_not_be_below_initial_delay(self) -> None:
+        data = minimal()
+        data["source"]["reconnect"] = {"initial_delay": "10s", "max_delay": "5s"}
+        assert errors_of(data) == {"source.reconnect.max_delay": "must be at least initial_delay"}
+
+    def test_heartbeat_needs_both_interval_and_statement(self) -> None:
+        data = minimal()
+        data["source"]["heartbeat"] = {"statement": "SELECT 1"}
+        assert errors_of(data) == {"source.heartbeat.interval": "required when statement is set"}
+
+    @pytest.mark.parametrize("value", [0, "0s", "-1s"])
+    def test_zero_or_negative_intervals_are_rejected(self, value: object) -> None:
+        data = minimal()
+        data["source"]["status_interval"] = value
+        assert "source.status_interval" in errors_of(data)
+
+    def test_zero_grace_period_is_allowed(self) -> None:
+        data = minimal()
+        data["shutdown"] = {"grace_period": 0}
+        assert parse(data).shutdown.grace_period == timedelta(0)
+
+
+class TestSinkRules:
+    def test_connect_mode_needs_a_spark_connect_url(self) -> None:
+        data = minimal()
+        data["sink"]["spark"] = {"mode": "connect"}
+        assert errors_of(data) == {"sink.spark.url": "required when mode is 'connect'"}
+        data["sink"]["spark"] = {"mode": "connect", "url": "http://spark:15002"}
+        assert "sc://" in errors_of(data)["sink.spark.url"]
+        data["sink"]["spark"] = {"mode": "connect", "url": "sc://spark:15002"}
+        assert parse(data).sink.spark.url == "sc://spark:15002"
+
+    def test_url_without_connect_mode_is_rejected(self) -> None:
+        data = minimal()
+        data["sink"]["spark"] = {"url": "sc://spark:15002"}
+        assert "sink.spark.url" in errors_of(data)
+
+    def test_batch_ceiling_must_not_be_below_max_rows(self) -> None:
+        data = minimal()
+        data["sink"]["batch"] = {"max_rows": 1000, "max_rows_ceiling": 10}
+        assert errors_of(data) == {"sink.batch.max_rows_ceiling": "must be at least max_rows"}
+
+    def test_metadata_column_names_must_be_distinct(self) -> None:
+        data = minimal()
+        data["sink"]["metadata"] = {"lsn_column": "x", "deleted_column": "x"}
+        assert errors_of(data) == {
+            "sink.metadata.deleted_column": "must differ from lsn_column ('x')"
+        }
+
+    def test_messages_table_needs_source_messages(self) -> None:
+        data = minimal()
+        data["sink"]["messages"] = "table"
+        assert "sink.messages" in errors_of(data)
+        data["source"]["messages"] = True
+        assert parse(data).sink.messages == "table"
+
+    def test_spark_conf_booleans_become_spark_strings(self) -> None:
+        data = minimal()
+        data["sink"]["spark"] = {"conf": {"spark.sql.ansi.enabled": True}}
+        assert parse(data).sink.spark.conf == {"spark.sql.ansi.enabled": "true"}
+
+
+def test_models_are_frozen() -> None:
+    config = parse(minimal())
+    with pytest.raises(pydantic.ValidationError):
+        config.source.slot = "other"
+
+
+def test_models_validate_directly_with_the_same_rules() -> None:
+    """Models built in code (tests, the daemon) obey the same rules as files."""
+    with pytest.raises(pydantic.ValidationError):
+        SourceConfig(dsn="host=x", slot="Bad", publication="p", tables=())
+
+
+def test_log_level_is_case_insensitive() -> None:
+    data = minimal()
+    data["logging"] = {"level": "DEBUG", "format": "json"}
+    assert parse(data).logging.level == "debug"
