@@ -64,6 +64,17 @@ def _load_or_report(path: str) -> AppConfig | None:
         return None
 
 
+def _install_stop_signals(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT ask the loop to stop: drain, acknowledge, exit 0."""
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("stop requested", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+
 def run_service(
     config: AppConfig,
     *,
@@ -74,13 +85,7 @@ def run_service(
     """Run the daemon with ``config`` until stopped; return the process exit code."""
     stop = stop_event if stop_event is not None else threading.Event()
     if install_signal_handlers:
-
-        def on_signal(signum: int, _frame: FrameType | None) -> None:
-            log.info("stop requested", signal=signal.Signals(signum).name)
-            stop.set()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        _install_stop_signals(stop)
 
     metrics = Metrics()
     log.info(
@@ -142,6 +147,62 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from capture.status import collect_status, render_status  # noqa: PLC0415
+
+    config = _load_or_report(args.config)
+    if config is None:
+        return EXIT_CONFIG
+    print(render_status(collect_status(config), as_json=args.json))
+    return EXIT_OK
+
+
+def _cmd_capture(args: argparse.Namespace) -> int:
+    from capture.recording import RecordingSink, StreamRecorder  # noqa: PLC0415
+
+    config = _load_or_report(args.config)
+    if config is None:
+        return EXIT_CONFIG
+    configure_logging(config.logging.format, config.logging.level)
+    recorder = StreamRecorder(Path(args.output))
+    sink = RecordingSink(recorder)
+    stop = threading.Event()
+    _install_stop_signals(stop)
+    service = CaptureService(
+        config, sink, endpos=args.endpos, stop_event=stop, frame_tap=recorder.write
+    )
+    try:
+        service.run()
+    except Wal2DeltaError as exc:
+        log.error("stopped by error", error=str(exc), error_type=type(exc).__name__)
+        return exc.exit_code if isinstance(exc, CaptureError) else EXIT_FATAL
+    finally:
+        sink.close()
+    log.info("recording written", path=args.output, records=recorder.records)
+    return EXIT_OK
+
+
+def _cmd_decode(args: argparse.Namespace) -> int:
+    from capture.recording import decode_recording, dump_json_lines  # noqa: PLC0415
+    from decoder import DecodeError, ProtocolOptions  # noqa: PLC0415
+
+    streaming = args.streaming or ("on" if args.proto >= 2 else "off")
+    options = ProtocolOptions(
+        proto_version=args.proto,
+        streaming=streaming,
+        two_phase=args.proto >= 3,
+        binary=False,
+        messages=True,
+    )
+    try:
+        for line in dump_json_lines(decode_recording(Path(args.file), options)):
+            print(line)
+    except DecodeError as exc:
+        print(f"{args.file}: {exc}", file=sys.stderr)
+        return EXIT_FATAL
+    return EXIT_OK
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from capture.demo import run_demo  # noqa: PLC0415 - the demo pulls in the server helper
 
@@ -169,6 +230,27 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check-config", help="validate a configuration file")
     check.add_argument("config", help="YAML configuration file")
     check.set_defaults(func=_cmd_check_config)
+
+    capture = commands.add_parser(
+        "capture", help="record the raw replication stream to a file (for bug reports)"
+    )
+    capture.add_argument("-c", "--config", required=True, help="YAML configuration file")
+    capture.add_argument("-o", "--output", required=True, help="recording file to append to")
+    capture.add_argument("--endpos", type=_lsn_argument, help="stop at this LSN (X/X)")
+    capture.set_defaults(func=_cmd_capture)
+
+    decode = commands.add_parser("decode", help="decode a recording to JSON lines")
+    decode.add_argument("file", help="recording written by `wal2delta capture`")
+    decode.add_argument("--proto", type=int, default=4, choices=[1, 2, 3, 4])
+    decode.add_argument(
+        "--streaming", choices=["off", "on", "parallel"], help="as negotiated when recorded"
+    )
+    decode.set_defaults(func=_cmd_decode)
+
+    status = commands.add_parser("status", help="slot, lag, retained WAL and Delta tables")
+    status.add_argument("-c", "--config", required=True, help="YAML configuration file")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=_cmd_status)
 
     demo = commands.add_parser(
         "demo", help="embedded PostgreSQL + Sail + local Delta folder, with a live workload"

@@ -41,9 +41,15 @@ import psycopg
 import structlog
 
 from capture.batcher import Batcher
-from capture.errors import CaptureError, ReplicationConnectionLostError, map_psycopg_errors
+from capture.errors import (
+    CaptureError,
+    ReplicationConnectionLostError,
+    SlotInvalidatedError,
+    map_psycopg_errors,
+)
 from capture.feedback import FeedbackPolicy, FlushTracker
 from capture.metrics import Metrics
+from capture.monitor import SourceMonitor
 from capture.negotiation import ReplicationRequest, negotiate, start_replication_options
 from capture.sink_worker import AppliedBatch, FailedBatch, SinkWorker
 from capture.slots import (
@@ -68,6 +74,7 @@ from decoder import (
     TransactionPrepared,
     TransactionRolledBack,
     TruncateChange,
+    Wal2DeltaError,
     encode_standby_status_update,
     format_lsn,
     parse_copy_data,
@@ -153,8 +160,10 @@ class CaptureService:
         endpos: Lsn | None = None,
         stop_event: threading.Event | None = None,
         clock: Callable[[], float] = time.monotonic,
+        frame_tap: Callable[[int, bytes], None] | None = None,
     ) -> None:
         self.config = config
+        self.frame_tap = frame_tap
         self.sink = sink
         self.metrics = metrics if metrics is not None else Metrics()
         self.endpos = endpos
@@ -165,6 +174,11 @@ class CaptureService:
         self._worker: SinkWorker | None = None
         self._tracker = FlushTracker()
         self._spool_dir: Path | None = None
+        self._fatal: Wal2DeltaError | None = None
+
+    def fail(self, error: Wal2DeltaError) -> None:
+        """Stop the loop with ``error`` (called from other threads, e.g. the monitor)."""
+        self._fatal = error
 
     # ------------------------------------------------------------------ set-up
 
@@ -190,6 +204,26 @@ class CaptureService:
         delay = reconnect.initial_delay.total_seconds()
         attempts = 0
         self._worker = SinkWorker(self.sink)
+        source = self.config.source
+        heartbeat = source.heartbeat
+        monitor = SourceMonitor(
+            self._conninfo,
+            source.slot,
+            self.metrics,
+            interval=min(10.0, source.status_interval.total_seconds()),
+            heartbeat_statement=heartbeat.statement,
+            heartbeat_interval=(
+                heartbeat.interval.total_seconds() if heartbeat.interval is not None else None
+            ),
+            on_slot_lost=lambda slot: self.fail(
+                SlotInvalidatedError(
+                    f"Replication slot {slot.name!r} was invalidated by the server "
+                    "(wal_status = lost) while streaming; WAL it needed is gone. Re-create "
+                    "the slot with a new initial snapshot."
+                )
+            ),
+        )
+        monitor.start()
         try:
             while not self.stop_event.is_set():
                 try:
@@ -215,6 +249,7 @@ class CaptureService:
                         return
                     delay = min(delay * 2, reconnect.max_delay.total_seconds())
         finally:
+            monitor.stop()
             self._drain_worker(raise_failures=False)
             self._worker.stop()
 
@@ -336,6 +371,8 @@ class _Session:
         clock = self.service.clock
         stop = self.service.stop_event
         while not stop.is_set() and not self.endpos_reached:
+            if self.service._fatal is not None:
+                raise self.service._fatal
             self.service.state.last_loop_at = clock()
             frames = self.stream.read_frames()
             for frame in frames:
@@ -390,6 +427,8 @@ class _Session:
                 self.endpos_reached = True
             return
         assert isinstance(message, XLogData)
+        if self.service.frame_tap is not None:
+            self.service.frame_tap(message.wal_start, message.payload)
         self.metrics.bytes_received.inc(len(message.payload))
         self.tracker.on_data(message.wal_start)
         for output in self.assembler.feed(message.wal_start, message.payload):

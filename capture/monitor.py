@@ -1,0 +1,114 @@
+"""A background sampler of the slot as the server sees it, on a normal connection.
+
+Every ``interval`` seconds it reads ``pg_current_wal_lsn()`` and the slot's row from
+``pg_replication_slots`` to publish replication lag in bytes (server WAL minus confirmed
+flush) and to notice an invalidated slot (``wal_status = lost``). When configured it also
+runs the heartbeat statement, which writes a little WAL on databases that have none of
+their own so the slot's confirmed position can advance. It never touches the replication
+connection; failures are logged and retried at the next tick.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+import structlog
+
+from capture.metrics import Metrics
+from capture.slots import SlotState, current_wal_lsn, slot_state
+
+log = structlog.get_logger("wal2delta.monitor")
+
+
+@dataclass(frozen=True, slots=True)
+class SlotSample:
+    """One observation of the slot."""
+
+    server_lsn: int
+    slot: SlotState | None
+
+    @property
+    def lag_bytes(self) -> int | None:
+        if self.slot is None or self.slot.confirmed_flush_lsn is None:
+            return None
+        return max(0, self.server_lsn - self.slot.confirmed_flush_lsn)
+
+
+def sample_slot(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> SlotSample:
+    """Read the server's WAL position and the slot's state."""
+    return SlotSample(server_lsn=current_wal_lsn(conn), slot=slot_state(conn, slot))
+
+
+class SourceMonitor:
+    """Samples lag and runs the heartbeat on its own thread."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        slot: str,
+        metrics: Metrics,
+        *,
+        interval: float = 10.0,
+        heartbeat_statement: str | None = None,
+        heartbeat_interval: float | None = None,
+        on_slot_lost: Callable[[SlotState], None] | None = None,
+    ) -> None:
+        self._conninfo = conninfo
+        self._slot = slot
+        self._metrics = metrics
+        self._interval = interval
+        self._heartbeat_statement = heartbeat_statement
+        self._heartbeat_interval = heartbeat_interval
+        self._on_slot_lost = on_slot_lost
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="wal2delta-monitor", daemon=True)
+        self.last_sample: SlotSample | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        conn: psycopg.Connection[tuple[object, ...]] | None = None
+        since_heartbeat = 0.0
+        while not self._stop.is_set():
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(
+                        self._conninfo, autocommit=True, application_name="wal2delta-monitor"
+                    )
+                self._tick(conn)
+                since_heartbeat += self._interval
+                if (
+                    self._heartbeat_statement
+                    and self._heartbeat_interval
+                    and since_heartbeat >= self._heartbeat_interval
+                ):
+                    conn.execute(self._heartbeat_statement.encode())
+                    since_heartbeat = 0.0
+            except psycopg.Error as exc:
+                log.warning("source monitor failed; retrying", error_type=type(exc).__name__)
+                if conn is not None:
+                    conn.close()
+                conn = None
+            self._stop.wait(self._interval)
+        if conn is not None:
+            conn.close()
+
+    def _tick(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        sample = sample_slot(conn, self._slot)
+        self.last_sample = sample
+        if sample.lag_bytes is not None:
+            self._metrics.replication_lag_bytes.set(sample.lag_bytes)
+        if (
+            sample.slot is not None
+            and sample.slot.wal_status == "lost"
+            and self._on_slot_lost is not None
+        ):
+            self._on_slot_lost(sample.slot)
