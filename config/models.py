@@ -63,7 +63,7 @@ from config.names import (
     normalize_table_name,
     parse_table_name,
 )
-from config.units import ByteSize, Duration, NonNegativeDuration, format_duration
+from config.units import ByteSize, Duration, NonNegativeDuration, TypeLabel, format_duration
 
 ProtocolVersion = Literal["auto", 1, 2, 3, 4]
 StreamingMode = Literal["auto", "off", "on", "parallel"]
@@ -128,9 +128,9 @@ def _strip_required(value: str) -> str:
     return value
 
 
-ColumnName = Annotated[str, AfterValidator(_column_name)]
+ColumnName = Annotated[str, AfterValidator(_column_name), TypeLabel("column name")]
 ColumnList = Annotated[tuple[ColumnName, ...], AfterValidator(_column_list)]
-TableName = Annotated[str, AfterValidator(normalize_table_name)]
+TableName = Annotated[str, AfterValidator(normalize_table_name), TypeLabel("table name")]
 NonEmptyStr = Annotated[str, AfterValidator(_strip_required)]
 
 
@@ -638,21 +638,24 @@ class BatchConfig(_Section):
     max_rows: int = Field(
         default=50_000,
         ge=1,
-        description=("Close the batch at the first transaction boundary after this many changes."),
+        description=(
+            "Close the batch when it holds this many changes. A larger transaction is split "
+            "over several batches and acknowledged only after its last one."
+        ),
     )
     max_age: Duration = Field(
         default=timedelta(seconds=1),
         description=(
-            "Close the batch this long after its first transaction arrived, so quiet "
-            "periods still reach Delta quickly."
+            "Close the batch this long after its first change arrived, so quiet periods "
+            "still reach Delta quickly."
         ),
     )
     max_rows_ceiling: int = Field(
         default=500_000,
         ge=1,
         description=(
-            "Hard cap on changes in one batch: a larger transaction is applied in several "
-            "batches and acknowledged only after its last one."
+            "Upper limit for the batch size when the daemon grows batches beyond `max_rows` "
+            "to catch up with a backlog; at least `max_rows`."
         ),
     )
 

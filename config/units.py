@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated, Final
 
@@ -200,11 +201,19 @@ def _non_negative_duration(raw: object) -> timedelta:
     return value
 
 
+@dataclass(frozen=True)
+class TypeLabel:
+    """How ``config.docs`` names an annotated type; pydantic ignores this metadata."""
+
+    label: str
+
+
 #: A duration greater than zero; dumps to JSON as ``"10s"``.
 Duration = Annotated[
     timedelta,
     BeforeValidator(_positive_duration),
     PlainSerializer(format_duration, return_type=str, when_used="json"),
+    TypeLabel("duration > 0"),
 ]
 
 #: A duration of zero or more; dumps to JSON as ``"10s"``.
@@ -212,12 +221,9 @@ NonNegativeDuration = Annotated[
     timedelta,
     BeforeValidator(_non_negative_duration),
     PlainSerializer(format_duration, return_type=str, when_used="json"),
+    TypeLabel("duration ≥ 0"),
 ]
 
 
-class ByteSizeUnit:
-    """Marker in ``ByteSize``'s metadata so the docs show ``64MiB`` and not ``67108864``."""
-
-
 #: A byte size of zero or more, written as a number or with a unit.
-ByteSize = Annotated[int, BeforeValidator(parse_byte_size), ByteSizeUnit()]
+ByteSize = Annotated[int, BeforeValidator(parse_byte_size), TypeLabel("size")]
