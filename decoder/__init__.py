@@ -1,7 +1,31 @@
-"""Sans-I/O pgoutput decoding: bytes in, typed messages and committed transactions out."""
+"""Sans-I/O pgoutput decoding: bytes in, typed messages and committed transactions out.
 
+Other packages import only from here. The layers, bottom up: ``wire`` (bounds-checked
+reads), ``frames`` (CopyData frames), ``parser`` (one message), ``assembler`` (messages to
+committed transactions, spooled through ``spill``), ``values`` (column bytes to Python).
+"""
+
+from decoder.assembler import (
+    EVENTS,
+    TRANSITIONS,
+    Assembler,
+    AssemblerOutput,
+    AssemblerState,
+    CommittedTransaction,
+    NonTransactionalMessage,
+    StreamAborted,
+    TransactionPrepared,
+    TransactionRolledBack,
+    message_event,
+)
 from decoder.changes import Change, MessageChange, RowChange, RowOperation, TruncateChange
 from decoder.errors import DecodeError, MalformedMessageError, ProtocolSequenceError, Wal2DeltaError
+from decoder.frames import (
+    PrimaryKeepalive,
+    XLogData,
+    encode_standby_status_update,
+    parse_copy_data,
+)
 from decoder.lsn import (
     Lsn,
     Oid,
@@ -39,41 +63,69 @@ from decoder.messages import (
     Update,
     message_type_name,
 )
+from decoder.options import ProtocolOptions, StreamingMode
+from decoder.parser import parse_message
+from decoder.relations import RelationCache
+from decoder.spill import (
+    ChangeBuffer,
+    ChangeBufferFactory,
+    FileChangeBuffer,
+    MemoryChangeBuffer,
+    spilling_buffers,
+)
 from decoder.values import TEXT_KEPT_TYPE_OIDS, UNCHANGED_TOAST, ValueDecoder, decode_tuple
 
 __all__ = [
+    "EVENTS",
     "TEXT_KEPT_TYPE_OIDS",
+    "TRANSITIONS",
     "UNCHANGED_TOAST",
+    "Assembler",
+    "AssemblerOutput",
+    "AssemblerState",
     "Begin",
     "BeginPrepare",
     "Change",
+    "ChangeBuffer",
+    "ChangeBufferFactory",
     "ColumnKind",
     "ColumnValue",
     "Commit",
     "CommitPrepared",
+    "CommittedTransaction",
     "DecodeError",
     "Delete",
+    "FileChangeBuffer",
     "Insert",
     "LogicalMessage",
     "Lsn",
     "MalformedMessageError",
+    "MemoryChangeBuffer",
     "Message",
     "MessageChange",
+    "NonTransactionalMessage",
     "Oid",
     "Origin",
     "PgTimestamp",
     "Prepare",
+    "PrimaryKeepalive",
+    "ProtocolOptions",
     "ProtocolSequenceError",
     "Relation",
+    "RelationCache",
     "RelationColumn",
     "RollbackPrepared",
     "RowChange",
     "RowOperation",
     "StreamAbort",
+    "StreamAborted",
     "StreamCommit",
     "StreamPrepare",
     "StreamStart",
     "StreamStop",
+    "StreamingMode",
+    "TransactionPrepared",
+    "TransactionRolledBack",
     "Truncate",
     "TruncateChange",
     "TupleData",
@@ -81,11 +133,17 @@ __all__ = [
     "Update",
     "ValueDecoder",
     "Wal2DeltaError",
+    "XLogData",
     "Xid",
     "datetime_to_pg_timestamp",
     "decode_tuple",
+    "encode_standby_status_update",
     "format_lsn",
+    "message_event",
     "message_type_name",
+    "parse_copy_data",
     "parse_lsn",
+    "parse_message",
     "pg_timestamp_to_datetime",
+    "spilling_buffers",
 ]

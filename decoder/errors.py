@@ -8,7 +8,7 @@ terminal one stops it with a message that says what to fix.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class Wal2DeltaError(Exception):
@@ -21,9 +21,11 @@ class DecodeError(Wal2DeltaError):
     """Bytes that are not a valid pgoutput stream at this position.
 
     Attributes:
+        reason: what is wrong, as a sentence fragment.
         offset: byte offset inside the message where decoding failed.
         message_type: the message name (``INSERT``, ``STREAM ABORT``...) or ``UNKNOWN``.
         wal_start: the ``XLogData`` start LSN of the frame, when known.
+        xid: the transaction the message belongs to, when known.
     """
 
     def __init__(
@@ -33,24 +35,48 @@ class DecodeError(Wal2DeltaError):
         offset: int,
         message_type: str,
         wal_start: int | None = None,
+        xid: int | None = None,
     ) -> None:
         self.reason = reason
         self.offset = offset
         self.message_type = message_type
         self.wal_start = wal_start
-        super().__init__(reason, offset, message_type, wal_start)
+        self.xid = xid
+        super().__init__(reason, offset, message_type, wal_start, xid)
 
     def __str__(self) -> str:
         where = f"{self.message_type} message at offset {self.offset}"
         if self.wal_start is not None:
             where += f" (WAL {self.wal_start >> 32:X}/{self.wal_start & 0xFFFFFFFF:X})"
+        if self.xid is not None:
+            where += f" in transaction {self.xid}"
         return f"cannot decode {where}: {self.reason}"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # The keyword-only constructor cannot be called with ``self.args`` positionally,
+        # which is what the default exception pickling does.
+        return (
+            _restore_decode_error,
+            (type(self), self.reason, self.offset, self.message_type, self.wal_start, self.xid),
+        )
 
     def with_wal_start(self, wal_start: int) -> DecodeError:
         """Return the same error located at the frame's WAL start."""
         return type(self)(
-            self.reason, offset=self.offset, message_type=self.message_type, wal_start=wal_start
+            self.reason,
+            offset=self.offset,
+            message_type=self.message_type,
+            wal_start=wal_start,
+            xid=self.xid,
         )
+
+
+def _restore_decode_error(
+    cls: type[DecodeError], reason: str, offset: int, *context: Any
+) -> DecodeError:
+    """Unpickle a ``DecodeError`` (see ``DecodeError.__reduce__``)."""
+    message_type, wal_start, xid = context
+    return cls(reason, offset=offset, message_type=message_type, wal_start=wal_start, xid=xid)
 
 
 class MalformedMessageError(DecodeError):

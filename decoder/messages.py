@@ -58,6 +58,8 @@ class RelationColumn:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Begin:
+    """BEGIN: a transaction starts; ``final_lsn`` is the LSN of its commit record."""
+
     final_lsn: Lsn
     commit_time: PgTimestamp
     xid: Xid
@@ -65,6 +67,8 @@ class Begin:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Commit:
+    """COMMIT: the transaction opened by the last BEGIN is complete."""
+
     flags: int
     commit_lsn: Lsn
     end_lsn: Lsn
@@ -73,6 +77,8 @@ class Commit:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Origin:
+    """ORIGIN: the transaction was replicated from another node (replication origin)."""
+
     origin_lsn: Lsn
     name: str
 
@@ -82,6 +88,8 @@ ReplicaIdentity = Literal["d", "n", "f", "i"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Relation:
+    """RELATION: the schema of a published table as of this point in the stream."""
+
     xid: Xid | None
     relation_id: Oid
     namespace: str
@@ -96,15 +104,19 @@ class Relation:
 
     @property
     def qualified_name(self) -> str:
+        """``schema.relation``, with the empty namespace shown as ``pg_catalog``."""
         return f"{self.schema_name}.{self.relation_name}"
 
     @property
     def key_columns(self) -> tuple[RelationColumn, ...]:
+        """The replica identity key columns, in column order."""
         return tuple(column for column in self.columns if column.is_key)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Type:
+    """TYPE: the name of a user-defined column type (built-in types are never sent)."""
+
     xid: Xid | None
     type_oid: Oid
     namespace: str
@@ -113,6 +125,8 @@ class Type:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Insert:
+    """INSERT of one row."""
+
     xid: Xid | None
     relation_id: Oid
     new_tuple: TupleData
@@ -120,6 +134,8 @@ class Insert:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Update:
+    """UPDATE of one row; ``old_kind`` says whether ``old_tuple`` is a key (K) or a row (O)."""
+
     xid: Xid | None
     relation_id: Oid
     old_kind: Literal["K", "O"] | None
@@ -129,6 +145,8 @@ class Update:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Delete:
+    """DELETE of one row, identified by its key (K) or its whole old row (O)."""
+
     xid: Xid | None
     relation_id: Oid
     old_kind: Literal["K", "O"]
@@ -141,21 +159,27 @@ TRUNCATE_RESTART_IDENTITY = 2
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Truncate:
+    """TRUNCATE of one or more relations."""
+
     xid: Xid | None
     options: int
     relation_ids: tuple[Oid, ...]
 
     @property
     def cascade(self) -> bool:
+        """TRUNCATE ... CASCADE."""
         return bool(self.options & TRUNCATE_CASCADE)
 
     @property
     def restart_identity(self) -> bool:
+        """TRUNCATE ... RESTART IDENTITY."""
         return bool(self.options & TRUNCATE_RESTART_IDENTITY)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogicalMessage:
+    """MESSAGE: a ``pg_logical_emit_message`` payload."""
+
     xid: Xid | None
     flags: int
     lsn: Lsn
@@ -164,11 +188,14 @@ class LogicalMessage:
 
     @property
     def transactional(self) -> bool:
+        """True when the message belongs to its transaction."""
         return bool(self.flags & 1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BeginPrepare:
+    """BEGIN PREPARE: a transaction that ends with PREPARE TRANSACTION starts."""
+
     prepare_lsn: Lsn
     end_lsn: Lsn
     prepare_time: PgTimestamp
@@ -178,6 +205,8 @@ class BeginPrepare:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Prepare:
+    """PREPARE: the transaction opened by BEGIN PREPARE is prepared under ``gid``."""
+
     flags: int
     prepare_lsn: Lsn
     end_lsn: Lsn
@@ -188,6 +217,8 @@ class Prepare:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CommitPrepared:
+    """COMMIT PREPARED of the transaction prepared under ``gid``."""
+
     flags: int
     commit_lsn: Lsn
     end_lsn: Lsn
@@ -198,6 +229,8 @@ class CommitPrepared:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RollbackPrepared:
+    """ROLLBACK PREPARED of the transaction prepared under ``gid``."""
+
     flags: int
     prepare_end_lsn: Lsn
     rollback_end_lsn: Lsn
@@ -209,17 +242,21 @@ class RollbackPrepared:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamStart:
+    """STREAM START: the following messages belong to streamed transaction ``xid``."""
+
     xid: Xid
     first_segment: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamStop:
-    pass
+    """STREAM STOP: the current stream block ends."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamCommit:
+    """STREAM COMMIT: the streamed transaction ``xid`` committed."""
+
     xid: Xid
     flags: int
     commit_lsn: Lsn
@@ -229,6 +266,8 @@ class StreamCommit:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamAbort:
+    """STREAM ABORT of a streamed transaction or of one of its subtransactions."""
+
     xid: Xid
     subxid: Xid
     abort_lsn: Lsn | None = None
@@ -237,6 +276,8 @@ class StreamAbort:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamPrepare:
+    """STREAM PREPARE: the streamed transaction ``xid`` is prepared under ``gid``."""
+
     flags: int
     prepare_lsn: Lsn
     end_lsn: Lsn

@@ -8,14 +8,24 @@ PostgreSQL text form instead of a Python object: json/jsonb (a parsed dict would
 number formatting and key order), interval (Python's ``timedelta`` cannot hold months)
 and their arrays. Unknown OIDs (enums, domains over text, extension types) load as text in
 text mode and raise in binary mode, where no generic reading exists.
+
+Binary and text mode give identical values. For the text-kept types that needs two
+conversions of our own: a binary jsonb value is a version byte before the text, and a
+binary interval (microseconds, days, months) is rendered the way PostgreSQL's
+``interval_out`` prints it with the default ``IntervalStyle = postgres``
+(``1 year 2 mons 3 days 04:05:06.5``), which is what a text-mode stream carries when the
+walsender runs with that default. Arrays of the text-kept types load as lists of those
+strings in both modes (psycopg's array loaders delegate to the element loaders).
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Final
 
 from psycopg import adapt, postgres
+from psycopg.abc import AdaptContext
 from psycopg.pq import Format
 from psycopg.types.string import TextBinaryLoader, TextLoader
 
@@ -55,16 +65,74 @@ class _JsonbBinaryAsText(adapt.Loader):
         return raw[1:].decode("utf-8")
 
 
+_INTERVAL_BINARY: Final = struct.Struct(">qii")
+_INT32_MAX: Final = 2**31 - 1
+_INT64_MAX: Final = 2**63 - 1
+
+
+def _trunc_divmod(value: int, divisor: int) -> tuple[int, int]:
+    """Divide like C: the quotient truncates toward zero, the remainder keeps the sign."""
+    quotient = abs(value) // divisor
+    if value < 0:
+        quotient = -quotient
+    return quotient, value - quotient * divisor
+
+
+def format_interval(microseconds: int, days: int, months: int) -> str:
+    """Render an interval as PostgreSQL's ``interval_out`` does with IntervalStyle postgres.
+
+    A port of ``EncodeInterval`` (``INTSTYLE_POSTGRES``) and ``AppendSeconds`` in
+    ``datetime.c``: nonzero year/mon/day parts, then ``[-]HH:MM:SS[.ffffff]`` when the time
+    part is nonzero or nothing else was printed; a part after a negative one gets an
+    explicit ``+`` when positive. PostgreSQL 17's infinite intervals print as
+    ``infinity`` and ``-infinity``.
+    """
+    if (microseconds, days, months) == (_INT64_MAX, _INT32_MAX, _INT32_MAX):
+        return "infinity"
+    if (microseconds, days, months) == (-_INT64_MAX - 1, -_INT32_MAX - 1, -_INT32_MAX - 1):
+        return "-infinity"
+    years, months = _trunc_divmod(months, 12)
+    parts: list[str] = []
+    is_before = False
+    for value, unit in ((years, "year"), (months, "mon"), (days, "day")):
+        if value == 0:
+            continue
+        sign = "+" if is_before and value > 0 else ""
+        parts.append(f"{sign}{value} {unit}{'' if value == 1 else 's'}")
+        is_before = value < 0
+    hours, rest = _trunc_divmod(microseconds, 3_600_000_000)
+    minutes, rest = _trunc_divmod(rest, 60_000_000)
+    seconds, fraction = _trunc_divmod(rest, 1_000_000)
+    if not parts or microseconds != 0:
+        minus = hours < 0 or minutes < 0 or seconds < 0 or fraction < 0
+        sign = "-" if minus else "+" if is_before else ""
+        text = f"{sign}{abs(hours):02d}:{abs(minutes):02d}:{abs(seconds):02d}"
+        if fraction:
+            text += "." + f"{abs(fraction):06d}".rstrip("0")
+        parts.append(text)
+    return " ".join(parts)
+
+
+class _IntervalBinaryAsText(adapt.Loader):
+    """Binary interval (int64 microseconds, int32 days, int32 months) to its text form."""
+
+    format = Format.BINARY
+
+    def load(self, data: adapt.Buffer) -> str:
+        microseconds, days, months = _INTERVAL_BINARY.unpack(bytes(data))
+        return format_interval(microseconds, days, months)
+
+
 def _text_kept_adapters() -> adapt.AdaptersMap:
     adapters = adapt.AdaptersMap(postgres.adapters)
-    for name in ("json", "jsonb", "interval"):
-        info = postgres.types[name]
-        adapters.register_loader(info.oid, TextLoader)
-        adapters.register_loader(info.array_oid, TextLoader)
-        if name == "json":
-            adapters.register_loader(info.oid, TextBinaryLoader)
-        elif name == "jsonb":
-            adapters.register_loader(info.oid, _JsonbBinaryAsText)
+    # Only the element types are registered: psycopg's array loaders look their element
+    # loader up in this map, so arrays become lists of the text forms in both formats.
+    adapters.register_loader(postgres.types["json"].oid, TextLoader)
+    adapters.register_loader(postgres.types["json"].oid, TextBinaryLoader)
+    adapters.register_loader(postgres.types["jsonb"].oid, TextLoader)
+    adapters.register_loader(postgres.types["jsonb"].oid, _JsonbBinaryAsText)
+    adapters.register_loader(postgres.types["interval"].oid, TextLoader)
+    adapters.register_loader(postgres.types["interval"].oid, _IntervalBinaryAsText)
     return adapters
 
 
@@ -123,12 +191,17 @@ class ValueDecoder:
 class _AdaptersContext:
     """The minimal ``AdaptContext`` a Transformer needs: adapters and no connection."""
 
-    adapters = _ADAPTERS
-    connection = None
+    @property
+    def adapters(self) -> adapt.AdaptersMap:
+        return _ADAPTERS
+
+    @property
+    def connection(self) -> None:
+        return None
 
 
-def _context_adapters() -> adapt.AdaptContext:
-    return _AdaptersContext()  # type: ignore[return-value]
+def _context_adapters() -> AdaptContext:
+    return _AdaptersContext()
 
 
 _DEFAULT_DECODER: Final = ValueDecoder()

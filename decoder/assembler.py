@@ -1,0 +1,979 @@
+"""Reassembles pgoutput messages into committed transactions: an explicit state machine.
+
+Theory of operation
+-------------------
+``Assembler.feed`` takes one XLogData payload at a time. It parses the message (with the
+xid prefix when inside a stream block), looks the pair (current state, message) up in
+``TRANSITIONS`` and, only if the pair is there, hands the message to its handler. A pair
+that is not in the table, or a handler check that fails (an unknown stream xid, a COMMIT
+whose LSN is not the BEGIN's ``final_lsn``...), raises ``ProtocolSequenceError`` *before*
+anything is changed; afterwards the assembler is in ``ERROR`` and refuses every further
+input, as h11's ``Connection`` does. The caller reconnects from its last durable LSN with
+a new assembler: the server sends everything after that position again.
+
+States (``AssemblerState``) are where we are in the message flow; open transactions are
+data, not states, because several streamed transactions can be open at once:
+
+* ``IDLE``: between transactions and stream blocks.
+* ``IN_TRANSACTION``: between BEGIN and COMMIT.
+* ``IN_PREPARED_TRANSACTION``: between BEGIN PREPARE and PREPARE.
+* ``IN_STREAM_BLOCK``: between STREAM START and STREAM STOP.
+* ``ERROR``: after any error; terminal.
+
+Read, spool, replay (worker.c's split). Data and schema messages are not interpreted when
+they arrive: their raw bytes are appended to the transaction's ``ChangeBuffer``. Only a
+*committed* transaction is read back (``replay``), and only then are RELATION and TYPE
+messages applied to the relation cache, in their place among the changes. Replays happen
+once each, in the order the commits arrived, so the cache always holds the schema that
+was current when a change was made, even when the caller replays long after feeding.
+
+Streamed transactions (protocol 2+, worker.c ``apply_handle_stream_*``):
+
+* STREAM START(xid) opens the buffer of the *top-level* xid (``first_segment``) or
+  continues it. Inside the block, the xid prefix of each message is the
+  *sub*transaction's; the buffer offset before the first record of each subxid is
+  recorded, as ``subxact_info_add`` does.
+* STREAM ABORT(xid, subxid) with ``subxid == xid`` drops the whole transaction; otherwise
+  the buffer is truncated to the offset recorded for ``subxid`` and the subxids recorded
+  after it are forgotten (``stream_abort_internal``). An abort of a subxid that has no
+  record, or of an xid that was never streamed here, changes nothing.
+* RELATION and TYPE messages in a block travel with the transaction, so the schema change
+  of an aborted (sub)transaction never reaches the cache. pgoutput sends a relation's
+  schema again in every streamed transaction and after every abort for this reason
+  (``maybe_send_schema``, ``cleanup_rel_sync_cache``).
+* STREAM COMMIT, STREAM ABORT and STREAM PREPARE are legal only outside a block
+  (``pgoutput_stream_commit``/``_abort`` assert ``!in_streaming``).
+
+Two-phase transactions (protocol 3+): BEGIN PREPARE ... PREPARE and STREAM PREPARE hold the
+transaction by gid and report ``TransactionPrepared``. COMMIT PREPARED releases it as a
+``CommittedTransaction(kind="commit_prepared")``; ROLLBACK PREPARED drops it and reports
+``TransactionRolledBack``. A PREPARE also makes the transaction's RELATION/TYPE messages
+take effect for the transactions replayed after it: pgoutput marks a schema as sent when
+it sends it inside a prepared transaction, so a transaction that commits before the
+COMMIT PREPARED may rely on it without carrying it.
+
+Memory: records go through the injected buffer factory; ``spilling_buffers`` moves any
+transaction past its limit to disk (``spill.py``), streamed or not. The assembler itself
+keeps per transaction a few counters, the subtransaction offsets and the (small) schema
+records.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Final, Literal, assert_never
+
+from decoder.changes import Change, MessageChange, RowChange, TruncateChange
+from decoder.errors import DecodeError, ProtocolSequenceError
+from decoder.lsn import Lsn, PgTimestamp, Xid, format_lsn
+from decoder.messages import (
+    Begin,
+    BeginPrepare,
+    Commit,
+    CommitPrepared,
+    Delete,
+    Insert,
+    LogicalMessage,
+    Message,
+    Origin,
+    Prepare,
+    Relation,
+    RollbackPrepared,
+    StreamAbort,
+    StreamCommit,
+    StreamPrepare,
+    StreamStart,
+    StreamStop,
+    Truncate,
+    Type,
+    Update,
+)
+from decoder.options import ProtocolOptions
+from decoder.parser import parse_message
+from decoder.relations import RelationCache
+from decoder.spill import ChangeBuffer, ChangeBufferFactory, MemoryChangeBuffer
+
+
+class AssemblerState(enum.Enum):
+    """Where the assembler is in the message flow (see the module docstring)."""
+
+    IDLE = "IDLE"
+    IN_TRANSACTION = "IN_TRANSACTION"
+    IN_PREPARED_TRANSACTION = "IN_PREPARED_TRANSACTION"
+    IN_STREAM_BLOCK = "IN_STREAM_BLOCK"
+    ERROR = "ERROR"
+
+
+# Events are the message type names of ``logicalrep_message_type``, except that MESSAGE is
+# split by its transactional flag: the two kinds are legal in different states.
+NON_TRANSACTIONAL_MESSAGE: Final = "MESSAGE (non-transactional)"
+
+_EVENT_BY_CLASS: Final[Mapping[type, str]] = {
+    Begin: "BEGIN",
+    Commit: "COMMIT",
+    Origin: "ORIGIN",
+    Relation: "RELATION",
+    Type: "TYPE",
+    Insert: "INSERT",
+    Update: "UPDATE",
+    Delete: "DELETE",
+    Truncate: "TRUNCATE",
+    LogicalMessage: "MESSAGE",
+    BeginPrepare: "BEGIN PREPARE",
+    Prepare: "PREPARE",
+    CommitPrepared: "COMMIT PREPARED",
+    RollbackPrepared: "ROLLBACK PREPARED",
+    StreamStart: "STREAM START",
+    StreamStop: "STREAM STOP",
+    StreamCommit: "STREAM COMMIT",
+    StreamAbort: "STREAM ABORT",
+    StreamPrepare: "STREAM PREPARE",
+}
+
+EVENTS: Final = (*_EVENT_BY_CLASS.values(), NON_TRANSACTIONAL_MESSAGE)
+
+# What may appear inside a transaction, a prepared transaction and a stream block alike.
+_CONTENT_EVENTS: Final = (
+    "ORIGIN",
+    "RELATION",
+    "TYPE",
+    "INSERT",
+    "UPDATE",
+    "DELETE",
+    "TRUNCATE",
+    "MESSAGE",
+)
+
+_S = AssemblerState
+TRANSITIONS: Final[Mapping[tuple[AssemblerState, str], AssemblerState]] = {
+    (_S.IDLE, "BEGIN"): _S.IN_TRANSACTION,
+    (_S.IDLE, "BEGIN PREPARE"): _S.IN_PREPARED_TRANSACTION,
+    (_S.IDLE, "STREAM START"): _S.IN_STREAM_BLOCK,
+    (_S.IDLE, "STREAM COMMIT"): _S.IDLE,
+    (_S.IDLE, "STREAM ABORT"): _S.IDLE,
+    (_S.IDLE, "STREAM PREPARE"): _S.IDLE,
+    (_S.IDLE, "COMMIT PREPARED"): _S.IDLE,
+    (_S.IDLE, "ROLLBACK PREPARED"): _S.IDLE,
+    (_S.IDLE, NON_TRANSACTIONAL_MESSAGE): _S.IDLE,
+    **{(_S.IN_TRANSACTION, event): _S.IN_TRANSACTION for event in _CONTENT_EVENTS},
+    (_S.IN_TRANSACTION, "COMMIT"): _S.IDLE,
+    **{
+        (_S.IN_PREPARED_TRANSACTION, event): _S.IN_PREPARED_TRANSACTION for event in _CONTENT_EVENTS
+    },
+    (_S.IN_PREPARED_TRANSACTION, "PREPARE"): _S.IDLE,
+    **{(_S.IN_STREAM_BLOCK, event): _S.IN_STREAM_BLOCK for event in _CONTENT_EVENTS},
+    (_S.IN_STREAM_BLOCK, "STREAM STOP"): _S.IDLE,
+}
+"""Every legal (state, event) pair and the state it leads to; anything else is an error."""
+
+_STREAM_EVENTS: Final = frozenset(
+    {"STREAM START", "STREAM STOP", "STREAM COMMIT", "STREAM ABORT", "STREAM PREPARE"}
+)
+_MESSAGE_EVENTS: Final = frozenset({"MESSAGE", NON_TRANSACTIONAL_MESSAGE})
+
+
+def message_event(message: Message) -> str:
+    """Return the event name of a message, the column key of ``TRANSITIONS``."""
+    if isinstance(message, LogicalMessage) and not message.transactional:
+        return NON_TRANSACTIONAL_MESSAGE
+    return _EVENT_BY_CLASS[type(message)]
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommittedTransaction:
+    """A transaction whose changes are final; ``Assembler.replay`` yields them.
+
+    Attributes:
+        kind: ``commit`` (BEGIN ... COMMIT), ``stream_commit`` or ``commit_prepared``.
+        xid: the top-level transaction id.
+        gid: the prepared transaction's gid, for ``commit_prepared``.
+        commit_lsn: LSN of the commit record.
+        end_lsn: end of the commit record: what the flush position may reach once the
+            transaction is durable.
+        commit_time: commit timestamp, microseconds since 2000-01-01 UTC.
+        origin: replication origin name when the transaction came from another node.
+        origin_lsn: the commit LSN on the origin node (0 for streamed transactions).
+        change_count: DML, TRUNCATE and MESSAGE records that ``replay`` yields.
+        sequence: position among the outputs of one assembler; replay order key.
+    """
+
+    kind: Literal["commit", "stream_commit", "commit_prepared"]
+    xid: Xid | None
+    gid: str | None
+    commit_lsn: Lsn
+    end_lsn: Lsn
+    commit_time: PgTimestamp
+    origin: str | None
+    origin_lsn: Lsn | None
+    change_count: int
+    sequence: int = -1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransactionPrepared:
+    """A prepared transaction, held until COMMIT PREPARED or ROLLBACK PREPARED."""
+
+    xid: Xid
+    gid: str
+    prepare_lsn: Lsn
+    end_lsn: Lsn
+    prepare_time: PgTimestamp
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransactionRolledBack:
+    """ROLLBACK PREPARED: the held transaction (if we had it) is gone for good."""
+
+    gid: str
+    prepare_end_lsn: Lsn
+    rollback_end_lsn: Lsn
+    rollback_time: PgTimestamp
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamAborted:
+    """STREAM ABORT of a streamed transaction (``subxid == xid``) or of a subtransaction."""
+
+    xid: Xid
+    subxid: Xid
+    abort_lsn: Lsn | None
+    abort_time: PgTimestamp | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NonTransactionalMessage:
+    """A ``pg_logical_emit_message(false, ...)`` message; it belongs to no transaction."""
+
+    lsn: Lsn
+    prefix: str
+    content: bytes
+
+
+AssemblerOutput = (
+    CommittedTransaction
+    | TransactionPrepared
+    | TransactionRolledBack
+    | StreamAborted
+    | NonTransactionalMessage
+)
+
+
+# ------------------------------------------------------------------------ internal state
+
+
+@dataclass(slots=True)
+class _Subxact:
+    """Where a subtransaction's first record starts (worker.c ``SubXactInfo``)."""
+
+    xid: int
+    mark: int
+    change_count: int
+    schema_count: int
+
+
+class _Txn:
+    """An open or held transaction: its buffer and what we must know to release it."""
+
+    __slots__ = (
+        "begin",
+        "buffer",
+        "change_count",
+        "origin",
+        "origin_lsn",
+        "schema_records",
+        "streamed",
+        "subxact_xids",
+        "subxacts",
+        "xid",
+    )
+
+    def __init__(
+        self,
+        buffer: ChangeBuffer,
+        *,
+        xid: Xid,
+        streamed: bool,
+        begin: Begin | BeginPrepare | None = None,
+    ) -> None:
+        self.buffer = buffer
+        self.xid = xid
+        self.streamed = streamed
+        self.begin = begin
+        self.change_count = 0
+        self.origin: str | None = None
+        self.origin_lsn: Lsn | None = None
+        # Raw RELATION/TYPE records, in order: applied at PREPARE time, by ``discard`` and
+        # after a replay that was not read to its end.
+        self.schema_records: list[bytes] = []
+        self.subxacts: list[_Subxact] = []
+        self.subxact_xids: set[int] = set()
+
+
+@dataclass(slots=True)
+class _Held:
+    """A prepared transaction waiting for COMMIT PREPARED or ROLLBACK PREPARED."""
+
+    txn: _Txn
+    prepared: TransactionPrepared
+
+
+@dataclass(slots=True)
+class _ReplaySlot:
+    """A committed transaction waiting for its replay."""
+
+    sequence: int
+    txn: _Txn
+
+
+@dataclass(slots=True)
+class _SchemaStep:
+    """Schema records of a prepared transaction, effective from its PREPARE on."""
+
+    records: tuple[bytes, ...]
+    streamed: bool
+
+
+class Assembler:
+    """Turns a stream of pgoutput messages into committed transactions.
+
+    Args:
+        options: the options the stream was started with.
+        buffers: makes the buffer of each transaction; ``MemoryChangeBuffer`` by default,
+            ``spilling_buffers(...)`` to bound memory.
+    """
+
+    def __init__(
+        self, options: ProtocolOptions, *, buffers: ChangeBufferFactory | None = None
+    ) -> None:
+        self._options = options
+        self._buffers: ChangeBufferFactory = buffers or MemoryChangeBuffer
+        self._state = AssemblerState.IDLE
+        self._current: _Txn | None = None
+        self._streams: dict[int, _Txn] = {}
+        self._stream_xid: Xid | None = None
+        self._prepared: dict[str, _Held] = {}
+        self._queue: deque[_ReplaySlot | _SchemaStep] = deque()
+        self._next_sequence = 0
+        self._replaying = False
+        self._relations = RelationCache()
+
+    # ------------------------------------------------------------------ observation
+
+    @property
+    def options(self) -> ProtocolOptions:
+        """The protocol options this assembler parses with."""
+        return self._options
+
+    @property
+    def state(self) -> AssemblerState:
+        """The current state."""
+        return self._state
+
+    @property
+    def idle(self) -> bool:
+        """True between transactions: no transaction, stream block or streamed xid open.
+
+        Prepared transactions do not count: they are reported by ``TransactionPrepared``.
+        """
+        return self._state is AssemblerState.IDLE and not self._streams
+
+    @property
+    def open_streamed_transactions(self) -> int:
+        """Streamed transactions started and not yet committed, aborted or prepared."""
+        return len(self._streams)
+
+    @property
+    def prepared_transactions(self) -> int:
+        """Prepared transactions waiting for COMMIT PREPARED or ROLLBACK PREPARED."""
+        return len(self._prepared)
+
+    @property
+    def spilled_bytes(self) -> int:
+        """Bytes on disk across every open, held and not yet replayed transaction."""
+        total = 0
+        if self._current is not None:
+            total += self._current.buffer.spilled_bytes
+        total += sum(txn.buffer.spilled_bytes for txn in self._streams.values())
+        total += sum(held.txn.buffer.spilled_bytes for held in self._prepared.values())
+        total += sum(
+            item.txn.buffer.spilled_bytes for item in self._queue if isinstance(item, _ReplaySlot)
+        )
+        return total
+
+    @property
+    def relations(self) -> RelationCache:
+        """The relation cache as of the last replayed transaction. Read it, do not change it."""
+        return self._relations
+
+    # ------------------------------------------------------------------------- input
+
+    def feed(self, wal_start: int, payload: bytes | memoryview) -> list[AssemblerOutput]:
+        """Process one pgoutput message.
+
+        Args:
+            wal_start: the XLogData frame's start LSN; attached to errors.
+            payload: the XLogData payload.
+
+        Returns:
+            What the message completed, usually nothing or one output.
+
+        Raises:
+            MalformedMessageError: the bytes are not a valid message.
+            ProtocolSequenceError: the message is not legal here; nothing was changed.
+                After either error the assembler is in ``ERROR`` and refuses all input.
+        """
+        state = self._state
+        if state is AssemblerState.ERROR:
+            raise ProtocolSequenceError(
+                "the assembler stopped at an earlier error; reconnect from the last "
+                "durable LSN with a new Assembler",
+                offset=0,
+                message_type="UNKNOWN",
+                wal_start=wal_start,
+            )
+        data = payload if isinstance(payload, bytes) else bytes(payload)
+        try:
+            message = parse_message(
+                data, options=self._options, in_stream=state is AssemblerState.IN_STREAM_BLOCK
+            )
+            event = message_event(message)
+            next_state = TRANSITIONS.get((state, event))
+            if next_state is None:
+                raise self._sequence_error(event, f"{event} is not allowed in state {state.value}")
+            self._check_negotiated(event)
+            outputs = self._handle(message, data, event)
+        except DecodeError as exc:
+            self._state = AssemblerState.ERROR
+            raise exc.with_wal_start(wal_start).with_traceback(exc.__traceback__) from None
+        except BaseException:
+            self._state = AssemblerState.ERROR
+            raise
+        self._state = next_state
+        return outputs
+
+    def _sequence_error(self, event: str, reason: str, xid: int | None = None) -> DecodeError:
+        return ProtocolSequenceError(reason, offset=0, message_type=event, xid=xid)
+
+    def _check_negotiated(self, event: str) -> None:
+        """Refuse messages the negotiated options rule out (pgoutput never sends them).
+
+        Two-phase messages are not checked against ``options.two_phase``: once a slot has
+        two-phase decoding enabled the server keeps it on even when a later
+        START_REPLICATION omits the option ("It remains enabled if the previous start-up
+        has done so", ``pgoutput_startup``).
+        """
+        if event in _STREAM_EVENTS and self._options.streaming == "off":
+            raise self._sequence_error(event, f"{event} received but streaming is off")
+        if event in _MESSAGE_EVENTS and not self._options.messages:
+            raise self._sequence_error(event, "MESSAGE received but messages were not requested")
+
+    def _handle(self, message: Message, data: bytes, event: str) -> list[AssemblerOutput]:
+        """Validate, then apply, one message that the transition table allows here."""
+        match message:
+            case Begin():
+                self._current = _Txn(
+                    self._buffers(), xid=message.xid, streamed=False, begin=message
+                )
+                return []
+            case BeginPrepare():
+                self._check_gid_free(event, message.gid, message.xid)
+                self._current = _Txn(
+                    self._buffers(), xid=message.xid, streamed=False, begin=message
+                )
+                return []
+            case Commit():
+                return [self._on_commit(message, event)]
+            case Prepare():
+                return [self._on_prepare(message, event)]
+            case Origin():
+                txn = self._open_txn()
+                txn.origin = message.name
+                txn.origin_lsn = message.origin_lsn
+                return []
+            case Relation() | Type():
+                self._spool(message.xid, data, schema=True)
+                return []
+            case Insert() | Update() | Delete() | Truncate():
+                self._spool(message.xid, data, schema=False)
+                return []
+            case LogicalMessage():
+                if not message.transactional:
+                    return [
+                        NonTransactionalMessage(
+                            lsn=message.lsn, prefix=message.prefix, content=message.content
+                        )
+                    ]
+                self._spool(message.xid, data, schema=False)
+                return []
+            case StreamStart():
+                self._on_stream_start(message, event)
+                return []
+            case StreamStop():
+                self._stream_xid = None
+                return []
+            case StreamCommit():
+                return [self._on_stream_commit(message, event)]
+            case StreamAbort():
+                return [self._on_stream_abort(message, event)]
+            case StreamPrepare():
+                return [self._on_stream_prepare(message, event)]
+            case CommitPrepared():
+                return [self._on_commit_prepared(message, event)]
+            case RollbackPrepared():
+                return [self._on_rollback_prepared(message, event)]
+            case _:
+                assert_never(message)
+
+    # --------------------------------------------------------------- plain transactions
+
+    def _open_txn(self) -> _Txn:
+        """The transaction that content messages belong to in the current state."""
+        if self._state is AssemblerState.IN_STREAM_BLOCK:
+            assert self._stream_xid is not None
+            return self._streams[self._stream_xid]
+        assert self._current is not None
+        return self._current
+
+    def _spool(self, xid: Xid | None, data: bytes, *, schema: bool) -> None:
+        txn = self._open_txn()
+        if txn.streamed:
+            assert xid is not None  # the parser reads the prefix inside a block
+            self._subxact_info_add(txn, xid)
+        txn.buffer.append(data)
+        if schema:
+            txn.schema_records.append(data)
+        else:
+            txn.change_count += 1
+
+    def _on_commit(self, message: Commit, event: str) -> CommittedTransaction:
+        txn = self._current
+        assert txn is not None
+        assert isinstance(txn.begin, Begin)
+        if message.commit_lsn != txn.begin.final_lsn:
+            # worker.c apply_handle_commit: "incorrect commit LSN ... in commit message".
+            raise self._sequence_error(
+                event,
+                f"commit LSN {format_lsn(message.commit_lsn)} differs from the BEGIN's "
+                f"final LSN {format_lsn(txn.begin.final_lsn)}",
+                txn.xid,
+            )
+        self._current = None
+        return self._release(
+            txn,
+            kind="commit",
+            gid=None,
+            commit_lsn=message.commit_lsn,
+            end_lsn=message.end_lsn,
+            commit_time=message.commit_time,
+        )
+
+    def _release(
+        self,
+        txn: _Txn,
+        *,
+        kind: Literal["commit", "stream_commit", "commit_prepared"],
+        gid: str | None,
+        commit_lsn: Lsn,
+        end_lsn: Lsn,
+        commit_time: PgTimestamp,
+    ) -> CommittedTransaction:
+        """Queue a committed transaction for replay and describe it."""
+        sequence = self._next_sequence
+        self._next_sequence += 1
+        self._queue.append(_ReplaySlot(sequence, txn))
+        return CommittedTransaction(
+            kind=kind,
+            xid=txn.xid,
+            gid=gid,
+            commit_lsn=commit_lsn,
+            end_lsn=end_lsn,
+            commit_time=commit_time,
+            origin=txn.origin,
+            origin_lsn=txn.origin_lsn,
+            change_count=txn.change_count,
+            sequence=sequence,
+        )
+
+    # ------------------------------------------------------------------------ two-phase
+
+    def _check_gid_free(self, event: str, gid: str, xid: int) -> None:
+        if gid in self._prepared:
+            raise self._sequence_error(
+                event, f"gid {gid!r} is already held by a prepared transaction", xid
+            )
+
+    def _hold(self, txn: _Txn, prepared: TransactionPrepared) -> TransactionPrepared:
+        """Hold a prepared transaction; its schema takes effect from here on (see above)."""
+        self._prepared[prepared.gid] = _Held(txn, prepared)
+        if txn.schema_records:
+            self._queue.append(_SchemaStep(tuple(txn.schema_records), txn.streamed))
+        return prepared
+
+    def _on_prepare(self, message: Prepare, event: str) -> TransactionPrepared:
+        txn = self._current
+        assert txn is not None
+        assert isinstance(txn.begin, BeginPrepare)
+        begin = txn.begin
+        if (message.prepare_lsn, message.xid, message.gid) != (
+            begin.prepare_lsn,
+            begin.xid,
+            begin.gid,
+        ):
+            # worker.c apply_handle_prepare checks the LSN; xid and gid must match too.
+            raise self._sequence_error(
+                event,
+                f"PREPARE of transaction {message.xid} gid {message.gid!r} at "
+                f"{format_lsn(message.prepare_lsn)} does not match its BEGIN PREPARE of "
+                f"transaction {begin.xid} gid {begin.gid!r} at {format_lsn(begin.prepare_lsn)}",
+                message.xid,
+            )
+        self._current = None
+        return self._hold(
+            txn,
+            TransactionPrepared(
+                xid=message.xid,
+                gid=message.gid,
+                prepare_lsn=message.prepare_lsn,
+                end_lsn=message.end_lsn,
+                prepare_time=message.prepare_time,
+            ),
+        )
+
+    def _on_commit_prepared(self, message: CommitPrepared, event: str) -> CommittedTransaction:
+        held = self._prepared.get(message.gid)
+        if held is None:
+            # We never acknowledge past an unresolved PREPARE (ARCHITECTURE invariant 1), so
+            # the server sends the PREPARE again after a restart; a COMMIT PREPARED without
+            # one means changes we never saw would be committed.
+            raise self._sequence_error(
+                event,
+                f"COMMIT PREPARED for gid {message.gid!r}, whose PREPARE this stream did not "
+                f"send; restart from a position before that PREPARE",
+                message.xid,
+            )
+        if held.txn.xid != message.xid:
+            raise self._sequence_error(
+                event,
+                f"gid {message.gid!r} was prepared by transaction {held.txn.xid}, "
+                f"not {message.xid}",
+                message.xid,
+            )
+        del self._prepared[message.gid]
+        return self._release(
+            held.txn,
+            kind="commit_prepared",
+            gid=message.gid,
+            commit_lsn=message.commit_lsn,
+            end_lsn=message.end_lsn,
+            commit_time=message.commit_time,
+        )
+
+    def _on_rollback_prepared(self, message: RollbackPrepared, event: str) -> TransactionRolledBack:
+        held = self._prepared.get(message.gid)
+        if held is not None:
+            if held.txn.xid != message.xid:
+                raise self._sequence_error(
+                    event,
+                    f"gid {message.gid!r} was prepared by transaction {held.txn.xid}, "
+                    f"not {message.xid}",
+                    message.xid,
+                )
+            del self._prepared[message.gid]
+            held.txn.buffer.close()
+        # An unknown gid is harmless: the server also sends ROLLBACK PREPARED for a
+        # transaction it prepared before two-phase decoding was enabled, or before the
+        # slot became consistent, without ever sending its PREPARE (worker.c skips it).
+        return TransactionRolledBack(
+            gid=message.gid,
+            prepare_end_lsn=message.prepare_end_lsn,
+            rollback_end_lsn=message.rollback_end_lsn,
+            rollback_time=message.rollback_time,
+        )
+
+    # ------------------------------------------------------------------------ streaming
+
+    def _on_stream_start(self, message: StreamStart, event: str) -> None:
+        xid = message.xid
+        if any(held.txn.xid == xid for held in self._prepared.values()):
+            raise self._sequence_error(event, f"transaction {xid} is already prepared", xid)
+        existing = self._streams.get(xid)
+        if message.first_segment and existing is not None:
+            raise self._sequence_error(
+                event, f"first segment of transaction {xid}, which is already streaming", xid
+            )
+        if not message.first_segment and existing is None:
+            raise self._sequence_error(
+                event,
+                f"a later segment of transaction {xid}, whose first segment this stream "
+                f"did not send",
+                xid,
+            )
+        if existing is None:
+            self._streams[xid] = _Txn(self._buffers(), xid=xid, streamed=True)
+        self._stream_xid = xid
+
+    def _subxact_info_add(self, txn: _Txn, xid: int) -> None:
+        """Record where a subtransaction's first record starts (worker.c, same name)."""
+        if xid == txn.xid or xid in txn.subxact_xids:
+            return
+        txn.subxact_xids.add(xid)
+        txn.subxacts.append(
+            _Subxact(xid, txn.buffer.mark(), txn.change_count, len(txn.schema_records))
+        )
+
+    def _streamed(self, xid: int, event: str) -> _Txn:
+        txn = self._streams.get(xid)
+        if txn is None:
+            raise self._sequence_error(
+                event, f"{event} for transaction {xid}, which this stream did not start", xid
+            )
+        return txn
+
+    def _on_stream_commit(self, message: StreamCommit, event: str) -> CommittedTransaction:
+        txn = self._streamed(message.xid, event)
+        del self._streams[message.xid]
+        return self._release(
+            txn,
+            kind="stream_commit",
+            gid=None,
+            commit_lsn=message.commit_lsn,
+            end_lsn=message.end_lsn,
+            commit_time=message.commit_time,
+        )
+
+    def _on_stream_abort(self, message: StreamAbort, event: str) -> StreamAborted:
+        xid, subxid = message.xid, message.subxid
+        aborted = StreamAborted(
+            xid=xid, subxid=subxid, abort_lsn=message.abort_lsn, abort_time=message.abort_time
+        )
+        txn = self._streams.get(xid)
+        if txn is None:
+            if any(held.txn.xid == xid for held in self._prepared.values()):
+                raise self._sequence_error(
+                    event, f"transaction {xid} is prepared; only ROLLBACK PREPARED ends it", xid
+                )
+            # Nothing of this transaction is here, so there is nothing to drop (worker.c
+            # deletes the spool files with missing_ok).
+            return aborted
+        if subxid == xid:
+            del self._streams[xid]
+            txn.buffer.close()
+            return aborted
+        self._stream_abort_subxact(txn, subxid)
+        return aborted
+
+    def _stream_abort_subxact(self, txn: _Txn, subxid: int) -> None:
+        """Truncate to the subtransaction's first record (worker.c stream_abort_internal).
+
+        The subtransactions recorded after it go too: their records come after its first
+        one, and either belong to it (nested) or were aborted with it.
+        """
+        if subxid not in txn.subxact_xids:
+            return  # an empty subtransaction: none of its records are here
+        index = next(i for i, sub in enumerate(txn.subxacts) if sub.xid == subxid)
+        first = txn.subxacts[index]
+        txn.buffer.truncate(first.mark)
+        txn.change_count = first.change_count
+        del txn.schema_records[first.schema_count :]
+        for sub in txn.subxacts[index:]:
+            txn.subxact_xids.discard(sub.xid)
+        del txn.subxacts[index:]
+
+    def _on_stream_prepare(self, message: StreamPrepare, event: str) -> TransactionPrepared:
+        txn = self._streamed(message.xid, event)
+        self._check_gid_free(event, message.gid, message.xid)
+        del self._streams[message.xid]
+        return self._hold(
+            txn,
+            TransactionPrepared(
+                xid=message.xid,
+                gid=message.gid,
+                prepare_lsn=message.prepare_lsn,
+                end_lsn=message.end_lsn,
+                prepare_time=message.prepare_time,
+            ),
+        )
+
+    # --------------------------------------------------------------------------- replay
+
+    def replay(self, txn: CommittedTransaction) -> Iterator[Change]:
+        """Read a committed transaction back as changes.
+
+        Call it once per ``CommittedTransaction``, in the order ``feed`` returned them,
+        and read each iterator to its end (or close it) before the next replay. RELATION
+        and TYPE records update the relation cache as they are reached. The transaction's
+        buffer is released when the iterator ends or is closed.
+
+        Args:
+            txn: the next committed transaction.
+
+        Returns:
+            An iterator of ``RowChange``, ``TruncateChange`` and ``MessageChange`` with
+            ordinals 0, 1, ...
+
+        Raises:
+            ProtocolSequenceError: ``txn`` is not the next transaction to replay, or a
+                previous replay is unfinished (raised at once); or, while iterating, a
+                change refers to a relation no RELATION message described.
+        """
+        slot = self._take_replay_slot(txn)
+        self._replaying = True
+        return self._replay(txn, slot.txn)
+
+    def discard(self, txn: CommittedTransaction) -> None:
+        """Skip a committed transaction's changes, keeping its schema messages.
+
+        Takes the place of ``replay`` for a transaction the caller will not apply (for
+        example one past a stop position); the same ordering rules hold.
+        """
+        slot = self._take_replay_slot(txn)
+        try:
+            self._apply_schema(slot.txn.schema_records, slot.txn.streamed)
+        finally:
+            slot.txn.buffer.close()
+
+    def _take_replay_slot(self, txn: CommittedTransaction) -> _ReplaySlot:
+        if self._replaying:
+            raise ProtocolSequenceError(
+                "the previous transaction's replay is unfinished; read its iterator to the "
+                "end or close it first",
+                offset=0,
+                message_type="COMMIT",
+                xid=txn.xid,
+            )
+        queue = self._queue
+        while queue and isinstance(queue[0], _SchemaStep):
+            step = queue.popleft()
+            assert isinstance(step, _SchemaStep)
+            self._apply_schema(step.records, step.streamed)
+        head = queue[0] if queue else None
+        if not isinstance(head, _ReplaySlot) or head.sequence != txn.sequence:
+            raise ProtocolSequenceError(
+                f"transaction {txn.xid} committed at {format_lsn(txn.commit_lsn)} is not the "
+                f"next one to replay; replay each committed transaction once, in commit order",
+                offset=0,
+                message_type="COMMIT",
+                xid=txn.xid,
+            )
+        queue.popleft()
+        return head
+
+    def _apply_schema(self, records: tuple[bytes, ...] | list[bytes], streamed: bool) -> None:
+        for record in records:
+            message = parse_message(record, options=self._options, in_stream=streamed)
+            assert isinstance(message, Relation | Type)
+            self._relations.apply(message)
+
+    def _relation(
+        self, relation_id: int, event: str, txn: CommittedTransaction, streamed: bool
+    ) -> Relation:
+        relation = self._relations.relation(relation_id)
+        if relation is None:
+            self._state = AssemblerState.ERROR
+            raise ProtocolSequenceError(
+                f"relation {relation_id} is unknown: no RELATION message described it "
+                f"before this change",
+                offset=5 if streamed else 1,
+                message_type=event,
+                xid=txn.xid,
+            )
+        return relation
+
+    def _replay(self, committed: CommittedTransaction, txn: _Txn) -> Iterator[Change]:
+        options = self._options
+        streamed = txn.streamed
+        commit_lsn = committed.commit_lsn
+        commit_time = committed.commit_time
+        apply_schema = self._relations.apply
+        schema_seen = 0
+        ordinal = 0
+        finished = False
+        try:
+            for record in txn.buffer:
+                message = parse_message(record, options=options, in_stream=streamed)
+                match message:
+                    case Relation() | Type():
+                        apply_schema(message)
+                        schema_seen += 1
+                        continue
+                    case Insert():
+                        change: Change = RowChange(
+                            op="insert",
+                            relation=self._relation(
+                                message.relation_id, "INSERT", committed, streamed
+                            ),
+                            new=message.new_tuple,
+                            old=None,
+                            old_kind=None,
+                            commit_lsn=commit_lsn,
+                            commit_time=commit_time,
+                            ordinal=ordinal,
+                        )
+                    case Update():
+                        change = RowChange(
+                            op="update",
+                            relation=self._relation(
+                                message.relation_id, "UPDATE", committed, streamed
+                            ),
+                            new=message.new_tuple,
+                            old=message.old_tuple,
+                            old_kind=message.old_kind,
+                            commit_lsn=commit_lsn,
+                            commit_time=commit_time,
+                            ordinal=ordinal,
+                        )
+                    case Delete():
+                        change = RowChange(
+                            op="delete",
+                            relation=self._relation(
+                                message.relation_id, "DELETE", committed, streamed
+                            ),
+                            new=None,
+                            old=message.old_tuple,
+                            old_kind=message.old_kind,
+                            commit_lsn=commit_lsn,
+                            commit_time=commit_time,
+                            ordinal=ordinal,
+                        )
+                    case Truncate():
+                        change = TruncateChange(
+                            relations=tuple(
+                                self._relation(relation_id, "TRUNCATE", committed, streamed)
+                                for relation_id in message.relation_ids
+                            ),
+                            cascade=message.cascade,
+                            restart_identity=message.restart_identity,
+                            commit_lsn=commit_lsn,
+                            commit_time=commit_time,
+                            ordinal=ordinal,
+                        )
+                    case LogicalMessage():
+                        change = MessageChange(
+                            prefix=message.prefix,
+                            content=message.content,
+                            lsn=message.lsn,
+                            transactional=True,
+                            commit_lsn=commit_lsn,
+                            commit_time=commit_time,
+                            ordinal=ordinal,
+                        )
+                    case _:
+                        raise AssertionError(f"{type(message).__name__} is never spooled")
+                ordinal += 1
+                yield change
+            finished = True
+        except DecodeError:
+            self._state = AssemblerState.ERROR
+            raise
+        finally:
+            if not finished and self._state is not AssemblerState.ERROR:
+                # Closed early: later transactions may rely on the rest of the schema.
+                self._apply_schema(txn.schema_records[schema_seen:], streamed)
+            txn.buffer.close()
+            self._replaying = False

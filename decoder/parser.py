@@ -1,0 +1,509 @@
+"""pgoutput message bytes to typed messages: a pure function, one message per call.
+
+Theory of operation: ``parse_message`` reads the tag byte, picks the reader for that tag
+and reads the fields in the order ``proto.c`` (``logicalrep_write_*``) writes them. Two
+things besides the tag decide the layout, and both come from the caller:
+
+* ``in_stream``: inside a STREAM START ... STREAM STOP block, RELATION, TYPE, INSERT,
+  UPDATE, DELETE, TRUNCATE and MESSAGE start with the (sub)transaction id; outside a block
+  they do not (``pgoutput.c`` passes ``InvalidTransactionId`` and the writer skips it).
+* ``options``: tags that a protocol version does not define are unknown in that version,
+  and STREAM ABORT carries ``abort_lsn``/``abort_time`` only with ``streaming
+  'parallel'`` on protocol 4 (``write_abort_info`` in ``pgoutput_stream_abort``).
+
+Validation follows ``proto.c`` and the apply worker: unknown tags, non-zero flags where
+the manual says ``Int8(0)``, unset LSNs and transaction ids that ``logicalrep_read_*``
+rejects, unknown column status bytes and unknown UPDATE/DELETE sub-tags are errors, and
+so are bytes left over after a complete message. Every failure is a
+``MalformedMessageError`` naming the message type and the offset; no other exception
+escapes for any input (property-tested in ``tests/unit/decoder``).
+
+Column values stay raw bytes (``ColumnValue``); they are converted only once the relation
+is known, at replay (``values.py``), as worker.c does.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Final, Literal
+
+from decoder.errors import MalformedMessageError
+from decoder.lsn import Lsn, Oid, PgTimestamp, Xid
+from decoder.messages import (
+    MESSAGE_TYPE_NAMES,
+    Begin,
+    BeginPrepare,
+    ColumnKind,
+    ColumnValue,
+    Commit,
+    CommitPrepared,
+    Delete,
+    Insert,
+    LogicalMessage,
+    Message,
+    Origin,
+    Prepare,
+    Relation,
+    RelationColumn,
+    RollbackPrepared,
+    StreamAbort,
+    StreamCommit,
+    StreamPrepare,
+    StreamStart,
+    StreamStop,
+    Truncate,
+    TupleData,
+    Type,
+    Update,
+)
+from decoder.options import (
+    STREAM_PROTOCOL_VERSION,
+    TWO_PHASE_PROTOCOL_VERSION,
+    ProtocolOptions,
+)
+from decoder.wire import Reader
+
+_BEGIN: Final = struct.Struct(">QqI")
+_COMMIT: Final = struct.Struct(">BQQq")
+_PREPARE_COMMON: Final = struct.Struct(">BQQqI")
+_BEGIN_PREPARE: Final = struct.Struct(">QQqI")
+_ROLLBACK_PREPARED: Final = struct.Struct(">BQQqqI")
+_STREAM_START: Final = struct.Struct(">IB")
+_STREAM_COMMIT: Final = struct.Struct(">IBQQq")
+_STREAM_ABORT: Final = struct.Struct(">II")
+_STREAM_ABORT_INFO: Final = struct.Struct(">Qq")
+_MESSAGE_HEADER: Final = struct.Struct(">BQ")
+_TRUNCATE_HEADER: Final = struct.Struct(">iB")
+_RELATION_COLUMN_TYPE: Final = struct.Struct(">Ii")
+_U16: Final = struct.Struct(">H")
+_I32: Final = struct.Struct(">i")
+
+_TRUNCATE_KNOWN_OPTIONS: Final = 0b11  # TRUNCATE_CASCADE | TRUNCATE_RESTART_SEQS
+_REPLICA_IDENTITIES: Final = frozenset("dnfi")  # pg_class.relreplident values
+
+# Column status bytes (logicalproto.h LOGICALREP_COLUMN_*).
+_COL_NULL: Final = 0x6E  # 'n'
+_COL_UNCHANGED: Final = 0x75  # 'u'
+_COL_TEXT: Final = 0x74  # 't'
+_COL_BINARY: Final = 0x62  # 'b'
+# Shared instances: NULL and unchanged-TOAST columns carry no data, and the dataclass is
+# frozen, so one object each serves every tuple.
+_NULL_VALUE: Final = ColumnValue(ColumnKind.NULL, None)
+_UNCHANGED_VALUE: Final = ColumnValue(ColumnKind.UNCHANGED_TOAST, None)
+
+_TAG_N: Final = 0x4E  # 'N' new tuple
+_TAG_K: Final = 0x4B  # 'K' key tuple
+_TAG_O: Final = 0x4F  # 'O' old tuple
+
+
+def _read_tuple(reader: Reader) -> TupleData:
+    """Read a TupleData part (``logicalrep_read_tuple``).
+
+    The loop works on local variables instead of ``Reader`` methods: it runs once per
+    column of every row, which makes it the hottest code of the decoder.
+    """
+    buf = reader.buf
+    end = reader.end
+    pos = reader.pos
+    if pos + 2 > end:
+        raise reader.short(2, "the TupleData column count")
+    (count,) = _U16.unpack_from(buf, pos)
+    pos += 2
+    values: list[ColumnValue] = []
+    append = values.append
+    text, binary = ColumnKind.TEXT, ColumnKind.BINARY
+    for index in range(count):
+        if pos >= end:
+            reader.pos = pos
+            raise reader.short(1, f"the status byte of column {index}")
+        kind = buf[pos]
+        if kind in (_COL_TEXT, _COL_BINARY):
+            if pos + 5 > end:
+                reader.pos = pos + 1
+                raise reader.short(4, f"the length of column {index}")
+            (length,) = _I32.unpack_from(buf, pos + 1)
+            start = pos + 5
+            if length < 0:
+                raise reader.error(f"column {index} has a negative length {length}", pos + 1)
+            pos = start + length
+            if pos > end:
+                reader.pos = start
+                raise reader.short(length, f"the value of column {index}")
+            append(ColumnValue(text if kind == _COL_TEXT else binary, buf[start:pos]))
+        elif kind == _COL_NULL:
+            append(_NULL_VALUE)
+            pos += 1
+        elif kind == _COL_UNCHANGED:
+            append(_UNCHANGED_VALUE)
+            pos += 1
+        else:
+            raise reader.error(f"unknown column status byte 0x{kind:02x}", pos)
+    reader.pos = pos
+    return TupleData(tuple(values))
+
+
+def _stream_xid(reader: Reader, in_stream: bool) -> Xid | None:
+    """Read the (sub)transaction id that prefixes a message inside a stream block."""
+    if not in_stream:
+        return None
+    offset = reader.pos
+    xid = reader.u32("the transaction id")
+    if xid == 0:
+        raise reader.error("invalid transaction ID 0 inside a streamed transaction", offset)
+    return Xid(xid)
+
+
+def _require_flags_zero(reader: Reader, flags: int, offset: int) -> None:
+    if flags != 0:
+        raise reader.error(f"unrecognized flags {flags}; this field is always 0", offset)
+
+
+def _require_set(reader: Reader, value: int, field: str, offset: int) -> None:
+    if value == 0:
+        raise reader.error(f"{field} is not set", offset)
+
+
+def _parse_begin(reader: Reader, options: ProtocolOptions, in_stream: bool) -> Begin:
+    final_lsn, commit_time, xid = reader.unpack(_BEGIN, "the BEGIN fields")
+    _require_set(reader, final_lsn, "final_lsn", 1)
+    return Begin(final_lsn=Lsn(final_lsn), commit_time=PgTimestamp(commit_time), xid=Xid(xid))
+
+
+def _parse_commit(reader: Reader, options: ProtocolOptions, in_stream: bool) -> Commit:
+    flags, commit_lsn, end_lsn, commit_time = reader.unpack(_COMMIT, "the COMMIT fields")
+    _require_flags_zero(reader, flags, 1)
+    return Commit(
+        flags=flags,
+        commit_lsn=Lsn(commit_lsn),
+        end_lsn=Lsn(end_lsn),
+        commit_time=PgTimestamp(commit_time),
+    )
+
+
+def _parse_origin(reader: Reader, options: ProtocolOptions, in_stream: bool) -> Origin:
+    origin_lsn = reader.u64("origin_lsn")
+    return Origin(origin_lsn=Lsn(origin_lsn), name=reader.cstring("the origin name"))
+
+
+def _parse_relation(reader: Reader, options: ProtocolOptions, in_stream: bool) -> Relation:
+    xid = _stream_xid(reader, in_stream)
+    relation_id = reader.u32("relation_id")
+    namespace = reader.cstring("the namespace")
+    relation_name = reader.cstring("the relation name")
+    offset = reader.pos
+    identity = chr(reader.u8("the replica identity"))
+    if identity not in _REPLICA_IDENTITIES:
+        raise reader.error(f"unknown replica identity {identity!r}", offset)
+    count = reader.u16("the column count")
+    columns = []
+    for index in range(count):
+        flags = reader.u8(f"the flags of column {index}")
+        name = reader.cstring(f"the name of column {index}")
+        type_oid, type_modifier = reader.unpack(
+            _RELATION_COLUMN_TYPE, f"the type of column {index}"
+        )
+        columns.append(RelationColumn(flags, name, Oid(type_oid), type_modifier))
+    return Relation(
+        xid=xid,
+        relation_id=Oid(relation_id),
+        namespace=namespace,
+        relation_name=relation_name,
+        replica_identity=identity,
+        columns=tuple(columns),
+    )
+
+
+def _parse_type(reader: Reader, options: ProtocolOptions, in_stream: bool) -> Type:
+    xid = _stream_xid(reader, in_stream)
+    type_oid = reader.u32("the type OID")
+    namespace = reader.cstring("the namespace")
+    return Type(
+        xid=xid,
+        type_oid=Oid(type_oid),
+        namespace=namespace,
+        type_name=reader.cstring("the type name"),
+    )
+
+
+def _parse_insert(reader: Reader, options: ProtocolOptions, in_stream: bool) -> Insert:
+    xid = _stream_xid(reader, in_stream)
+    relation_id = reader.u32("relation_id")
+    offset = reader.pos
+    marker = reader.u8("the tuple marker")
+    if marker != _TAG_N:
+        raise reader.error(f"expected new tuple marker 'N', got 0x{marker:02x}", offset)
+    return Insert(xid=xid, relation_id=Oid(relation_id), new_tuple=_read_tuple(reader))
+
+
+def _parse_update(reader: Reader, options: ProtocolOptions, in_stream: bool) -> Update:
+    xid = _stream_xid(reader, in_stream)
+    relation_id = reader.u32("relation_id")
+    offset = reader.pos
+    marker = reader.u8("the tuple marker")
+    old_kind: Literal["K", "O"] | None = None
+    old_tuple = None
+    if marker in (_TAG_K, _TAG_O):
+        old_kind = "K" if marker == _TAG_K else "O"
+        old_tuple = _read_tuple(reader)
+        offset = reader.pos
+        marker = reader.u8("the new tuple marker")
+        if marker != _TAG_N:
+            raise reader.error(f"expected new tuple marker 'N', got 0x{marker:02x}", offset)
+    elif marker != _TAG_N:
+        raise reader.error(f"expected tuple marker 'K', 'O' or 'N', got 0x{marker:02x}", offset)
+    return Update(
+        xid=xid,
+        relation_id=Oid(relation_id),
+        old_kind=old_kind,
+        old_tuple=old_tuple,
+        new_tuple=_read_tuple(reader),
+    )
+
+
+def _parse_delete(reader: Reader, options: ProtocolOptions, in_stream: bool) -> Delete:
+    xid = _stream_xid(reader, in_stream)
+    relation_id = reader.u32("relation_id")
+    offset = reader.pos
+    marker = reader.u8("the tuple marker")
+    if marker not in (_TAG_K, _TAG_O):
+        raise reader.error(f"expected tuple marker 'K' or 'O', got 0x{marker:02x}", offset)
+    return Delete(
+        xid=xid,
+        relation_id=Oid(relation_id),
+        old_kind="K" if marker == _TAG_K else "O",
+        old_tuple=_read_tuple(reader),
+    )
+
+
+def _parse_truncate(reader: Reader, options: ProtocolOptions, in_stream: bool) -> Truncate:
+    xid = _stream_xid(reader, in_stream)
+    offset = reader.pos
+    count, truncate_options = reader.unpack(_TRUNCATE_HEADER, "the TRUNCATE header")
+    if count < 0:
+        raise reader.error(f"negative relation count {count}", offset)
+    if truncate_options & ~_TRUNCATE_KNOWN_OPTIONS:
+        raise reader.error(f"unknown TRUNCATE option bits {truncate_options:#04x}", offset + 4)
+    if reader.remaining < 4 * count:
+        raise reader.short(4 * count, f"{count} relation ids")
+    relation_ids = struct.unpack_from(f">{count}I", reader.buf, reader.pos)
+    reader.pos += 4 * count
+    return Truncate(
+        xid=xid,
+        options=truncate_options,
+        relation_ids=tuple(Oid(relation_id) for relation_id in relation_ids),
+    )
+
+
+def _parse_message(reader: Reader, options: ProtocolOptions, in_stream: bool) -> LogicalMessage:
+    xid = _stream_xid(reader, in_stream)
+    offset = reader.pos
+    flags, lsn = reader.unpack(_MESSAGE_HEADER, "the MESSAGE header")
+    if flags > 1:
+        raise reader.error(f"unrecognized flags {flags}; expected 0 or 1", offset)
+    prefix = reader.cstring("the prefix")
+    length = reader.i32("the content length")
+    return LogicalMessage(
+        xid=xid,
+        flags=flags,
+        lsn=Lsn(lsn),
+        prefix=prefix,
+        content=reader.read_bytes(length, "the content"),
+    )
+
+
+def _parse_begin_prepare(reader: Reader, options: ProtocolOptions, in_stream: bool) -> BeginPrepare:
+    prepare_lsn, end_lsn, prepare_time, xid = reader.unpack(_BEGIN_PREPARE, "the fields")
+    _require_set(reader, prepare_lsn, "prepare_lsn", 1)
+    _require_set(reader, end_lsn, "end_lsn", 9)
+    _require_set(reader, xid, "the transaction id", 25)
+    return BeginPrepare(
+        prepare_lsn=Lsn(prepare_lsn),
+        end_lsn=Lsn(end_lsn),
+        prepare_time=PgTimestamp(prepare_time),
+        xid=Xid(xid),
+        gid=reader.cstring("the gid"),
+    )
+
+
+def _read_prepare_common(reader: Reader) -> tuple[int, int, int, int, int, str]:
+    """Fields shared by PREPARE and STREAM PREPARE (``logicalrep_read_prepare_common``)."""
+    flags, prepare_lsn, end_lsn, prepare_time, xid = reader.unpack(_PREPARE_COMMON, "the fields")
+    _require_flags_zero(reader, flags, 1)
+    _require_set(reader, prepare_lsn, "prepare_lsn", 2)
+    _require_set(reader, end_lsn, "end_lsn", 10)
+    _require_set(reader, xid, "the transaction id", 26)
+    return flags, prepare_lsn, end_lsn, prepare_time, xid, reader.cstring("the gid")
+
+
+def _parse_prepare(reader: Reader, options: ProtocolOptions, in_stream: bool) -> Prepare:
+    flags, prepare_lsn, end_lsn, prepare_time, xid, gid = _read_prepare_common(reader)
+    return Prepare(
+        flags=flags,
+        prepare_lsn=Lsn(prepare_lsn),
+        end_lsn=Lsn(end_lsn),
+        prepare_time=PgTimestamp(prepare_time),
+        xid=Xid(xid),
+        gid=gid,
+    )
+
+
+def _parse_stream_prepare(
+    reader: Reader, options: ProtocolOptions, in_stream: bool
+) -> StreamPrepare:
+    flags, prepare_lsn, end_lsn, prepare_time, xid, gid = _read_prepare_common(reader)
+    return StreamPrepare(
+        flags=flags,
+        prepare_lsn=Lsn(prepare_lsn),
+        end_lsn=Lsn(end_lsn),
+        prepare_time=PgTimestamp(prepare_time),
+        xid=Xid(xid),
+        gid=gid,
+    )
+
+
+def _parse_commit_prepared(
+    reader: Reader, options: ProtocolOptions, in_stream: bool
+) -> CommitPrepared:
+    flags, commit_lsn, end_lsn, commit_time, xid = reader.unpack(_PREPARE_COMMON, "the fields")
+    _require_flags_zero(reader, flags, 1)
+    _require_set(reader, commit_lsn, "commit_lsn", 2)
+    _require_set(reader, end_lsn, "end_lsn", 10)
+    _require_set(reader, xid, "the transaction id", 26)
+    return CommitPrepared(
+        flags=flags,
+        commit_lsn=Lsn(commit_lsn),
+        end_lsn=Lsn(end_lsn),
+        commit_time=PgTimestamp(commit_time),
+        xid=Xid(xid),
+        gid=reader.cstring("the gid"),
+    )
+
+
+def _parse_rollback_prepared(
+    reader: Reader, options: ProtocolOptions, in_stream: bool
+) -> RollbackPrepared:
+    flags, prepare_end_lsn, rollback_end_lsn, prepare_time, rollback_time, xid = reader.unpack(
+        _ROLLBACK_PREPARED, "the fields"
+    )
+    _require_flags_zero(reader, flags, 1)
+    _require_set(reader, prepare_end_lsn, "prepare_end_lsn", 2)
+    _require_set(reader, rollback_end_lsn, "rollback_end_lsn", 10)
+    _require_set(reader, xid, "the transaction id", 34)
+    return RollbackPrepared(
+        flags=flags,
+        prepare_end_lsn=Lsn(prepare_end_lsn),
+        rollback_end_lsn=Lsn(rollback_end_lsn),
+        prepare_time=PgTimestamp(prepare_time),
+        rollback_time=PgTimestamp(rollback_time),
+        xid=Xid(xid),
+        gid=reader.cstring("the gid"),
+    )
+
+
+def _parse_stream_start(reader: Reader, options: ProtocolOptions, in_stream: bool) -> StreamStart:
+    xid, first_segment = reader.unpack(_STREAM_START, "the fields")
+    _require_set(reader, xid, "the transaction id", 1)
+    if first_segment > 1:
+        raise reader.error(f"first_segment must be 0 or 1, not {first_segment}", 5)
+    return StreamStart(xid=Xid(xid), first_segment=bool(first_segment))
+
+
+def _parse_stream_stop(reader: Reader, options: ProtocolOptions, in_stream: bool) -> StreamStop:
+    return StreamStop()
+
+
+def _parse_stream_commit(reader: Reader, options: ProtocolOptions, in_stream: bool) -> StreamCommit:
+    xid, flags, commit_lsn, end_lsn, commit_time = reader.unpack(_STREAM_COMMIT, "the fields")
+    _require_set(reader, xid, "the transaction id", 1)
+    _require_flags_zero(reader, flags, 5)
+    return StreamCommit(
+        xid=Xid(xid),
+        flags=flags,
+        commit_lsn=Lsn(commit_lsn),
+        end_lsn=Lsn(end_lsn),
+        commit_time=PgTimestamp(commit_time),
+    )
+
+
+def _parse_stream_abort(reader: Reader, options: ProtocolOptions, in_stream: bool) -> StreamAbort:
+    xid, subxid = reader.unpack(_STREAM_ABORT, "the transaction ids")
+    _require_set(reader, xid, "the transaction id", 1)
+    _require_set(reader, subxid, "the subtransaction id", 5)
+    if not options.stream_abort_has_abort_info:
+        return StreamAbort(xid=Xid(xid), subxid=Xid(subxid))
+    abort_lsn, abort_time = reader.unpack(_STREAM_ABORT_INFO, "abort_lsn and abort_time")
+    return StreamAbort(
+        xid=Xid(xid),
+        subxid=Xid(subxid),
+        abort_lsn=Lsn(abort_lsn),
+        abort_time=PgTimestamp(abort_time),
+    )
+
+
+_Parser = Callable[[Reader, ProtocolOptions, bool], Message]
+
+# tag -> (reader, lowest protocol version that defines the tag)
+_PARSERS: Final[dict[int, tuple[_Parser, int]]] = {
+    ord("B"): (_parse_begin, 1),
+    ord("C"): (_parse_commit, 1),
+    ord("O"): (_parse_origin, 1),
+    ord("R"): (_parse_relation, 1),
+    ord("Y"): (_parse_type, 1),
+    ord("I"): (_parse_insert, 1),
+    ord("U"): (_parse_update, 1),
+    ord("D"): (_parse_delete, 1),
+    ord("T"): (_parse_truncate, 1),
+    ord("M"): (_parse_message, 1),
+    ord("S"): (_parse_stream_start, STREAM_PROTOCOL_VERSION),
+    ord("E"): (_parse_stream_stop, STREAM_PROTOCOL_VERSION),
+    ord("c"): (_parse_stream_commit, STREAM_PROTOCOL_VERSION),
+    ord("A"): (_parse_stream_abort, STREAM_PROTOCOL_VERSION),
+    ord("b"): (_parse_begin_prepare, TWO_PHASE_PROTOCOL_VERSION),
+    ord("P"): (_parse_prepare, TWO_PHASE_PROTOCOL_VERSION),
+    ord("K"): (_parse_commit_prepared, TWO_PHASE_PROTOCOL_VERSION),
+    ord("r"): (_parse_rollback_prepared, TWO_PHASE_PROTOCOL_VERSION),
+    ord("p"): (_parse_stream_prepare, TWO_PHASE_PROTOCOL_VERSION),
+}
+
+
+def parse_message(buf: bytes | memoryview, *, options: ProtocolOptions, in_stream: bool) -> Message:
+    """Parse one pgoutput message.
+
+    Args:
+        buf: the message, starting with its tag byte (an XLogData payload).
+        options: the options the stream was started with; they decide which tags exist
+            and whether STREAM ABORT carries its abort LSN and time.
+        in_stream: whether the message arrived between STREAM START and STREAM STOP, where
+            data and schema messages start with a transaction id.
+
+    Returns:
+        The message as its frozen dataclass.
+
+    Raises:
+        MalformedMessageError: the bytes are not a valid message of this protocol version;
+            the error names the message type and the offset.
+    """
+    data = buf if isinstance(buf, bytes) else bytes(buf)
+    if not data:
+        raise MalformedMessageError("empty message", offset=0, message_type="UNKNOWN")
+    tag = data[0]
+    entry = _PARSERS.get(tag)
+    if entry is None:
+        raise MalformedMessageError(
+            f"unknown message tag 0x{tag:02x}", offset=0, message_type="UNKNOWN"
+        )
+    parse, since = entry
+    name = MESSAGE_TYPE_NAMES[tag]
+    if options.proto_version < since:
+        raise MalformedMessageError(
+            f"{name} messages exist from protocol version {since}; this stream uses "
+            f"version {options.proto_version}",
+            offset=0,
+            message_type=name,
+        )
+    reader = Reader(data, 1, name)
+    message = parse(reader, options, in_stream)
+    if reader.pos != reader.end:
+        raise reader.error(f"{reader.remaining} unexpected bytes after the end of the message")
+    return message

@@ -1,0 +1,266 @@
+"""Where a transaction's raw records wait until its outcome is known; the decoder's only I/O.
+
+Theory of operation: the assembler appends every record of an open transaction (the raw
+pgoutput message bytes) to a ``ChangeBuffer`` and reads them back, in order, when the
+transaction is replayed. A subtransaction abort truncates the buffer back to a ``mark``
+taken before the subtransaction's first record, as worker.c truncates its spool file to
+the offset ``subxact_info_add`` recorded.
+
+``MemoryChangeBuffer`` keeps records in a list (unit tests, small deployments).
+``FileChangeBuffer`` keeps them in memory up to a byte limit; the record that would cross
+the limit moves everything to a temporary file in the spool directory, and every later
+record is appended there, length-prefixed (a big-endian ``uint32`` before each record).
+From then on the memory held is the file object's fixed write buffer, whatever the
+transaction's size (ARCHITECTURE invariant 6), like worker.c's ``BufFile`` spooling behind
+``stream_write_change``. The file is deleted on ``close()``, or when the buffer is
+garbage-collected without being closed.
+
+A mark is an opaque integer, meaningful only to the buffer that returned it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import struct
+import tempfile
+import weakref
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO, Final, Protocol
+
+_LENGTH: Final = struct.Struct(">I")
+_READ_BUFFER_BYTES: Final = 64 * 1024
+
+
+class ChangeBuffer(Protocol):
+    """An append-only sequence of records that can be truncated back to a mark."""
+
+    def append(self, record: bytes) -> None:
+        """Add a record at the end."""
+        ...
+
+    def mark(self) -> int:
+        """Return a token for the current end, for a later ``truncate``."""
+        ...
+
+    def truncate(self, mark: int) -> None:
+        """Drop every record appended after ``mark`` was taken."""
+        ...
+
+    def __iter__(self) -> Iterator[bytes]:
+        """Yield the records in the order they were appended."""
+        ...
+
+    def close(self) -> None:
+        """Release memory and files; the buffer is empty afterwards. Idempotent."""
+        ...
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes held, in memory or on disk, including per-record overhead."""
+        ...
+
+    @property
+    def spilled_bytes(self) -> int:
+        """Bytes held on disk."""
+        ...
+
+
+ChangeBufferFactory = Callable[[], ChangeBuffer]
+
+
+class MemoryChangeBuffer:
+    """A ``ChangeBuffer`` in a Python list; marks are record counts."""
+
+    def __init__(self) -> None:
+        self._records: list[bytes] = []
+        self._size = 0
+
+    def append(self, record: bytes) -> None:
+        """Add a record at the end."""
+        self._records.append(record)
+        self._size += _LENGTH.size + len(record)
+
+    def mark(self) -> int:
+        """Return the current record count."""
+        return len(self._records)
+
+    def truncate(self, mark: int) -> None:
+        """Drop the records after the first ``mark`` ones.
+
+        Raises:
+            ValueError: ``mark`` is not a position inside the buffer.
+        """
+        if not 0 <= mark <= len(self._records):
+            raise ValueError(f"mark {mark} is outside this buffer of {len(self._records)}")
+        for record in self._records[mark:]:
+            self._size -= _LENGTH.size + len(record)
+        del self._records[mark:]
+
+    def __iter__(self) -> Iterator[bytes]:
+        """Yield the records in order."""
+        return iter(self._records)
+
+    def close(self) -> None:
+        """Forget every record."""
+        self._records = []
+        self._size = 0
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes held, counting four bytes of overhead per record like the file buffer."""
+        return self._size
+
+    @property
+    def spilled_bytes(self) -> int:
+        """Always 0: nothing goes to disk."""
+        return 0
+
+
+def _remove_spool_file(file: BinaryIO, path: Path) -> None:
+    """Close and delete a spool file; used on close and by the garbage-collection finalizer."""
+    with contextlib.suppress(OSError):
+        file.close()
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+class FileChangeBuffer:
+    """A ``ChangeBuffer`` that moves to a temporary file once it outgrows a memory limit.
+
+    Args:
+        spool_dir: directory for the temporary file; created when first needed.
+        memory_limit_bytes: bytes (records plus 4 bytes each) kept in memory before the
+            buffer spills; 0 spills from the first record.
+
+    Marks are byte offsets in the logical length-prefixed stream, which is exactly the
+    file's layout, so truncating a spilled buffer is a file truncation.
+    """
+
+    def __init__(self, spool_dir: Path, memory_limit_bytes: int) -> None:
+        if memory_limit_bytes < 0:
+            raise ValueError(f"memory_limit_bytes must not be negative, not {memory_limit_bytes}")
+        self._spool_dir = Path(spool_dir)
+        self._limit = memory_limit_bytes
+        self._memory: list[bytes] = []
+        self._memory_bytes = 0
+        self._file: BinaryIO | None = None
+        self._path: Path | None = None
+        self._file_bytes = 0
+        self._finalizer: weakref.finalize[[BinaryIO, Path], FileChangeBuffer] | None = None
+
+    @property
+    def path(self) -> Path | None:
+        """The spool file, once the buffer has spilled."""
+        return self._path
+
+    def append(self, record: bytes) -> None:
+        """Add a record at the end, spilling to disk when the memory limit is reached."""
+        size = _LENGTH.size + len(record)
+        if self._file is None:
+            if self._memory_bytes + size <= self._limit:
+                self._memory.append(record)
+                self._memory_bytes += size
+                return
+            self._spill()
+        assert self._file is not None
+        self._file.write(_LENGTH.pack(len(record)))
+        self._file.write(record)
+        self._file_bytes += size
+
+    def _spill(self) -> None:
+        """Move the in-memory records to a new spool file."""
+        self._spool_dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix="wal2delta-txn-", suffix=".spool", dir=self._spool_dir)
+        file = os.fdopen(fd, "w+b")
+        path = Path(name)
+        self._file = file
+        self._path = path
+        self._finalizer = weakref.finalize(self, _remove_spool_file, file, path)
+        for record in self._memory:
+            file.write(_LENGTH.pack(len(record)))
+            file.write(record)
+        self._file_bytes = self._memory_bytes
+        self._memory = []
+        self._memory_bytes = 0
+
+    def mark(self) -> int:
+        """Return the current logical length in bytes."""
+        return self._file_bytes if self._file is not None else self._memory_bytes
+
+    def truncate(self, mark: int) -> None:
+        """Drop every record appended after ``mark`` was taken.
+
+        Raises:
+            ValueError: ``mark`` is not a record boundary inside the buffer.
+        """
+        if not 0 <= mark <= self.size_bytes:
+            raise ValueError(f"mark {mark} is outside this buffer of {self.size_bytes} bytes")
+        if self._file is None:
+            while self._memory_bytes > mark:
+                self._memory_bytes -= _LENGTH.size + len(self._memory.pop())
+            if self._memory_bytes != mark:
+                raise ValueError(f"mark {mark} is not a record boundary")
+            return
+        # The file stays even if it shrinks below the limit: a transaction that got this
+        # big once is likely to grow again, and the file is deleted at close anyway.
+        self._file.flush()
+        self._file.truncate(mark)
+        self._file.seek(mark)
+        self._file_bytes = mark
+
+    def __iter__(self) -> Iterator[bytes]:
+        """Yield the records in order, reading a spilled buffer back one record at a time."""
+        if self._file is None:
+            yield from self._memory
+            return
+        assert self._path is not None
+        self._file.flush()
+        remaining = self._file_bytes
+        with open(self._path, "rb", buffering=_READ_BUFFER_BYTES) as reader:
+            while remaining > 0:
+                header = reader.read(_LENGTH.size)
+                if len(header) != _LENGTH.size:
+                    raise OSError(f"spool file {self._path} is shorter than expected")
+                (length,) = _LENGTH.unpack(header)
+                record = reader.read(length)
+                if len(record) != length:
+                    raise OSError(f"spool file {self._path} is shorter than expected")
+                remaining -= _LENGTH.size + length
+                yield record
+
+    def close(self) -> None:
+        """Delete the spool file and forget every record. Idempotent."""
+        if self._finalizer is not None:
+            self._finalizer()
+            self._finalizer = None
+        self._file = None
+        self._path = None
+        self._file_bytes = 0
+        self._memory = []
+        self._memory_bytes = 0
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes held, in memory or on disk, including the 4-byte length of each record."""
+        return self._memory_bytes + self._file_bytes
+
+    @property
+    def spilled_bytes(self) -> int:
+        """Bytes in the spool file."""
+        return self._file_bytes
+
+
+def spilling_buffers(spool_dir: Path, memory_limit_bytes: int) -> ChangeBufferFactory:
+    """Return a factory of ``FileChangeBuffer``s sharing a spool directory and a limit.
+
+    The limit applies to each transaction's buffer separately.
+
+    Raises:
+        ValueError: the limit is negative.
+    """
+    if memory_limit_bytes < 0:
+        raise ValueError(f"memory_limit_bytes must not be negative, not {memory_limit_bytes}")
+    return functools.partial(FileChangeBuffer, Path(spool_dir), memory_limit_bytes)
