@@ -7,8 +7,8 @@ things besides the tag decide the layout, and both come from the caller:
 * ``in_stream``: inside a STREAM START ... STREAM STOP block, RELATION, TYPE, INSERT,
   UPDATE, DELETE, TRUNCATE and MESSAGE start with the (sub)transaction id; outside a block
   they do not (``pgoutput.c`` passes ``InvalidTransactionId`` and the writer skips it).
-* ``options``: tags that a protocol version does not define are unknown in that version,
-  and STREAM ABORT carries ``abort_lsn``/``abort_time`` only with ``streaming
+* ``options``: stream tags are unknown below protocol 2 (the server cannot stream to such a
+  client), and STREAM ABORT carries ``abort_lsn``/``abort_time`` only with ``streaming
   'parallel'`` on protocol 4 (``write_abort_info`` in ``pgoutput_stream_abort``).
 
 Validation follows ``proto.c`` and the apply worker: unknown tags, non-zero flags where
@@ -59,7 +59,6 @@ from decoder.messages import (
 )
 from decoder.options import (
     STREAM_PROTOCOL_VERSION,
-    TWO_PHASE_PROTOCOL_VERSION,
     ProtocolOptions,
 )
 from decoder.wire import Reader
@@ -443,7 +442,11 @@ def _parse_stream_abort(reader: Reader, options: ProtocolOptions, in_stream: boo
 
 _Parser = Callable[[Reader, ProtocolOptions, bool], Message]
 
-# tag -> (reader, lowest protocol version that defines the tag)
+# tag -> (reader, lowest protocol version in which the server sends the tag). The two-phase
+# tags are accepted in every version: a slot created with two_phase keeps decoding prepared
+# transactions even for a client that asked for protocol 1 ("It remains enabled if the
+# previous start-up has done so", pgoutput_startup), and PostgreSQL 15 and 18 then send
+# BEGIN PREPARE, PREPARE and COMMIT PREPARED with their protocol-3 layout.
 _PARSERS: Final[dict[int, tuple[_Parser, int]]] = {
     ord("B"): (_parse_begin, 1),
     ord("C"): (_parse_commit, 1),
@@ -459,11 +462,11 @@ _PARSERS: Final[dict[int, tuple[_Parser, int]]] = {
     ord("E"): (_parse_stream_stop, STREAM_PROTOCOL_VERSION),
     ord("c"): (_parse_stream_commit, STREAM_PROTOCOL_VERSION),
     ord("A"): (_parse_stream_abort, STREAM_PROTOCOL_VERSION),
-    ord("b"): (_parse_begin_prepare, TWO_PHASE_PROTOCOL_VERSION),
-    ord("P"): (_parse_prepare, TWO_PHASE_PROTOCOL_VERSION),
-    ord("K"): (_parse_commit_prepared, TWO_PHASE_PROTOCOL_VERSION),
-    ord("r"): (_parse_rollback_prepared, TWO_PHASE_PROTOCOL_VERSION),
-    ord("p"): (_parse_stream_prepare, TWO_PHASE_PROTOCOL_VERSION),
+    ord("b"): (_parse_begin_prepare, 1),
+    ord("P"): (_parse_prepare, 1),
+    ord("K"): (_parse_commit_prepared, 1),
+    ord("r"): (_parse_rollback_prepared, 1),
+    ord("p"): (_parse_stream_prepare, 1),
 }
 
 
