@@ -1,0 +1,107 @@
+# syntax=docker/dockerfile:1
+#
+# wal2delta container image.
+#
+#   docker build -t wal2delta:0.1.0 .                              # embedded Sail / Spark Connect
+#   docker build --build-arg WITH_JRE=true -t wal2delta:0.1.0-jre .  # + JRE and Delta jars for
+#                                                                    #   sink.spark.mode: classic
+#
+# Two stages: the builder turns the sources into a wheel and installs it with its
+# dependencies into a virtual environment at /opt/wal2delta; the runtime stage copies only
+# that environment onto a fresh slim image, so no build tooling, pip cache or source tree
+# ends up in the image. The runtime runs as uid 10001 and works with a read-only root file
+# system: it writes only to /tmp and /var/lib/wal2delta (volumes in Kubernetes).
+
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS builder
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+
+WORKDIR /src
+RUN python -m venv /opt/wal2delta
+
+# Dependencies first, from pyproject.toml alone (with empty package stubs so setuptools
+# can build): that layer, by far the largest (pyspark, pyarrow, Sail), is then reused
+# from the build cache until pyproject.toml changes, whatever happens to the sources.
+COPY pyproject.toml README.md ./
+RUN mkdir capture decoder sink config \
+    && touch capture/__init__.py decoder/__init__.py sink/__init__.py config/__init__.py \
+    && /opt/wal2delta/bin/pip install . \
+    && /opt/wal2delta/bin/pip uninstall --yes wal2delta \
+    && rm -rf capture decoder sink config build ./*.egg-info
+
+COPY capture/ capture/
+COPY decoder/ decoder/
+COPY sink/ sink/
+COPY config/ config/
+
+RUN /opt/wal2delta/bin/pip wheel --no-deps --wheel-dir /wheels . \
+    && /opt/wal2delta/bin/pip install --no-deps /wheels/wal2delta-*.whl \
+    && /opt/wal2delta/bin/python -m compileall -q /opt/wal2delta/lib
+
+FROM ${PYTHON_IMAGE} AS runtime
+
+# Re-declared: an ARG before the first FROM is not visible inside a stage.
+ARG PYTHON_IMAGE
+# true adds a JRE and the delta-spark jars, for sink.spark.mode: classic.
+ARG WITH_JRE=false
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+ARG SOURCE=unknown
+
+LABEL org.opencontainers.image.title="wal2delta" \
+      org.opencontainers.image.description="PostgreSQL logical replication (pgoutput) into Delta Lake tables" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.base.name="${PYTHON_IMAGE}"
+
+ENV PATH="/opt/wal2delta/bin:${PATH}" \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HOME=/tmp \
+    WAL2DELTA_HEALTH_PORT=9187
+
+# A fixed numeric uid/gid so Kubernetes can verify runAsNonRoot and volumes can be
+# pre-owned. /var/lib/wal2delta holds the spool and, for local lakes, the lake; HOME is
+# /tmp because it is the one place that stays writable under readOnlyRootFilesystem.
+RUN groupadd --system --gid 10001 wal2delta \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/wal2delta \
+       --shell /usr/sbin/nologin wal2delta \
+    && mkdir -p /var/lib/wal2delta/spool /var/lib/wal2delta/lake /etc/wal2delta \
+    && chown -R 10001:10001 /var/lib/wal2delta
+
+# Debian's JRE is pinned by the base image's release, not by version here: pinning an
+# exact Debian revision breaks the build at every security update.
+# hadolint ignore=DL3008
+RUN if [ "${WITH_JRE}" = "true" ]; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
+
+COPY --from=builder /opt/wal2delta /opt/wal2delta
+COPY deploy/docker/prefetch_delta_jars.py /opt/wal2delta/share/prefetch_delta_jars.py
+
+RUN if [ "${WITH_JRE}" = "true" ]; then \
+        /opt/wal2delta/bin/python /opt/wal2delta/share/prefetch_delta_jars.py \
+        && rm -rf /tmp/* /var/lib/wal2delta/.cache; \
+    fi
+
+USER 10001:10001
+WORKDIR /var/lib/wal2delta
+EXPOSE 9187
+
+# The slim image has no curl: ask Python. /healthz answers while the process is alive;
+# readiness (/readyz) is for the orchestrator, not for restarting the container.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('WAL2DELTA_HEALTH_PORT', '9187'), timeout=4)"]
+
+ENTRYPOINT ["wal2delta"]
+CMD ["run", "-c", "/etc/wal2delta/config.yaml"]
