@@ -243,9 +243,9 @@ class HeartbeatConfig(_Section):
     interval: Duration | None = Field(
         default=None,
         description=(
-            "How often to run `statement` on a normal connection; null disables the "
-            "heartbeat. Needed when the database is idle but the server's WAL moves (other "
-            "databases), or the slot holds WAL back."
+            "How often to run `statement` on a normal connection; null disables it. A "
+            "little WAL written in the source database now and then helps the slot of a "
+            "long-idle database advance, and proves the path end to end."
         ),
     )
     statement: NonEmptyStr | None = Field(
