@@ -39,6 +39,7 @@ from pathlib import Path
 
 import psycopg
 import structlog
+from prometheus_client import Counter
 
 from capture.batcher import Batcher
 from capture.errors import (
@@ -77,6 +78,7 @@ from decoder import (
     Wal2DeltaError,
     encode_standby_status_update,
     format_lsn,
+    message_type_name,
     parse_copy_data,
     pg_timestamp_to_datetime,
     spilling_buffers,
@@ -366,6 +368,7 @@ class _Session:
         assert self.worker is not None
         self.endpos = service.endpos
         self.endpos_reached = False
+        self._message_counters: dict[int, Counter] = {}
 
     def loop(self) -> None:
         clock = self.service.clock
@@ -430,6 +433,8 @@ class _Session:
         if self.service.frame_tap is not None:
             self.service.frame_tap(message.wal_start, message.payload)
         self.metrics.bytes_received.inc(len(message.payload))
+        if message.payload:
+            self._count_message(message.payload[0])
         self.tracker.on_data(message.wal_start)
         for output in self.assembler.feed(message.wal_start, message.payload):
             if isinstance(output, CommittedTransaction):
@@ -451,6 +456,13 @@ class _Session:
         self.metrics.prepared_transactions.set(self.assembler.prepared_transactions)
         self.metrics.spilled_bytes.set(self.assembler.spilled_bytes)
         self.metrics.received_lsn.set(self.tracker.received)
+
+    def _count_message(self, tag: int) -> None:
+        counter = self._message_counters.get(tag)
+        if counter is None:
+            counter = self.metrics.messages_received.labels(message_type=message_type_name(tag))
+            self._message_counters[tag] = counter
+        counter.inc()
 
     def _on_committed(self, txn: CommittedTransaction) -> None:
         if self.endpos is not None and txn.commit_lsn > self.endpos:

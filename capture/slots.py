@@ -81,7 +81,13 @@ def wal_sender_timeout_seconds(conn: Conn) -> float:
 
 
 def current_wal_lsn(conn: Conn) -> Lsn:
-    row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    """The server's WAL insert position: the end of every record written so far.
+
+    The insert position, not ``pg_current_wal_lsn()`` (the write position): with
+    ``synchronous_commit = off`` committed records may still sit in WAL buffers, and the
+    write position would not cover them yet.
+    """
+    row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
     assert row is not None
     return parse_lsn(str(row[0]))
 

@@ -64,13 +64,15 @@ def test_flush_is_monotonic_and_never_passes_a_pending_commit(
 ) -> None:
     tracker = FlushTracker(0)
     last_end = 0
+    last_keepalive = 0
     pending: list[int] = []
     durable_upto = 0
     last_flush = 0
     for kind, value in events:
         assert isinstance(value, int | bool)
         if kind == "commit":
-            last_end += int(value)
+            # A commit sent after a keepalive ends after that keepalive's walEnd.
+            last_end = max(last_end, last_keepalive) + int(value)
             tracker.on_commit(last_end)
             pending.append(last_end)
         elif kind == "durable":
@@ -80,7 +82,8 @@ def test_flush_is_monotonic_and_never_passes_a_pending_commit(
             pending = [p for p in pending if p > durable_upto]
         elif kind == "keepalive":
             # The server never reports a walEnd before commits it already sent.
-            tracker.on_keepalive(last_end + int(value))
+            last_keepalive = max(last_keepalive, last_end + int(value))
+            tracker.on_keepalive(last_keepalive)
         else:
             flush = tracker.positions(decoder_idle=bool(value)).flush
             assert flush >= last_flush
