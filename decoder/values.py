@@ -6,8 +6,10 @@ psycopg's loaders read from a query result, so a ``Transformer`` over psycopg's 
 adapters converts them. Types Delta has no faithful equivalent for are loaded as their
 PostgreSQL text form instead of a Python object: json/jsonb (a parsed dict would lose
 number formatting and key order), interval (Python's ``timedelta`` cannot hold months)
-and their arrays. Unknown OIDs (enums, domains over text, extension types) load as text in
-text mode and raise in binary mode, where no generic reading exists.
+and their arrays. Unknown OIDs (enums, domains, extension types) load as text in text
+mode and as raw ``bytes`` in binary mode (psycopg's fallback), because no generic reading of
+a user type's binary form exists; an enum's binary form is its label's bytes. Streams with
+such columns should use text mode.
 
 Binary and text mode give identical values. For the text-kept types that needs two
 conversions of our own: a binary jsonb value is a version byte before the text, and a

@@ -157,7 +157,9 @@ def test_schema_change_in_an_aborted_subtransaction_never_reaches_the_relation_c
 
 @pytest.mark.parametrize("found", by_workload("aborted"), ids=lambda found: found.id)
 def test_an_aborted_transaction_releases_nothing(found):
-    outputs, replayed = run(found)
+    # The server reads only flushed WAL and an abort record is not flushed at once, so a
+    # streamed transaction's STREAM ABORT shows up in the next workload's capture.
+    _, replayed = run(found)
     assert replayed == []
 
 
