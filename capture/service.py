@@ -369,6 +369,7 @@ class _Session:
         self.endpos = service.endpos
         self.endpos_reached = False
         self._message_counters: dict[int, Counter] = {}
+        self._change_counters: dict[tuple[str, str], Counter] = {}
 
     def loop(self) -> None:
         clock = self.service.clock
@@ -382,6 +383,8 @@ class _Session:
                 self._on_frame(frame)
                 if self.endpos_reached:
                     break
+            if frames:
+                self._update_gauges()
             self._collect_reports()
             self.service.state.pending = self.tracker.pending_count
             now = clock()
@@ -452,6 +455,9 @@ class _Session:
                     self.metrics.transactions.labels(outcome="aborted").inc()
             elif isinstance(output, NonTransactionalMessage):
                 pass
+
+    def _update_gauges(self) -> None:
+        """Gauges are refreshed once per read burst, not per message (hot path)."""
         self.metrics.open_streamed_transactions.set(self.assembler.open_streamed_transactions)
         self.metrics.prepared_transactions.set(self.assembler.prepared_transactions)
         self.metrics.spilled_bytes.set(self.assembler.spilled_bytes)
@@ -486,14 +492,18 @@ class _Session:
 
     def _count(self, change: Change) -> None:
         if isinstance(change, RowChange):
-            self.metrics.changes.labels(
-                table=change.relation.qualified_name, operation=change.op
-            ).inc()
+            self._change_counter(change.relation.qualified_name, change.op).inc()
         elif isinstance(change, TruncateChange):
             for relation in change.relations:
-                self.metrics.changes.labels(
-                    table=relation.qualified_name, operation="truncate"
-                ).inc()
+                self._change_counter(relation.qualified_name, "truncate").inc()
+
+    def _change_counter(self, table: str, operation: str) -> Counter:
+        key = (table, operation)
+        counter = self._change_counters.get(key)
+        if counter is None:
+            counter = self.metrics.changes.labels(table=table, operation=operation)
+            self._change_counters[key] = counter
+        return counter
 
     # ------------------------------------------------------------------ sink hand-off
 

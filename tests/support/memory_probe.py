@@ -1,0 +1,66 @@
+"""Measure the peak RSS of the capture + decode stage for one large transaction.
+
+Run as ``python -m tests.support.memory_probe DSN ROWS WORKDIR``: creates a table, writes
+ROWS rows in a single transaction, streams it through ``CaptureService`` into a sink that
+only counts, and prints one JSON object with the peak RSS (KiB) and the rows seen. It runs
+in its own process so that ``ru_maxrss`` measures only this stage.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+from pathlib import Path
+
+import psycopg
+
+from capture.service import CaptureService, prepare_source
+from capture.slots import current_wal_lsn
+from decoder import RowChange
+from sink import Batch, BatchResult
+from tests.support.configs import make_config
+
+
+class CountingSink:
+    """Counts row changes and keeps nothing."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+
+    def apply(self, batch: Batch) -> BatchResult:
+        self.rows += sum(1 for c in batch.changes if isinstance(c, RowChange))
+        return BatchResult(rows_by_table={}, toast_anomalies=0, duration_seconds=0.0)
+
+    def close(self) -> None:
+        return None
+
+
+def main(dsn: str, rows: int, workdir: Path) -> None:
+    table = f"big_{rows}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE public.{table} (id int PRIMARY KEY, payload text)")
+    config = make_config(
+        dsn,
+        workdir / "lake",
+        [f"public.{table}"],
+        slot=f"probe_{rows}",
+        sink={"batch": {"max_rows": 5000}},
+        spool={"dir": str(workdir / "spool"), "memory_limit": "1MiB"},
+    )
+    prepare_source(config)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f"INSERT INTO public.{table} SELECT g, md5(g::text) FROM generate_series(1, %s) g",
+            (rows,),
+        )
+        endpos = current_wal_lsn(conn)
+    sink = CountingSink()
+    service = CaptureService(config, sink, endpos=endpos)
+    service.run()
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"rows": sink.rows, "peak_rss_kib": peak_kib}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]))
