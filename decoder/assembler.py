@@ -92,7 +92,7 @@ from decoder.messages import (
     Update,
 )
 from decoder.options import ProtocolOptions
-from decoder.parser import parse_message
+from decoder.parser import parse_message, scan_row_message
 from decoder.relations import RelationCache
 from decoder.spill import ChangeBuffer, ChangeBufferFactory, MemoryChangeBuffer
 
@@ -438,10 +438,21 @@ class Assembler:
                 wal_start=wal_start,
             )
         data = payload if isinstance(payload, bytes) else bytes(payload)
+        in_stream = state is AssemblerState.IN_STREAM_BLOCK
         try:
-            message = parse_message(
-                data, options=self._options, in_stream=state is AssemblerState.IN_STREAM_BLOCK
-            )
+            # Row messages, the bulk of any stream, are validated without being built: the
+            # full message is built once, at replay (see scan_row_message).
+            row = scan_row_message(data, in_stream=in_stream)
+            if row is not None:
+                event, xid = row
+                next_state = TRANSITIONS.get((state, event))
+                if next_state is None:
+                    raise self._sequence_error(
+                        event, f"{event} is not allowed in state {state.value}"
+                    )
+                self._spool(xid, data, schema=False)
+                return []
+            message = parse_message(data, options=self._options, in_stream=in_stream)
             event = message_event(message)
             next_state = TRANSITIONS.get((state, event))
             if next_state is None:

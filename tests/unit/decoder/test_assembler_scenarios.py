@@ -25,6 +25,7 @@ from decoder import (
     Origin,
     ProtocolOptions,
     ProtocolSequenceError,
+    Relation,
     RowChange,
     StreamAborted,
     StreamStop,
@@ -62,7 +63,7 @@ T = 16384  # relation id of "t"
 COLUMNS = (("id", INT4_OID, True), ("note", TEXT_OID))
 
 
-def t_relation(xid: int | None = None, columns=COLUMNS) -> object:
+def t_relation(xid: int | None = None, columns=COLUMNS) -> Relation:
     return relation(T, "t", columns, xid=xid)
 
 

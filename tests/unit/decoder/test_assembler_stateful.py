@@ -227,9 +227,7 @@ class SpillingAssemblerModel(AssemblerModel):
 
 
 # Half the profile's examples each: two machines, and every step feeds several messages.
-_SETTINGS = settings(
-    max_examples=max(settings.default.max_examples // 2, 10), stateful_step_count=40
-)
+_SETTINGS = settings(max_examples=max(settings().max_examples // 2, 10), stateful_step_count=40)
 TestAssemblerAgainstModel = AssemblerModel.TestCase
 TestAssemblerAgainstModel.settings = _SETTINGS
 TestSpillingAssemblerAgainstModel = SpillingAssemblerModel.TestCase

@@ -47,6 +47,7 @@ from decoder import (
     Update,
     parse_message,
 )
+from decoder.parser import scan_row_message
 from tests.golden import load_captures
 from tests.support.pgoutput_builder import encode_message
 
@@ -269,3 +270,51 @@ def test_assembler_fed_real_messages_in_random_order_raises_only_decode_errors(f
             assert assembler.state is AssemblerState.ERROR
             assert error.wal_start in (golden.lsn, None)
             break
+
+
+ROW_PAYLOADS = [g for g in GOLDEN_PAYLOADS if g[0][:1] in (b"I", b"U", b"D")]
+
+
+def _outcome(function, data: bytes, in_stream: bool) -> object:
+    """What a parsing function returns or raises, comparable across functions."""
+    try:
+        return ("ok", function(data, in_stream))
+    except DecodeError as error:
+        return ("error", type(error), str(error))
+
+
+def _scan(data: bytes, in_stream: bool) -> object:
+    result = scan_row_message(data, in_stream=in_stream)
+    assert result is not None
+    return result[1]
+
+
+def _parse_xid(data: bytes, in_stream: bool) -> object:
+    message = parse_message(data, options=ProtocolOptions(2, "on"), in_stream=in_stream)
+    return getattr(message, "xid", "not a row message")
+
+
+@given(
+    st.sampled_from(ROW_PAYLOADS),
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
+    st.booleans(),
+)
+def test_row_scan_accepts_and_rejects_exactly_what_parse_message_does(golden, damage, flip):
+    payload, _, in_stream = golden
+    data = bytearray(payload)
+    for position, value in damage:
+        index = position % len(data)
+        data[index] = value if index else data[index]  # keep the tag: scan only sees rows
+    stream = in_stream != flip
+    assert _outcome(_scan, bytes(data), stream) == _outcome(_parse_xid, bytes(data), stream)
+
+
+@given(st.sampled_from("IUD"), st.binary(max_size=40), st.booleans())
+def test_row_scan_matches_parse_message_on_random_bodies(tag, body, in_stream):
+    data = tag.encode() + body
+    assert _outcome(_scan, data, in_stream) == _outcome(_parse_xid, data, in_stream)
+
+
+def test_row_scan_ignores_messages_that_are_not_rows():
+    assert scan_row_message(b"", in_stream=False) is None
+    assert scan_row_message(b"B" + bytes(20), in_stream=False) is None
