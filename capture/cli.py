@@ -106,7 +106,8 @@ def run_service(
             if not service.state.connected:
                 return False, "not connected to the source"
             applied = service.state.last_applied_commit_time
-            if applied is not None and time.time() - applied > max_lag and service.state.pending > 0:
+            lagging = applied is not None and time.time() - applied > max_lag
+            if lagging and service.state.pending > 0:
                 return False, f"apply lag above {max_lag:.0f}s"
             return True, "ok"
 
@@ -184,9 +185,9 @@ def _cmd_capture(args: argparse.Namespace) -> int:
 
 def _cmd_decode(args: argparse.Namespace) -> int:
     from capture.recording import decode_recording, dump_json_lines  # noqa: PLC0415
-    from decoder import DecodeError, ProtocolOptions  # noqa: PLC0415
+    from decoder import DecodeError, ProtocolOptions, StreamingMode  # noqa: PLC0415
 
-    streaming = args.streaming or ("on" if args.proto >= 2 else "off")
+    streaming: StreamingMode = args.streaming or ("on" if args.proto >= 2 else "off")
     options = ProtocolOptions(
         proto_version=args.proto,
         streaming=streaming,

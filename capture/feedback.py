@@ -97,7 +97,7 @@ class FlushTracker:
         if decoder_idle and not self._pending and not self._prepared:
             flush = max(flush, self._keepalive_end)
         if self._prepared:
-            flush = min(flush, min(self._prepared.values()))
+            flush = min(flush, *self._prepared.values())
         flush = max(flush, self._reported_flush)
         self._reported_flush = flush
         write = max(self._received, flush)

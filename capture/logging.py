@@ -39,10 +39,13 @@ def configure_logging(fmt: LogFormat = "auto", level: str = "info") -> None:
     )
     handler = stdlib_logging.StreamHandler(sys.stderr)
     handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(foreign_pre_chain=shared, processors=[
-            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-            renderer,
-        ])
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=shared,
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                renderer,
+            ],
+        )
     )
     root = stdlib_logging.getLogger()
     root.handlers[:] = [handler]

@@ -28,13 +28,13 @@ and return 0.
 from __future__ import annotations
 
 import contextlib
-from datetime import UTC, datetime
 import random
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -260,7 +260,8 @@ class CaptureService:
         options, wal_sender_timeout = prepare_source(self.config)
         self.state.options = options
         self.metrics.build_info.labels(
-            version=_version(), proto_version=str(options.proto_version),
+            version=_version(),
+            proto_version=str(options.proto_version),
             spark_mode=self.config.sink.spark.mode,
         ).set(1)
         stream = ReplicationStream.open(
@@ -278,10 +279,19 @@ class CaptureService:
         )
         batch_cfg = self.config.sink.batch
         batcher = Batcher(max_rows=batch_cfg.max_rows, max_age=batch_cfg.max_age.total_seconds())
-        session = _Session(self, stream, assembler, tracker, policy, batcher)
+        session = _Session(
+            service=self,
+            stream=stream,
+            assembler=assembler,
+            tracker=tracker,
+            policy=policy,
+            batcher=batcher,
+        )
         try:
             stream.start(
-                source.slot, 0, start_replication_options(options, source.publication, source.origin)
+                source.slot,
+                0,
+                start_replication_options(options, source.publication, source.origin),
             )
             self.state.connected = True
             log.info(
@@ -350,6 +360,7 @@ class _Session:
 
     def __init__(
         self,
+        *,
         service: CaptureService,
         stream: ReplicationStream,
         assembler: Assembler,
@@ -425,11 +436,7 @@ class _Session:
             self.tracker.on_keepalive(message.wal_end)
             if message.reply_requested:
                 self.policy.request_reply()
-            if (
-                self.endpos is not None
-                and message.wal_end >= self.endpos
-                and self.assembler.idle
-            ):
+            if self.endpos is not None and message.wal_end >= self.endpos and self.assembler.idle:
                 self.endpos_reached = True
             return
         assert isinstance(message, XLogData)

@@ -174,7 +174,7 @@ def _table_clause(table: PublishedTable, version: int) -> sql.Composable:
         if version < 150000:
             raise ServerCapabilityError("Publication row filters need PostgreSQL 15 or newer.")
         # The filter is operator-written SQL from the configuration, as in CREATE PUBLICATION.
-        parts.append(sql.SQL("WHERE ({})").format(sql.SQL(table.where)))  # type: ignore[arg-type]
+        parts.append(sql.SQL("WHERE ({})").format(sql.SQL(table.where)))
     return sql.SQL(" ").join(parts)
 
 
@@ -199,9 +199,7 @@ def ensure_publication(
         return
     version = server_version(conn)
     table_list = sql.SQL(", ").join(_table_clause(t, version) for t in tables)
-    options = sql.SQL("publish_via_partition_root = {}").format(
-        sql.Literal(via_partition_root)
-    )
+    options = sql.SQL("publish_via_partition_root = {}").format(sql.Literal(via_partition_root))
     if exists is None:
         conn.execute(
             sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH ({})").format(
@@ -222,8 +220,7 @@ def ensure_publication(
 def drop_slot(conn: Conn, slot: str) -> None:
     """Drop ``slot`` if it exists (used by the demo and tests)."""
     conn.execute(
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-        "WHERE slot_name = %s",
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
         (slot,),
     )
 

@@ -85,8 +85,7 @@ def render_status(status: Status, *, as_json: bool) -> str:
     if as_json:
         return json.dumps(asdict(status), indent=2)
     lines = [
-        f"slot              {status.slot}"
-        + ("" if status.slot_exists else "  (does not exist)"),
+        f"slot              {status.slot}" + ("" if status.slot_exists else "  (does not exist)"),
         f"active pid        {status.active_pid if status.active_pid is not None else '-'}",
         f"wal status        {status.wal_status or '-'}",
         f"confirmed flush   {status.confirmed_flush_lsn or '-'}",

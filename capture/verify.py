@@ -33,7 +33,7 @@ class TableComparison:
     delta_rows: int
     missing: list[tuple[object, ...]] = field(default_factory=list)
     unexpected: list[tuple[object, ...]] = field(default_factory=list)
-    different: list[tuple[object, object]] = field(default_factory=list)
+    different: list[tuple[tuple[object, ...], tuple[object, ...]]] = field(default_factory=list)
 
     @property
     def matches(self) -> bool:
@@ -146,8 +146,9 @@ def compare_table(
     schema, _, table = qualified_name.partition(".")
     key_columns = list(key) if key else _primary_key(conn, schema, table)
     delta_rows = read_delta(delta_path, deleted_column=deleted_column)
-    delta_columns = [c for c in (delta_rows[0].keys() if delta_rows else [])
-                     if not c.startswith(METADATA_PREFIX)]
+    delta_columns = [
+        c for c in (delta_rows[0].keys() if delta_rows else []) if not c.startswith(METADATA_PREFIX)
+    ]
     names, source_rows = read_source(conn, schema, table, delta_columns or None)
     if not key_columns:
         key_columns = names
@@ -164,7 +165,9 @@ def compare_table(
     delta = keyed(_coerce_to_source(row, source_rows, names) for row in delta_rows)
     missing = sorted(k for k in source if k not in delta)
     unexpected = sorted(k for k in delta if k not in source)
-    different = [(source[k], delta[k]) for k in sorted(source) if k in delta and source[k] != delta[k]]
+    different = [
+        (source[k], delta[k]) for k in sorted(source) if k in delta and source[k] != delta[k]
+    ]
     return TableComparison(
         table=qualified_name,
         source_rows=len(source_rows),

@@ -92,7 +92,7 @@ class Workload:
         )
         cur.execute(
             "INSERT INTO shop.customers (id, name, email, vip, created_at) VALUES (%s,%s,%s,%s,%s)",
-            (cid, f"Customer {cid} \u00e9\u00e8 \"q\"", email, self.rng.random() < 0.1, created),
+            (cid, f'Customer {cid} \u00e9\u00e8 "q"', email, self.rng.random() < 0.1, created),
         )
 
     def _order(self, cur: psycopg.Cursor[tuple[object, ...]]) -> None:
@@ -125,14 +125,13 @@ class Workload:
             "INSERT INTO shop.measurements VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
             (
                 uuid.UUID(int=rng.getrandbits(128), version=4),
-                None if nullable else Decimal(rng.randrange(-10**9, 10**9)) / 10000,
+                None if nullable else Decimal(rng.randrange(-(10**9), 10**9)) / 10000,
                 None if nullable else rng.uniform(-1, 1),
-                datetime(2025, 6, 1, tzinfo=UTC)
-                + timedelta(microseconds=rng.randrange(10**13)),
+                datetime(2025, 6, 1, tzinfo=UTC) + timedelta(microseconds=rng.randrange(10**13)),
                 (datetime(2025, 6, 1) + timedelta(days=rng.randrange(365))).date(),
                 None if nullable else json.dumps({"k": rng.randrange(100), "v": [1, "x", None]}),
                 None if nullable else rng.randbytes(rng.randint(0, 64)),
-                None if nullable else [f"t{rng.randrange(9)}", "with space", "quote\"d"],
+                None if nullable else [f"t{rng.randrange(9)}", "with space", 'quote"d'],
                 None if nullable else [rng.randrange(-5, 5) for _ in range(rng.randint(0, 4))],
                 None if rng.random() < 0.5 else "note",
             ),
@@ -142,8 +141,10 @@ class Workload:
         rng = self.rng
         cur.execute(
             "UPDATE shop.customers SET email = %s, vip = NOT vip WHERE id = %s",
-            (None if rng.random() < 0.3 else f"new{rng.randrange(999)}@example.com",
-             rng.randrange(1, self.next_customer)),
+            (
+                None if rng.random() < 0.3 else f"new{rng.randrange(999)}@example.com",
+                rng.randrange(1, self.next_customer),
+            ),
         )
         # A key change: the line moves to another line number within its order.
         cur.execute(
@@ -155,8 +156,7 @@ class Workload:
         )
         # The TOASTed body is left unchanged: pgoutput sends 'u' for it.
         cur.execute(
-            "UPDATE shop.documents SET title = title || '+', revision = revision + 1 "
-            "WHERE id = %s",
+            "UPDATE shop.documents SET title = title || '+', revision = revision + 1 WHERE id = %s",
             (rng.randrange(1, self.next_document),),
         )
         if rng.random() < 0.3:
@@ -200,10 +200,10 @@ class Workload:
                     self._customer(cur)
                     self._order(cur)
                     cur.execute("UPDATE shop.documents SET title = 'never' WHERE id = 1")
-                    raise _Rollback
-            except _Rollback:
+                    raise _DeliberateRollbackError
+            except _DeliberateRollbackError:
                 self.rolled_back += 1
 
 
-class _Rollback(Exception):
+class _DeliberateRollbackError(Exception):
     """Raised inside a transaction block to roll it back on purpose."""

@@ -29,7 +29,9 @@ from tests.support.configs import make_config
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def assert_all_tables_match(conn: psycopg.Connection[tuple[object, ...]], config: AppConfig) -> None:
+def assert_all_tables_match(
+    conn: psycopg.Connection[tuple[object, ...]], config: AppConfig
+) -> None:
     reports = []
     for name in DEMO_TABLES:
         schema, _, table = name.partition(".")
@@ -43,7 +45,8 @@ def assert_all_tables_match(conn: psycopg.Connection[tuple[object, ...]], config
 def _confirmed_flush(dsn: str, slot: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         state = slot_state(conn, slot)
-    assert state is not None and state.confirmed_flush_lsn is not None
+    assert state is not None
+    assert state.confirmed_flush_lsn is not None
     return state.confirmed_flush_lsn
 
 
@@ -84,9 +87,20 @@ def test_cli_run_with_endpos_exits_zero_once_everything_is_in_delta(
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         create_schema(conn)
         start = subprocess.run(
-            [sys.executable, "-m", "capture.cli", "run", "-c", str(config_file),
-             "--endpos", format_lsn(current_wal_lsn(conn))],
-            capture_output=True, text=True, timeout=300, check=False,
+            [
+                sys.executable,
+                "-m",
+                "capture.cli",
+                "run",
+                "-c",
+                str(config_file),
+                "--endpos",
+                format_lsn(current_wal_lsn(conn)),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
         )
         assert start.returncode == 0, start.stderr
         workload = Workload(seed=5)
@@ -94,9 +108,20 @@ def test_cli_run_with_endpos_exits_zero_once_everything_is_in_delta(
             workload.run_round(conn)
         endpos = current_wal_lsn(conn)
         done = subprocess.run(
-            [sys.executable, "-m", "capture.cli", "run", "-c", str(config_file),
-             "--endpos", format_lsn(endpos)],
-            capture_output=True, text=True, timeout=300, check=False,
+            [
+                sys.executable,
+                "-m",
+                "capture.cli",
+                "run",
+                "-c",
+                str(config_file),
+                "--endpos",
+                format_lsn(endpos),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
         )
         assert done.returncode == 0, done.stderr
         assert '"event": "batch applied"' in done.stderr

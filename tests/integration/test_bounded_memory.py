@@ -20,6 +20,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _python_path() -> str:
+    return os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+
+
 def _probe(dsn: str, rows: int, workdir: Path) -> dict[str, int]:
     workdir.mkdir(parents=True)
     result = subprocess.run(
@@ -29,7 +33,10 @@ def _probe(dsn: str, rows: int, workdir: Path) -> dict[str, int]:
         timeout=900,
         check=False,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        },
     )
     assert result.returncode == 0, result.stderr[-4000:]
     measured: dict[str, int] = json.loads(result.stdout.strip().splitlines()[-1])

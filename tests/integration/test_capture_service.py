@@ -19,7 +19,7 @@ from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn, slot_state
 from decoder import RowChange
 from tests.support.configs import make_config
-from tests.support.sinks import FaultySink, InjectedFault, MemorySink
+from tests.support.sinks import FaultySink, InjectedFaultError, MemorySink
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +33,8 @@ def _setup(dsn: str) -> None:
 def _confirmed_flush(dsn: str, slot: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         state = slot_state(conn, slot)
-    assert state is not None and state.confirmed_flush_lsn is not None
+    assert state is not None
+    assert state.confirmed_flush_lsn is not None
     return state.confirmed_flush_lsn
 
 
@@ -54,7 +55,8 @@ def test_committed_rows_reach_the_sink_in_commit_order_and_flush_reaches_endpos(
 
     changes = [c for b in sink.batches for c in b.changes if isinstance(c, RowChange)]
     assert [(c.op, c.relation.relation_name) for c in changes] == [
-        ("insert", "items"), ("update", "items")
+        ("insert", "items"),
+        ("update", "items"),
     ] * 5
     commit_lsns = [c.commit_lsn for c in changes]
     assert commit_lsns == sorted(commit_lsns)
@@ -91,7 +93,7 @@ def test_flush_lsn_never_passes_a_batch_the_sink_failed(pg18_dsn: str, tmp_path:
         endpos = current_wal_lsn(conn)
     memory = MemorySink()
     faulty = FaultySink(memory, deque(["ok", "fail_before"]))
-    with pytest.raises(InjectedFault):
+    with pytest.raises(InjectedFaultError):
         CaptureService(config, faulty, endpos=endpos).run()
     confirmed = _confirmed_flush(pg18_dsn, config.source.slot)
     durable = max(memory.durable_lsns, default=start)
@@ -106,7 +108,8 @@ def test_flush_lsn_never_passes_a_batch_the_sink_failed(pg18_dsn: str, tmp_path:
         for c in b.changes
         if isinstance(c, RowChange) and c.new is not None and c.new.values[0].data
     )
-    assert b"2" in ids and b"3" in ids
+    assert b"2" in ids
+    assert b"3" in ids
 
 
 def test_a_second_daemon_on_the_same_slot_is_refused(pg18_dsn: str, tmp_path: Path) -> None:

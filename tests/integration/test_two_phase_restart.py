@@ -42,7 +42,8 @@ def _run(dsn: str, tmp_path: Path, config_streaming: str) -> None:
     assert len(first.tables["public.ledger"]) == 1, "the prepared rows are held, not applied"
     with psycopg.connect(dsn, autocommit=True) as conn:
         state = slot_state(conn, config.source.slot)
-        assert state is not None and state.confirmed_flush_lsn is not None
+        assert state is not None
+        assert state.confirmed_flush_lsn is not None
         assert state.confirmed_flush_lsn < prepared_at, "flush must not pass the PREPARE"
         conn.execute("COMMIT PREPARED 'w2d_restart'")
         endpos = current_wal_lsn(conn)
@@ -53,7 +54,8 @@ def _run(dsn: str, tmp_path: Path, config_streaming: str) -> None:
     assert len(rows) == 2999, "every prepared row arrives after the restart"
     with psycopg.connect(dsn, autocommit=True) as conn:
         state = slot_state(conn, config.source.slot)
-    assert state is not None and state.confirmed_flush_lsn is not None
+    assert state is not None
+    assert state.confirmed_flush_lsn is not None
     assert state.confirmed_flush_lsn >= endpos
 
 

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from decoder import UNCHANGED_TOAST, MessageChange, Relation, RowChange, TruncateChange, ValueDecoder
+from decoder import (
+    UNCHANGED_TOAST,
+    MessageChange,
+    Relation,
+    RowChange,
+    TruncateChange,
+    ValueDecoder,
+)
 from sink import Batch, BatchResult
 
 Row = dict[str, object]

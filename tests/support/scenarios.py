@@ -132,9 +132,10 @@ def logical_messages(conn: Conn) -> None:
 
 def run_protocol_workload(dsn: str, *, two_phase: bool, rows: int = 1500) -> None:
     """Every scenario above, in order, on fresh connections."""
-    with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(
-        dsn, autocommit=True
-    ) as other:
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        psycopg.connect(dsn, autocommit=True) as other,
+    ):
         conn.execute(
             "INSERT INTO proto.accounts SELECT g, g * 10, NULL FROM generate_series(1, 10) g"
         )

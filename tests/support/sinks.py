@@ -31,7 +31,7 @@ class MemorySink:
         return [b.durable_lsn for b in self.batches if b.durable_lsn is not None]
 
 
-class InjectedFault(RuntimeError):
+class InjectedFaultError(RuntimeError):
     """The failure a ``FaultySink`` raises on purpose."""
 
 
@@ -45,10 +45,10 @@ class FaultySink:
     def apply(self, batch: Batch) -> BatchResult:
         fault = self.faults.popleft() if self.faults else "ok"
         if fault == "fail_before":
-            raise InjectedFault("sink failed before applying the batch")
+            raise InjectedFaultError("sink failed before applying the batch")
         result = self.inner.apply(batch)
         if fault == "fail_after":
-            raise InjectedFault("sink failed after applying the batch")
+            raise InjectedFaultError("sink failed after applying the batch")
         return result
 
     def close(self) -> None:

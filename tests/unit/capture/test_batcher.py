@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from capture.batcher import Batcher
 from decoder import (
     ColumnKind,
     ColumnValue,
@@ -13,7 +14,6 @@ from decoder import (
     RowChange,
     TupleData,
 )
-from capture.batcher import Batcher
 
 RELATION = Relation(
     xid=None,
@@ -61,7 +61,8 @@ def test_batch_is_due_after_max_age_of_its_oldest_content() -> None:
     assert not batcher.due(10.9)
     assert batcher.due(11.0)
     batch = batcher.take()
-    assert batch is not None and batch.durable_lsn == 150
+    assert batch is not None
+    assert batch.durable_lsn == 150
     assert batcher.take() is None
 
 
