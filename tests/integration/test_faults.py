@@ -1,0 +1,217 @@
+"""Faults on the source side: server restarts, lost slots, idle databases.
+
+Each test here owns its PostgreSQL server, because it stops or breaks it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from capture.errors import SlotInvalidatedError
+from capture.pgserver import LocalPostgres
+from capture.service import CaptureService, prepare_source
+from capture.slots import current_wal_lsn, slot_state
+from capture.verify import normalise, read_source
+from tests.conftest import TEST_SERVER_SETTINGS
+from tests.support.configs import make_config
+from tests.support.model_sink import ModelSink
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[LocalPostgres]:
+    settings = {**TEST_SERVER_SETTINGS, "max_slot_wal_keep_size": "64MB"}
+    server = LocalPostgres(tmp_path / "pg", settings=settings)
+    server.init()
+    server.start()
+    yield server
+    server.destroy()
+
+
+def _confirmed_flush(dsn: str, slot: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        state = slot_state(conn, slot)
+    assert state is not None
+    assert state.confirmed_flush_lsn is not None
+    return state.confirmed_flush_lsn
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except psycopg.OperationalError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+
+
+def _source_rows(dsn: str) -> dict[str, list[object]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        _, rows = read_source(conn, "public", "items")
+    return {repr(r[0]): [normalise(v) for v in r] for r in rows}
+
+
+def _model_rows(model: ModelSink) -> dict[str, list[object]]:
+    return {
+        repr(r["id"]): [normalise(r["id"]), normalise(r["label"])]
+        for r in model.tables.get("public.items", {}).values()
+    }
+
+
+def test_daemon_reconnects_after_server_restart_and_loses_nothing(
+    own_server: LocalPostgres, tmp_path: Path
+) -> None:
+    dsn = own_server.dsn()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
+    config = make_config(
+        dsn,
+        tmp_path / "lake",
+        ["public.items"],
+        source={"reconnect": {"initial_delay": "200ms", "max_delay": "1s"}},
+    )
+    prepare_source(config)
+    model = ModelSink()
+    stop = threading.Event()
+    service = CaptureService(config, model, stop_event=stop)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            service.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO items SELECT g, 'before' FROM generate_series(1, 500) g")
+        own_server.restart()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO items SELECT g, 'after' FROM generate_series(501, 900) g")
+            conn.execute("UPDATE items SET label = 'updated' WHERE id % 7 = 0")
+            conn.execute("DELETE FROM items WHERE id % 11 = 0")
+            endpos = current_wal_lsn(conn)
+        _wait_for(
+            lambda: _confirmed_flush(dsn, config.source.slot) >= endpos, 60, "flush to reach endpos"
+        )
+    finally:
+        stop.set()
+        runner.join(60)
+    assert not errors
+    assert service.metrics.reconnects._value.get() >= 1
+    assert _model_rows(model) == _source_rows(dsn)
+
+
+def test_invalidated_slot_stops_the_daemon_with_a_clear_error(
+    own_server: LocalPostgres, tmp_path: Path
+) -> None:
+    dsn = own_server.dsn()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
+    config = make_config(dsn, tmp_path / "lake", ["public.items"])
+    prepare_source(config)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # Write more WAL than max_slot_wal_keep_size while nobody consumes the slot.
+        for _ in range(6):
+            conn.execute(
+                "INSERT INTO items SELECT g, repeat('x', 2000) FROM generate_series(1, 6000) g"
+            )
+            conn.execute("DELETE FROM items")
+            conn.execute("SELECT pg_switch_wal()")
+        conn.execute("CHECKPOINT")
+        state = slot_state(conn, config.source.slot)
+    assert state is not None
+    assert state.wal_status == "lost"
+    with pytest.raises(SlotInvalidatedError, match="invalidated"):
+        CaptureService(config, ModelSink()).run()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        after = slot_state(conn, config.source.slot)
+    assert after is not None, "the lost slot is never dropped or recreated silently"
+    assert after.wal_status == "lost"
+
+
+def _retained_wal(dsn: str, slot: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT pg_current_wal_insert_lsn() - restart_lsn FROM pg_replication_slots "
+            "WHERE slot_name = %s",
+            (slot,),
+        ).fetchone()
+    assert row is not None
+    return int(str(row[0]))
+
+
+def test_quiet_publication_does_not_make_the_slot_retain_wal(
+    own_server: LocalPostgres, tmp_path: Path
+) -> None:
+    dsn = own_server.dsn()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
+        conn.execute("CREATE TABLE public.elsewhere (id serial PRIMARY KEY, filler text)")
+        conn.execute("CREATE TABLE public.heartbeat (at timestamptz NOT NULL)")
+    config = make_config(
+        dsn,
+        tmp_path / "lake",
+        ["public.items"],
+        source={
+            "heartbeat": {
+                "interval": "1s",
+                "statement": "INSERT INTO public.heartbeat VALUES (now())",
+            }
+        },
+    )
+    prepare_source(config)
+    model = ModelSink()
+    stop = threading.Event()
+    service = CaptureService(config, model, stop_event=stop)
+    runner = threading.Thread(target=service.run)
+    runner.start()
+    generated = 0
+    try:
+        for _ in range(5):
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                start = current_wal_lsn(conn)
+                conn.execute(
+                    "INSERT INTO elsewhere (filler) "
+                    "SELECT repeat(md5(g::text), 30) FROM generate_series(1, 15000) g"
+                )
+                conn.execute("CHECKPOINT")
+                end = current_wal_lsn(conn)
+            generated += end - start
+            _wait_for(
+                lambda end=end: _confirmed_flush(dsn, config.source.slot) >= end,
+                60,
+                "the idle slot to confirm WAL of unpublished tables",
+            )
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+        _wait_for(
+            lambda: _retained_wal(dsn, config.source.slot) < generated / 3,
+            60,
+            "retained WAL to shrink",
+        )
+        _wait_for(lambda: _heartbeats(dsn) >= 2, 30, "heartbeat statements to run")
+    finally:
+        stop.set()
+        runner.join(60)
+    assert generated > 30 * 1024 * 1024
+    assert not model.tables.get("public.items")
+
+
+def _heartbeats(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM public.heartbeat").fetchone()
+    assert row is not None
+    return int(str(row[0]))
