@@ -99,6 +99,7 @@ OPTION_SETS: Sequence[OptionSet] = (
         min_major=16,
     ),
     OptionSet("v4-parallel-binary", 4, streaming="parallel", binary=True, min_major=16),
+    OptionSet("v4-twophase", 4, two_phase=True, min_major=16),
 )
 
 # Each workload is a list of statements run on one autocommit connection, so explicit
