@@ -21,7 +21,8 @@ data, not states, because several streamed transactions can be open at once:
 * ``ERROR``: after any error; terminal.
 
 Read, spool, replay (worker.c's split). Data and schema messages are not interpreted when
-they arrive: their raw bytes are appended to the transaction's ``ChangeBuffer``. Only a
+they arrive: they are validated (row messages without building them, ``scan_row_message``)
+and their raw bytes are appended to the transaction's ``ChangeBuffer``. Only a
 *committed* transaction is read back (``replay``), and only then are RELATION and TYPE
 messages applied to the relation cache, in their place among the changes. Replays happen
 once each, in the order the commits arrived, so the cache always holds the schema that
