@@ -46,6 +46,7 @@ from capture.errors import (
     CaptureError,
     ReplicationConnectionLostError,
     SlotInvalidatedError,
+    SlotNotFoundError,
     map_psycopg_errors,
 )
 from capture.feedback import FeedbackPolicy, FlushTracker
@@ -56,11 +57,14 @@ from capture.sink_worker import AppliedBatch, FailedBatch, SinkWorker
 from capture.slots import (
     PublishedTable,
     check_server,
+    drop_slot,
     ensure_publication,
     ensure_slot,
     server_version,
+    slot_state,
     wal_sender_timeout_seconds,
 )
+from capture.snapshot import SnapshotCopier, SnapshotMarker, SnapshotMarkerStore
 from capture.stream import ReplicationStream
 from config import AppConfig
 from decoder import (
@@ -111,11 +115,23 @@ def published_tables(config: AppConfig) -> list[PublishedTable]:
     return tables
 
 
-def prepare_source(config: AppConfig) -> tuple[ProtocolOptions, float]:
+@dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """What start-up learned about the source."""
+
+    options: ProtocolOptions
+    wal_sender_timeout: float
+    server_version: int
+    slot_exists: bool
+
+
+def prepare_source(config: AppConfig, markers: SnapshotMarkerStore | None = None) -> SourceInfo:
     """Check the server, create or update publication and slot, negotiate the protocol.
 
-    Returns:
-        The negotiated protocol options and the server's ``wal_sender_timeout`` in seconds.
+    With ``snapshot.mode: initial`` a missing slot is left for the snapshot to create (it
+    needs the replication connection to export its snapshot). A slot that the sink's
+    markers say existed before but is gone now is an error: recreating it silently would
+    skip every change made in between.
     """
     source = config.source
     with (
@@ -145,9 +161,29 @@ def prepare_source(config: AppConfig) -> tuple[ProtocolOptions, float]:
             create=source.create_publication,
             via_partition_root=source.publish_via_partition_root,
         )
-        ensure_slot(conn, source.slot, create=source.create_slot, two_phase=source.two_phase)
+        existing = slot_state(conn, source.slot)
+        marker = markers.load_snapshot_marker(source.slot) if markers is not None else None
+        slot_was_dropped = existing is None and marker is not None and marker.status == "complete"
+        if slot_was_dropped and config.snapshot.mode != "initial":
+            raise SlotNotFoundError(
+                f"Replication slot {source.slot!r} was dropped after wal2delta had "
+                "streamed from it; changes made since are lost to it. Set snapshot.mode: "
+                "initial to copy the tables again, or restore the slot."
+            )
+        if existing is not None or config.snapshot.mode != "initial":
+            ensure_slot(conn, source.slot, create=source.create_slot, two_phase=source.two_phase)
+            if marker is None and markers is not None and config.snapshot.mode != "initial":
+                # Remember the slot, so that a later drop of it is noticed.
+                markers.save_snapshot_marker(
+                    SnapshotMarker(slot=source.slot, status="complete", consistent_point=Lsn(0))
+                )
         timeout = wal_sender_timeout_seconds(conn)
-    return options, timeout
+    return SourceInfo(
+        options=options,
+        wal_sender_timeout=timeout,
+        server_version=version,
+        slot_exists=existing is not None or config.snapshot.mode != "initial",
+    )
 
 
 class CaptureService:
@@ -183,6 +219,53 @@ class CaptureService:
         self._fatal = error
 
     # ------------------------------------------------------------------ set-up
+
+    @property
+    def _markers(self) -> SnapshotMarkerStore | None:
+        return self.sink if isinstance(self.sink, SnapshotMarkerStore) else None
+
+    def _ensure_snapshot(self, stream: ReplicationStream, info: SourceInfo) -> None:
+        """Copy the tables unless this slot's snapshot already completed."""
+        source = self.config.source
+        markers = self._markers
+        if markers is None:
+            raise CaptureError(
+                "snapshot.mode: initial needs a sink that records snapshot progress; "
+                "this sink does not."
+            )
+        marker = markers.load_snapshot_marker(source.slot)
+        if info.slot_exists and marker is not None and marker.status == "complete":
+            return
+        if info.slot_exists:
+            log.warning("restarting an interrupted snapshot", slot=source.slot)
+            with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                drop_slot(conn, source.slot)
+        markers.save_snapshot_marker(
+            SnapshotMarker(slot=source.slot, status="in_progress", consistent_point=Lsn(0))
+        )
+        exported = stream.create_slot_with_snapshot(
+            source.slot, two_phase=source.two_phase, server_version_num=info.server_version
+        )
+        log.info(
+            "snapshot started",
+            slot=source.slot,
+            consistent_point=format_lsn(exported.consistent_point),
+        )
+        copier = SnapshotCopier(
+            self._conninfo,
+            source.publication,
+            published_tables(self.config),
+            apply=self.sink.apply,
+            metrics=self.metrics,
+            chunk_rows=self.config.sink.batch.max_rows,
+        )
+        copier.run(exported)
+        markers.save_snapshot_marker(
+            SnapshotMarker(
+                slot=source.slot, status="complete", consistent_point=exported.consistent_point
+            )
+        )
+        self._tracker = FlushTracker(exported.consistent_point)
 
     def _spool(self) -> Path:
         if self._spool_dir is None:
@@ -257,7 +340,8 @@ class CaptureService:
 
     def _run_session(self) -> None:
         source = self.config.source
-        options, wal_sender_timeout = prepare_source(self.config)
+        info = prepare_source(self.config, self._markers)
+        options, wal_sender_timeout = info.options, info.wal_sender_timeout
         self.state.options = options
         self.metrics.build_info.labels(
             version=_version(),
@@ -267,27 +351,31 @@ class CaptureService:
         stream = ReplicationStream.open(
             self._conninfo, connect_timeout=source.connect_timeout.total_seconds()
         )
-        assembler = Assembler(
-            options,
-            buffers=spilling_buffers(self._spool(), int(self.config.spool.memory_limit)),
-        )
-        tracker = FlushTracker(self._tracker.durable)
-        self._tracker = tracker
-        policy = FeedbackPolicy(
-            status_interval=source.status_interval.total_seconds(),
-            wal_sender_timeout=wal_sender_timeout,
-        )
-        batch_cfg = self.config.sink.batch
-        batcher = Batcher(max_rows=batch_cfg.max_rows, max_age=batch_cfg.max_age.total_seconds())
-        session = _Session(
-            service=self,
-            stream=stream,
-            assembler=assembler,
-            tracker=tracker,
-            policy=policy,
-            batcher=batcher,
-        )
         try:
+            if self.config.snapshot.mode == "initial":
+                self._ensure_snapshot(stream, info)
+            assembler = Assembler(
+                options,
+                buffers=spilling_buffers(self._spool(), int(self.config.spool.memory_limit)),
+            )
+            tracker = FlushTracker(self._tracker.durable)
+            self._tracker = tracker
+            policy = FeedbackPolicy(
+                status_interval=source.status_interval.total_seconds(),
+                wal_sender_timeout=wal_sender_timeout,
+            )
+            batch_cfg = self.config.sink.batch
+            batcher = Batcher(
+                max_rows=batch_cfg.max_rows, max_age=batch_cfg.max_age.total_seconds()
+            )
+            session = _Session(
+                service=self,
+                stream=stream,
+                assembler=assembler,
+                tracker=tracker,
+                policy=policy,
+                batcher=batcher,
+            )
             stream.start(
                 source.slot,
                 0,

@@ -19,7 +19,8 @@ import psycopg
 from psycopg import sql
 
 from capture.errors import ReplicationConnectionLostError, map_psycopg_errors
-from decoder import format_lsn
+from capture.snapshot import ExportedSnapshot
+from decoder import format_lsn, parse_lsn
 
 
 class ReplicationStream:
@@ -49,6 +50,32 @@ class ReplicationStream:
             row = self._conn.execute("IDENTIFY_SYSTEM").fetchone()
         assert row is not None
         return str(row[0]), int(str(row[1])), str(row[2])
+
+    def create_slot_with_snapshot(
+        self, slot: str, *, two_phase: bool, server_version_num: int
+    ) -> ExportedSnapshot:
+        """CREATE_REPLICATION_SLOT with an exported snapshot; keep the connection idle after.
+
+        The snapshot stays valid until this connection runs its next command, so copy the
+        tables before calling ``start``.
+        """
+        if server_version_num >= 150000:
+            options = [sql.SQL("SNAPSHOT 'export'")]
+            if two_phase:
+                options.append(sql.SQL("TWO_PHASE true"))
+            query = sql.SQL("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput ({})").format(
+                sql.Identifier(slot), sql.SQL(", ").join(options)
+            )
+        else:
+            query = sql.SQL("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput EXPORT_SNAPSHOT").format(
+                sql.Identifier(slot)
+            )
+        with map_psycopg_errors(f"creating replication slot {slot!r}"):
+            row = self._conn.execute(query).fetchone()
+        assert row is not None
+        return ExportedSnapshot(
+            slot=str(row[0]), consistent_point=parse_lsn(str(row[1])), snapshot_name=str(row[2])
+        )
 
     def start(self, slot: str, start_lsn: int, options: Mapping[str, str]) -> None:
         """Send START_REPLICATION for ``slot`` with pgoutput ``options``."""

@@ -70,7 +70,7 @@ def run_matrix_case(dsn: str, tmp_path: Path, source_options: dict[str, Any]) ->
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(PROTOCOL_SCHEMA)
     config = make_config(dsn, tmp_path / "lake", list(PROTOCOL_TABLES), source=source_options)
-    options, _ = prepare_source(config)
+    options = prepare_source(config).options
     assert options.proto_version == source_options["protocol_version"]
     run_protocol_workload(dsn, two_phase=True)
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from capture.snapshot import SnapshotMarker
 from decoder import (
     UNCHANGED_TOAST,
     MessageChange,
@@ -28,7 +29,15 @@ class ModelSink:
     messages: list[MessageChange] = field(default_factory=list)
     durable_lsns: list[int] = field(default_factory=list)
     toast_anomalies: int = 0
+    markers: dict[str, SnapshotMarker] = field(default_factory=dict)
+    events: list[tuple[int, str, str, tuple[object, ...]]] = field(default_factory=list)
     _values: ValueDecoder = field(default_factory=ValueDecoder)
+
+    def load_snapshot_marker(self, slot: str) -> SnapshotMarker | None:
+        return self.markers.get(slot)
+
+    def save_snapshot_marker(self, marker: SnapshotMarker) -> None:
+        self.markers[marker.slot] = marker
 
     def _key(self, relation: Relation, row: Row) -> tuple[object, ...]:
         names = [c.name for c in relation.key_columns] or [c.name for c in relation.columns]
@@ -61,6 +70,9 @@ class ModelSink:
             table.pop(self._key(relation, old), None)
             return
         new = self._row(relation, change, "new")
+        self.events.append(
+            (change.commit_lsn, relation.qualified_name, change.op, self._key(relation, new))
+        )
         previous: Row | None = None
         if change.op == "update":
             identity = self._row(relation, change, "old") if change.old is not None else new

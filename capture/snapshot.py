@@ -1,0 +1,340 @@
+"""Initial snapshot: copy existing rows, then stream from the slot's consistent point.
+
+Theory of operation
+-------------------
+The slot is created on the replication connection with ``SNAPSHOT 'export'``; PostgreSQL
+returns the slot's consistent point and the name of a snapshot that sees exactly the
+transactions committed before it. While that replication connection stays idle, normal
+connections can ``SET TRANSACTION SNAPSHOT`` to it and ``COPY`` each published table -
+honouring the publication's column list and row filter - so the copy and the stream meet
+at the consistent point with nothing missed and nothing doubled: the copy holds every
+transaction committed before it, the stream every one committed after it.
+
+Copied rows go to the sink as inserts whose commit LSN is the consistent point, preceded
+by a TRUNCATE with the same LSN: the sink's replay guard makes streamed changes (later
+LSNs) win over copied rows, and a snapshot that is taken again replaces what an earlier,
+interrupted one wrote. Rows are read in batches, so memory does not grow with table size.
+
+Whether the snapshot of a slot finished is recorded by the sink (``SnapshotMarkerStore``)
+next to the data. A slot without a "complete" marker is dropped and snapshotted again: an
+interrupted snapshot restarts cleanly.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal, Protocol, runtime_checkable
+
+import psycopg
+import structlog
+from psycopg import sql
+
+from capture.metrics import Metrics
+from capture.slots import PublishedTable
+from decoder import (
+    Change,
+    ColumnKind,
+    ColumnValue,
+    Lsn,
+    Oid,
+    PgTimestamp,
+    Relation,
+    RelationColumn,
+    RowChange,
+    TruncateChange,
+    TupleData,
+    datetime_to_pg_timestamp,
+    format_lsn,
+)
+from sink import Batch
+
+log = structlog.get_logger("wal2delta.snapshot")
+
+Conn = psycopg.Connection[tuple[object, ...]]
+SnapshotStatus = Literal["in_progress", "complete"]
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotMarker:
+    """What the sink records about the snapshot of one slot."""
+
+    slot: str
+    status: SnapshotStatus
+    consistent_point: Lsn
+
+
+@runtime_checkable
+class SnapshotMarkerStore(Protocol):
+    """Sinks that can record snapshot progress next to the data they write."""
+
+    def load_snapshot_marker(self, slot: str) -> SnapshotMarker | None: ...
+
+    def save_snapshot_marker(self, marker: SnapshotMarker) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedSnapshot:
+    """A freshly created slot and the snapshot it exported."""
+
+    slot: str
+    consistent_point: Lsn
+    snapshot_name: str
+
+
+def relation_from_catalog(conn: Conn, table: PublishedTable, publication: str) -> Relation:
+    """Describe a table the way a pgoutput Relation message would.
+
+    Columns are the publication's (its column list when it has one, never generated or
+    dropped columns); key flags follow the replica identity (every column for FULL, as
+    pgoutput sends it).
+    """
+    qualified = sql.Identifier(table.schema, table.name).as_string(conn)
+    row = conn.execute(
+        "SELECT c.oid, c.relreplident FROM pg_class c WHERE c.oid = %s::regclass",
+        (qualified,),
+    ).fetchone()
+    assert row is not None
+    oid, identity = int(str(row[0])), str(row[1])
+    published = _published_columns(conn, table, publication)
+    rows = conn.execute(
+        """
+        SELECT a.attname, a.atttypid, a.atttypmod,
+               COALESCE(a.attnum = ANY(i.indkey), false) AS in_identity_index
+        FROM pg_attribute a
+        LEFT JOIN pg_index i ON i.indrelid = a.attrelid
+             AND ((%s = 'd' AND i.indisprimary) OR (%s = 'i' AND i.indisreplident))
+        WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+        ORDER BY a.attnum
+        """,
+        (identity, identity, oid),
+    ).fetchall()
+    columns = []
+    for name, type_oid, typmod, in_index in rows:
+        if published is not None and str(name) not in published:
+            continue
+        is_key = identity == "f" or bool(in_index)
+        columns.append(
+            RelationColumn(
+                flags=1 if is_key else 0,
+                name=str(name),
+                type_oid=Oid(int(str(type_oid))),
+                type_modifier=int(str(typmod)),
+            )
+        )
+    return Relation(
+        xid=None,
+        relation_id=Oid(oid),
+        namespace=table.schema,
+        relation_name=table.name,
+        replica_identity=identity,
+        columns=tuple(columns),
+    )
+
+
+def _published_columns(conn: Conn, table: PublishedTable, publication: str) -> set[str] | None:
+    """The publication's column list for the table (PostgreSQL 15+), or None for all."""
+    has_attnames = conn.execute(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = 'pg_catalog.pg_publication_tables'::regclass"
+        " AND attname = 'attnames'"
+    ).fetchone()
+    if has_attnames is None:
+        return None
+    row = conn.execute(
+        "SELECT attnames FROM pg_publication_tables "
+        "WHERE pubname = %s AND schemaname = %s AND tablename = %s",
+        (publication, table.schema, table.name),
+    ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    assert isinstance(row[0], list)
+    return {str(name) for name in row[0]}
+
+
+def _row_filter(conn: Conn, table: PublishedTable, publication: str) -> str | None:
+    has_rowfilter = conn.execute(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = 'pg_catalog.pg_publication_tables'::regclass"
+        " AND attname = 'rowfilter'"
+    ).fetchone()
+    if has_rowfilter is None:
+        return None
+    row = conn.execute(
+        "SELECT rowfilter FROM pg_publication_tables "
+        "WHERE pubname = %s AND schemaname = %s AND tablename = %s",
+        (publication, table.schema, table.name),
+    ).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
+
+
+def copy_rows(
+    conn: Conn, relation: Relation, row_filter: str | None, chunk_rows: int
+) -> Iterator[list[TupleData]]:
+    """Yield the table's rows as text TupleData, ``chunk_rows`` at a time."""
+    columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in relation.columns)
+    query = sql.SQL("COPY (SELECT {} FROM {}{}) TO STDOUT").format(
+        columns,
+        sql.Identifier(relation.namespace, relation.relation_name),
+        # The filter is the publication's own WHERE clause, read back from the catalog.
+        sql.SQL(" WHERE " + row_filter) if row_filter else sql.SQL(""),
+    )
+    null = ColumnValue(ColumnKind.NULL)
+    chunk: list[TupleData] = []
+    with conn.cursor() as cur, cur.copy(query) as copy:
+        copy.set_types(["text"] * len(relation.columns))
+        for row in copy.rows():
+            chunk.append(
+                TupleData(
+                    tuple(
+                        null if v is None else ColumnValue(ColumnKind.TEXT, str(v).encode())
+                        for v in row
+                    )
+                )
+            )
+            if len(chunk) >= chunk_rows:
+                yield chunk
+                chunk = []
+    if chunk:
+        yield chunk
+
+
+def _estimated_rows(conn: Conn, relation: Relation) -> int:
+    row = conn.execute(
+        "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = %s",
+        (relation.relation_id,),
+    ).fetchone()
+    return int(str(row[0])) if row is not None else 0
+
+
+class SnapshotCopier:
+    """Copies every published table in one exported snapshot into the sink."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        publication: str,
+        tables: Sequence[PublishedTable],
+        *,
+        apply: Callable[[Batch], object],
+        metrics: Metrics,
+        chunk_rows: int,
+        progress_interval: float = 5.0,
+    ) -> None:
+        self._conninfo = conninfo
+        self._publication = publication
+        self._tables = list(tables)
+        self._apply = apply
+        self._metrics = metrics
+        self._chunk_rows = chunk_rows
+        self._progress_interval = progress_interval
+
+    def run(self, snapshot: ExportedSnapshot) -> int:
+        """Copy all tables; return the number of rows copied."""
+        lsn = snapshot.consistent_point
+        commit_time = datetime_to_pg_timestamp(datetime.now(UTC))
+        total = 0
+        started = time.monotonic()
+        with psycopg.connect(self._conninfo, application_name="wal2delta-snapshot") as conn:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            conn.execute(
+                sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot.snapshot_name))
+            )
+            remaining = len(self._tables)
+            self._metrics.snapshot_tables_remaining.set(remaining)
+            for table in self._tables:
+                relation = relation_from_catalog(conn, table, self._publication)
+                total += self._copy_table(conn, relation, lsn, commit_time)
+                remaining -= 1
+                self._metrics.snapshot_tables_remaining.set(remaining)
+            conn.execute("COMMIT")
+        log.info(
+            "snapshot copied",
+            rows=total,
+            tables=len(self._tables),
+            consistent_point=format_lsn(lsn),
+            duration_seconds=round(time.monotonic() - started, 3),
+        )
+        return total
+
+    def _copy_table(
+        self, conn: Conn, relation: Relation, lsn: Lsn, commit_time: PgTimestamp
+    ) -> int:
+        name = relation.qualified_name
+        estimate = _estimated_rows(conn, relation)
+        table = PublishedTable(relation.namespace, relation.relation_name)
+        row_filter = _row_filter(conn, table, self._publication)
+        # Replaces whatever an interrupted earlier snapshot left behind.
+        first: list[Change] = [
+            TruncateChange(
+                relations=(relation,),
+                cascade=False,
+                restart_identity=False,
+                commit_lsn=lsn,
+                commit_time=commit_time,
+                ordinal=0,
+            )
+        ]
+        copied = 0
+        ordinal = 1
+        started = last_report = time.monotonic()
+        counter = self._metrics.snapshot_rows.labels(table=name)
+        for chunk in copy_rows(conn, relation, row_filter, self._chunk_rows):
+            changes = [
+                RowChange(
+                    op="insert",
+                    relation=relation,
+                    new=data,
+                    old=None,
+                    old_kind=None,
+                    commit_lsn=lsn,
+                    commit_time=commit_time,
+                    ordinal=ordinal + i,
+                )
+                for i, data in enumerate(chunk)
+            ]
+            ordinal += len(chunk)
+            self._apply(_batch([*first, *changes]))
+            first = []
+            copied += len(chunk)
+            counter.inc(len(chunk))
+            now = time.monotonic()
+            if now - last_report >= self._progress_interval:
+                last_report = now
+                self._report(name, copied, estimate, now - started)
+        if first:
+            self._apply(_batch(first))
+        self._report(name, copied, max(estimate, copied), time.monotonic() - started, done=True)
+        return copied
+
+    def _report(
+        self, table: str, rows: int, estimate: int, elapsed: float, *, done: bool = False
+    ) -> None:
+        rate = rows / elapsed if elapsed > 0 else 0.0
+        eta = (estimate - rows) / rate if rate > 0 and estimate > rows else 0.0
+        log.info(
+            "snapshot table copied" if done else "snapshot progress",
+            table=table,
+            rows=rows,
+            estimated_rows=estimate,
+            rows_per_second=round(rate),
+            eta_seconds=round(eta),
+        )
+        if sys.stderr.isatty() and not done:
+            percent = 100 * rows / estimate if estimate else 0
+            print(
+                f"\rsnapshot {table}: {rows} rows ({percent:.0f}%), "
+                f"{rate:,.0f} rows/s, ETA {eta:.0f}s",
+                end="",
+                file=sys.stderr,
+            )
+
+
+def _batch(changes: Sequence[Change]) -> Batch:
+    return Batch(
+        changes=tuple(changes),
+        durable_lsn=None,
+        transaction_count=0,
+        last_commit_time=None,
+    )
