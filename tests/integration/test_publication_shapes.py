@@ -92,7 +92,8 @@ CREATE TABLE public.readings_2025 PARTITION OF public.readings
     FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
 """
 PARTITION_WORKLOAD = [
-    "INSERT INTO readings SELECT g, DATE '2024-06-01' + (g % 400), g FROM generate_series(1, 300) g",
+    "INSERT INTO readings "
+    "SELECT g, DATE '2024-06-01' + (g % 400), g FROM generate_series(1, 300) g",
     "UPDATE readings SET value = value + 1 WHERE id % 5 = 0",
     "DELETE FROM readings WHERE id % 7 = 0",
     # Moves rows between partitions: a delete in one, an insert in the other.
@@ -132,7 +133,7 @@ def test_partition_changes_land_per_partition_when_not_published_via_root(
     )
     assert set(model.tables) == {"public.readings_2024", "public.readings_2025"}
     for partition in ("readings_2024", "readings_2025"):
-        expected = _rows(pg18_dsn, f"SELECT id, taken, value FROM {partition}")  # noqa: S608
+        expected = _rows(pg18_dsn, f"SELECT id, taken, value FROM {partition}")
         got = model.tables[f"public.{partition}"].values()
         assert sorted(
             tuple(normalise(r[c]) for c in ("id", "taken", "value")) for r in got
