@@ -92,3 +92,13 @@ def pg18_dsn(pg18: LocalPostgres) -> Iterator[str]:
 def pg15_dsn(pg15: LocalPostgres) -> Iterator[str]:
     """DSN of a fresh database on PostgreSQL 15."""
     yield from fresh_database(pg15)
+
+
+@pytest.fixture(scope="session")
+def spark_session() -> Iterator[object]:
+    """One embedded Sail Spark session for every test that writes Delta in-process."""
+    from sink import SparkSettings, create_spark_session, stop_spark_session
+
+    session = create_spark_session(SparkSettings(mode="embedded"))
+    yield session
+    stop_spark_session(session)
