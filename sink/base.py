@@ -1,0 +1,89 @@
+"""What every sink accepts and promises: ``Batch``, ``BatchResult``, ``Sink`` and its errors.
+
+The contract (after supabase/etl's ``destination/base.rs``):
+
+* Input is at-least-once. After a crash the server re-sends every transaction after the
+  slot's confirmed flush LSN, so a sink must tolerate the replay of any batch whose
+  transactions are at or before the last durable one (ARCHITECTURE invariant 2).
+* Changes arrive in commit order, and inside a transaction in ordinal order (invariant 3).
+* ``apply`` returning means every change of the batch is durable; only then may capture
+  acknowledge ``durable_lsn`` to the server (invariant 1).
+* Errors are ``SinkError`` subclasses, classified once at the sink's boundary: a
+  ``SinkRetryableError`` makes the service reconnect and replay from the last durable
+  LSN, anything else stops it with a message that says what to fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+from decoder.changes import Change
+from decoder.errors import Wal2DeltaError
+from decoder.lsn import Lsn, PgTimestamp
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Changes of one or more transactions handed to a sink at once.
+
+    Attributes:
+        changes: in commit order, then ordinal order inside each transaction.
+        durable_lsn: end LSN of the last transaction whose every change is in this or an
+            earlier batch; None when the batch only holds part of a large transaction.
+        transaction_count: transactions that end in this batch.
+        last_commit_time: commit time of the newest transaction in the batch.
+    """
+
+    changes: tuple[Change, ...]
+    durable_lsn: Lsn | None
+    transaction_count: int
+    last_commit_time: PgTimestamp | None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """What applying a batch did.
+
+    Attributes:
+        rows_by_table: qualified table name -> {"insert": n, "update": n, "delete": n},
+            counting the row changes of the batch (before folding per key).
+        toast_anomalies: unchanged-TOAST updates whose row was missing in the target, so
+            the row could not be written without inventing a value.
+        duration_seconds: wall time of ``apply``.
+    """
+
+    rows_by_table: Mapping[str, Mapping[str, int]]
+    toast_anomalies: int
+    duration_seconds: float
+
+
+class Sink(Protocol):
+    """A destination for committed changes; see the module docstring for the contract."""
+
+    def apply(self, batch: Batch) -> BatchResult:
+        """Make every change of ``batch`` durable, then return.
+
+        Raises:
+            SinkError: nothing of the batch may be assumed durable.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the sink's resources; the engine session is the caller's."""
+        ...
+
+
+class SinkError(Wal2DeltaError):
+    """The sink could not apply a batch; terminal unless a subclass says otherwise."""
+
+
+class SinkRetryableError(SinkError):
+    """A transient engine failure (connectivity, concurrent commit): replay and retry."""
+
+    retryable: ClassVar[bool] = True
+
+
+class SinkDataError(SinkError):
+    """The data cannot be written as it is (type, key or identity problem); terminal."""

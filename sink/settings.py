@@ -1,0 +1,59 @@
+"""Plain settings for the sink and the Spark session, so ``sink`` does not import ``config``.
+
+``capture`` translates the validated configuration into these (``capture.cli``); tests
+build them directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+SparkMode = Literal["embedded", "connect", "classic"]
+
+
+@dataclass(frozen=True, slots=True)
+class SinkSettings:
+    """Where and how ``DeltaSink`` writes.
+
+    Attributes:
+        path: root of the lake; a table lives at ``<path>/<schema>/<table>``.
+        lsn_column: metadata column holding the source commit LSN of the row's last change.
+        commit_time_column: metadata column holding that change's commit time (UTC).
+        deleted_column: soft-delete flag column, present only when ``soft_delete`` is on.
+        soft_delete: keep deleted rows with the flag set instead of removing them.
+        messages_table: write logical decoding messages to ``<path>/_wal2delta_messages``.
+        keys: qualified table name (``schema.table``) -> key columns, for tables whose
+            replica identity flags no key column (FULL, NOTHING, DEFAULT without primary
+            key). A key flagged by the relation always wins.
+        ordinal_column: metadata column holding the change's position in its transaction;
+            only tables without any key carry it, because only there it is the identity
+            that makes a replayed insert recognisable.
+    """
+
+    path: str
+    lsn_column: str = "_wal2delta_lsn"
+    commit_time_column: str = "_wal2delta_commit_ts"
+    deleted_column: str = "_wal2delta_deleted"
+    soft_delete: bool = False
+    messages_table: bool = False
+    keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    ordinal_column: str = "_wal2delta_ordinal"
+
+
+@dataclass(frozen=True, slots=True)
+class SparkSettings:
+    """Which Spark engine runs the MERGEs.
+
+    Attributes:
+        mode: ``embedded`` starts a Sail Spark Connect server in this process; ``connect``
+            uses the Spark Connect server at ``url``; ``classic`` starts a local JVM with
+            the delta-spark jars.
+        url: ``sc://host:port`` for ``connect``.
+        conf: extra Spark settings applied when the session is built.
+    """
+
+    mode: SparkMode = "embedded"
+    url: str | None = None
+    conf: Mapping[str, str] = field(default_factory=dict)
