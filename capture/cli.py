@@ -25,7 +25,7 @@ from capture.metrics import Metrics
 from capture.service import CaptureService
 from config import AppConfig, ConfigError, load_config, redact_dsn
 from decoder import Lsn, Wal2DeltaError, parse_lsn
-from sink import DeltaSink, SinkSettings, SparkSettings, create_spark_session, stop_spark_session
+from sink import SinkSettings, SparkSettings
 
 log = structlog.get_logger("wal2delta.cli")
 
@@ -95,6 +95,9 @@ def run_service(
         sink_path=str(config.sink.path),
         spark_mode=config.sink.spark.mode,
     )
+    # Spark is imported only by the commands that write Delta: the others start fast.
+    from sink import DeltaSink, create_spark_session, stop_spark_session  # noqa: PLC0415
+
     spark = create_spark_session(spark_settings(config))
     sink = DeltaSink(spark, sink_settings(config))
     service = CaptureService(config, sink, metrics=metrics, endpos=endpos, stop_event=stop)

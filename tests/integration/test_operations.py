@@ -1,0 +1,242 @@
+"""Operating the daemon: metrics, health endpoints, status, logs, exit codes.
+
+The metric names a running daemon exposes are compared with deploy/metrics-names.txt,
+the single list the Prometheus rules and the Grafana dashboard are tested against.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+
+from capture.health import HealthServer, loop_alive_check
+from capture.service import CaptureService, prepare_source
+from capture.slots import current_wal_lsn
+from decoder import format_lsn
+from tests.support.configs import make_config
+from tests.support.model_sink import ModelSink
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+def _listed_metrics() -> dict[str, str]:
+    listed = {}
+    for raw in (DEPLOY / "metrics-names.txt").read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            name, kind, _labels = line.split()
+            listed[name] = kind
+    return listed
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _exposed(text: str) -> dict[str, str]:
+    return dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, flags=re.MULTILINE))
+
+
+def _promql_names(expression: str) -> set[str]:
+    names = set()
+    for found in re.findall(r"\bwal2delta_[a-z0-9_]+", expression):
+        name = found
+        for suffix in HISTOGRAM_SUFFIXES:
+            if name.endswith(suffix):
+                name = name.removesuffix(suffix)
+                break
+        names.add(name)
+    return names
+
+
+def _dashboard_and_rule_expressions() -> list[str]:
+    dashboard = json.loads((DEPLOY / "grafana" / "wal2delta.json").read_text())
+    expressions = [
+        target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])
+    ]
+    for path in DEPLOY.rglob("*.yaml"):
+        for document in yaml.safe_load_all(path.read_text()):
+            if isinstance(document, dict) and document.get("kind") == "PrometheusRule":
+                for group in document["spec"]["groups"]:
+                    expressions += [rule["expr"] for rule in group["rules"]]
+    assert expressions
+    return expressions
+
+
+def test_running_daemon_exposes_exactly_the_listed_metrics_and_health(
+    pg18_dsn: str, tmp_path: Path
+) -> None:
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
+    config = make_config(pg18_dsn, tmp_path / "lake", ["public.items"])
+    prepare_source(config)
+    stop = threading.Event()
+    service = CaptureService(config, ModelSink(), stop_event=stop)
+    server = HealthServer(
+        service.metrics,
+        host="127.0.0.1",
+        port=0,
+        alive=loop_alive_check(lambda: service.state.last_loop_at, limit_seconds=30),
+        ready=lambda: (service.state.connected, "ok" if service.state.connected else "down"),
+    )
+    server.start()
+    base = f"http://127.0.0.1:{server.port}"
+    assert _get(base + "/readyz")[0] == 503
+    runner = threading.Thread(target=service.run)
+    runner.start()
+    try:
+        for _ in range(100):
+            if service.state.connected:
+                break
+            time.sleep(0.1)
+        with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO items VALUES (1, 'x')")
+        time.sleep(1.5)
+        assert _get(base + "/healthz")[0] == 200
+        assert _get(base + "/readyz")[0] == 200
+        status, text = _get(base + "/metrics")
+        assert status == 200
+    finally:
+        stop.set()
+        runner.join(30)
+        server.stop()
+    exposed = _exposed(text)
+    assert exposed == _listed_metrics()
+    assert 'wal2delta_changes_total{operation="insert",table="public.items"} 1.0' in text
+    used = set().union(*(_promql_names(e) for e in _dashboard_and_rule_expressions()))
+    assert used <= set(exposed), f"dashboards/alerts use unknown metrics: {used - set(exposed)}"
+
+
+def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", "capture.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": path, **env},
+    )
+
+
+def _config_file(tmp_path: Path, dsn: str, **source: Any) -> Path:
+    path = tmp_path / "source.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "source": {
+                    "dsn": dsn,
+                    "slot": "w2d_ops",
+                    "publication": "w2d_ops",
+                    "tables": ["public.items"],
+                    **source,
+                },
+                "sink": {"path": str(tmp_path / "lake")},
+                "metrics": {"enabled": False},
+                "logging": {"format": "json", "level": "info"},
+            }
+        )
+    )
+    return path
+
+
+def test_logs_are_json_and_never_show_the_password(pg18_dsn: str, tmp_path: Path) -> None:
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
+        endpos = format_lsn(current_wal_lsn(conn))
+    secret = "S3cret-Pa55word"
+    config = _config_file(tmp_path, pg18_dsn, password="${W2D_TEST_PASSWORD}")
+    result = _cli(
+        "capture",
+        "-c",
+        str(config),
+        "-o",
+        str(tmp_path / "rec"),
+        "--endpos",
+        endpos,
+        W2D_TEST_PASSWORD=secret,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines
+    events = [json.loads(line) for line in lines]
+    assert any(e["event"] == "replication started" for e in events)
+    assert secret not in result.stderr
+    assert secret not in result.stdout
+
+    bad = _config_file(
+        tmp_path, pg18_dsn.replace("host=127.0.0.1", "host=127.0.0.1 password=" + secret)
+    )
+    check = _cli("check-config", str(bad))
+    assert secret not in check.stdout + check.stderr
+
+
+def test_status_reports_slot_lag_and_tables(pg18_dsn: str, tmp_path: Path) -> None:
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
+    config = _config_file(tmp_path, pg18_dsn)
+    human = _cli("status", "-c", str(config))
+    assert human.returncode == 0, human.stderr
+    assert "does not exist" in human.stdout
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        endpos = format_lsn(current_wal_lsn(conn))
+    assert (
+        _cli("capture", "-c", str(config), "-o", str(tmp_path / "r"), "--endpos", endpos).returncode
+        == 0
+    )
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO items SELECT g, 'x' FROM generate_series(1, 1000) g")
+    result = _cli("status", "-c", str(config), "--json")
+    assert result.returncode == 0, result.stderr
+    status = json.loads(result.stdout)
+    assert status["slot"] == "w2d_ops"
+    assert status["slot_exists"] is True
+    assert status["active_pid"] is None
+    assert status["lag_bytes"] > 0
+    assert status["retained_wal_bytes"] >= status["lag_bytes"]
+    assert [t["table"] for t in status["tables"]] == ["public.items"]
+
+
+def test_second_daemon_on_the_same_slot_exits_with_code_3(pg18_dsn: str, tmp_path: Path) -> None:
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
+    config_path = _config_file(tmp_path, pg18_dsn)
+    config = make_config(pg18_dsn, tmp_path / "lake2", ["public.items"], slot="w2d_ops")
+    prepare_source(config)
+    stop = threading.Event()
+    first = CaptureService(config, ModelSink(), stop_event=stop)
+    runner = threading.Thread(target=first.run)
+    runner.start()
+    try:
+        for _ in range(100):
+            if first.state.connected:
+                break
+            time.sleep(0.1)
+        second = _cli("capture", "-c", str(config_path), "-o", str(tmp_path / "rec"))
+    finally:
+        stop.set()
+        runner.join(30)
+    assert second.returncode == 3, second.stderr
+    assert "is active for PID" in second.stderr
