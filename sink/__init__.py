@@ -1,15 +1,26 @@
-"""The Delta sink: PostgreSQL changes merged into Delta Lake tables through Spark."""
+"""The Delta sink: PostgreSQL changes merged into Delta Lake tables through Spark.
+
+``DeltaSink`` plans each batch without Spark (``plan``), renders MERGE statements
+(``sql``) and runs them on the process's Spark session (``spark``); ``typemap`` maps
+PostgreSQL types to Delta types.
+"""
 
 from sink.base import Batch, BatchResult, Sink, SinkDataError, SinkError, SinkRetryableError
+from sink.delta import DeltaSink, table_path
 from sink.settings import SinkSettings, SparkSettings
+from sink.spark import create_spark_session, stop_spark_session
 
 __all__ = [
     "Batch",
     "BatchResult",
+    "DeltaSink",
     "Sink",
     "SinkDataError",
     "SinkError",
     "SinkRetryableError",
     "SinkSettings",
     "SparkSettings",
+    "create_spark_session",
+    "stop_spark_session",
+    "table_path",
 ]

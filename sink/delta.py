@@ -1,0 +1,344 @@
+"""``DeltaSink``: executes batch plans against Delta tables through a Spark session.
+
+Theory of operation
+-------------------
+``apply`` plans the batch (``plan.py``, pure), then for every table, in the order the batch
+first touches them:
+
+1. Makes sure the table exists with every column the plan writes. A table is created at
+   ``<path>/<schema>/<table>`` from the relation's columns plus the metadata columns by
+   writing an empty DataFrame with save mode ``ignore`` (a no-op when the table exists);
+   columns a later relation adds are appended with ``mergeSchema`` and an empty
+   DataFrame. Both are plain DataFrame-writer calls that Sail and Spark+Delta accept;
+   Sail (0.7) rejects ``CREATE TABLE delta.`path``` and ``ALTER TABLE ... ADD COLUMNS``.
+   The table's columns are cached after the first look, so steady state costs nothing.
+2. Runs the plan's steps in order: a TRUNCATE becomes a DELETE (or, with soft deletes, a
+   flagging MERGE) of rows at or below its LSN; a merge step ships its rows to Spark as
+   one Arrow table with an explicit schema (``createDataFrame``), registers it as a
+   temporary view and runs the step's MERGE. When rows keep unchanged-TOAST columns, a
+   count query first finds those whose value exists nowhere in the target; they are not
+   inserted (the MERGE excludes them), but counted and logged.
+
+Every statement is one Delta commit. ``apply`` returns after the last one, so the whole
+batch is durable (invariant 1). A failure part-way leaves earlier commits in place; the
+batch is replayed after a restart and the LSN guard makes that harmless (invariant 2).
+
+Errors from the engine are translated at this boundary (``spark.engine_errors``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import pyarrow as pa
+import structlog
+
+from decoder.changes import MessageChange
+from decoder.lsn import pg_timestamp_to_datetime
+from decoder.values import ValueDecoder
+from sink.base import Batch, BatchResult, SinkDataError
+from sink.plan import MergePlan, MergeStep, TruncateStep, plan_batch
+from sink.settings import SinkSettings
+from sink.spark import engine_errors
+from sink.sql import (
+    ANOMALY_COUNT,
+    DELETE_FLAG,
+    MESSAGE_COLUMNS,
+    MOVED_FLAG,
+    MetadataColumns,
+    delta_table,
+    keep_flag,
+    moved_from_column,
+    quote,
+    render_merge,
+    render_messages_merge,
+    render_toast_anomaly_count,
+    render_truncate,
+    source_columns,
+    truncate_columns,
+)
+from sink.typemap import BIGINT, BINARY, BOOLEAN, STRING, TIMESTAMP
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = structlog.get_logger("wal2delta.sink")
+
+MESSAGES_TABLE: Final = "_wal2delta_messages"
+
+
+def table_path(root: str, schema: str, table: str) -> str:
+    """Where the Delta table of ``schema.table`` lives: ``<root>/<schema>/<table>``."""
+    return f"{root.rstrip('/')}/{schema}/{table}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    """A column of a DataFrame shipped to Spark: name, Spark SQL type, Arrow type."""
+
+    name: str
+    spark_sql: str
+    arrow: pa.DataType
+
+
+def _ddl(columns: Sequence[_Column]) -> str:
+    return ", ".join(f"{quote(c.name)} {c.spark_sql}" for c in columns)
+
+
+class DeltaSink:
+    """Applies batches to Delta tables at ``settings.path`` through ``spark``.
+
+    The session belongs to the caller (``create_spark_session``); ``close`` does not stop
+    it. One sink instance is used by one thread at a time (the sink worker).
+    """
+
+    def __init__(self, spark: SparkSession, settings: SinkSettings) -> None:
+        self._spark = spark
+        self._settings = settings
+        self._meta = MetadataColumns.from_settings(settings)
+        self._decoder = ValueDecoder()
+        self._columns: dict[str, set[str]] = {}
+        self._view_numbers = itertools.count(1)
+
+    # --- Sink protocol ---------------------------------------------------------------------
+
+    def apply(self, batch: Batch) -> BatchResult:
+        """Apply every change of ``batch``; return once all of it is committed in Delta.
+
+        Raises:
+            SinkDataError: a change cannot be written (type, identity, column name).
+            SinkRetryableError: the engine was unreachable or a concurrent commit
+                conflicted; replaying the batch is safe.
+            SinkError: any other engine failure.
+        """
+        started = time.monotonic()
+        plan = plan_batch(
+            batch,
+            keys=self._settings.keys,
+            reserved_columns=self._meta.reserved,
+            decoder=self._decoder,
+        )
+        anomalies = 0
+        for table in plan.tables:
+            anomalies += self._apply_table(table)
+        if plan.messages and self._settings.messages_table:
+            self._apply_messages(plan.messages)
+        return BatchResult(
+            rows_by_table={table.qualified_name: dict(table.counts) for table in plan.tables},
+            toast_anomalies=anomalies,
+            duration_seconds=time.monotonic() - started,
+        )
+
+    def close(self) -> None:
+        """Forget cached table schemas; the Spark session stays open."""
+        self._columns.clear()
+
+    # --- tables ----------------------------------------------------------------------------
+
+    def _apply_table(self, plan: MergePlan) -> int:
+        for name in (plan.schema, plan.table):
+            if "/" in name or name in (".", ".."):
+                raise SinkDataError(
+                    f"{plan.qualified_name} cannot be mapped to a lake path; rename it "
+                    "without '/' or dot-only names"
+                )
+        path = table_path(self._settings.path, plan.schema, plan.table)
+        self._ensure_columns(path, plan.qualified_name, self._table_columns(plan))
+        target = delta_table(path)
+        anomalies = 0
+        for step in plan.steps:
+            if isinstance(step, TruncateStep):
+                self._truncate(plan.qualified_name, target, step)
+            elif step.rows:
+                anomalies += self._merge(plan.qualified_name, target, step)
+        return anomalies
+
+    def _metadata_columns(self, *, ordinal: bool) -> list[_Column]:
+        meta = self._meta
+        columns = [
+            _Column(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
+            _Column(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+        ]
+        if meta.soft_delete:
+            columns.append(_Column(meta.deleted, BOOLEAN.spark_sql, BOOLEAN.arrow))
+        if ordinal:
+            columns.append(_Column(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow))
+        return columns
+
+    def _table_columns(self, plan: MergePlan) -> list[_Column]:
+        data = [_Column(c.name, c.delta.spark_sql, c.delta.arrow) for c in plan.columns]
+        return data + self._metadata_columns(ordinal=plan.uses_ordinal)
+
+    def _ensure_columns(self, path: str, table: str, wanted: Sequence[_Column]) -> None:
+        """Create the table, or add the columns it lacks; cached per path."""
+        known = self._columns.get(path)
+        if known is None:
+            with engine_errors(f"creating or reading the Delta table of {table}"):
+                self._empty_frame(wanted).write.format("delta").mode("ignore").save(path)
+                schema = self._spark.read.format("delta").load(path).schema
+            known = self._columns[path] = {field.name for field in schema.fields}
+        missing = [column for column in wanted if column.name not in known]
+        if not missing:
+            return
+        with engine_errors(f"adding columns {', '.join(c.name for c in missing)} to {table}"):
+            (
+                self._empty_frame(missing)
+                .write.format("delta")
+                .mode("append")
+                .option("mergeSchema", "true")
+                .save(path)
+            )
+        known.update(column.name for column in missing)
+
+    def _empty_frame(self, columns: Sequence[_Column]) -> DataFrame:
+        schema = pa.schema([pa.field(c.name, c.arrow) for c in columns])
+        return self._spark.createDataFrame(schema.empty_table(), schema=_ddl(columns))
+
+    # --- steps -----------------------------------------------------------------------------
+
+    @contextmanager
+    def _view(self, table: pa.Table, columns: Sequence[_Column]) -> Iterator[str]:
+        """Register ``table`` as a temporary view for the duration of the block."""
+        name = f"__w2d_source_{next(self._view_numbers)}"
+        frame = self._spark.createDataFrame(table, schema=_ddl(columns))
+        frame.createOrReplaceTempView(name)
+        try:
+            yield name
+        finally:
+            self._spark.catalog.dropTempView(name)
+
+    def _sql(self, statement: str) -> None:
+        # collect() runs the statement on both engines; the rows (metrics) are not needed.
+        self._spark.sql(statement).collect()
+
+    def _count(self, query: str, column: str) -> int:
+        rows = self._spark.sql(query).collect()
+        return int(rows[0][column]) if rows else 0
+
+    def _truncate(self, table: str, target: str, step: TruncateStep) -> None:
+        with engine_errors(f"truncating {table}"):
+            if not self._meta.soft_delete:
+                self._sql(render_truncate(step.lsn, self._meta, target=target, view=""))
+                return
+            lsn_name, time_name = truncate_columns(self._meta)
+            columns = [
+                _Column(lsn_name, BIGINT.spark_sql, BIGINT.arrow),
+                _Column(time_name, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+            ]
+            arrow = pa.table(
+                {
+                    lsn_name: pa.array([step.lsn], BIGINT.arrow),
+                    time_name: pa.array([step.commit_time], TIMESTAMP.arrow),
+                }
+            )
+            with self._view(arrow, columns) as view:
+                self._sql(render_truncate(step.lsn, self._meta, target=target, view=view))
+
+    def _merge(self, table: str, target: str, step: MergeStep) -> int:
+        columns, arrow = self._source_table(table, step)
+        anomalies = 0
+        with engine_errors(f"merging into {table}"), self._view(arrow, columns) as view:
+            count_query = render_toast_anomaly_count(step, self._meta, target=target, view=view)
+            if count_query is not None:
+                anomalies = self._count(count_query, ANOMALY_COUNT)
+            self._sql(render_merge(step, self._meta, target=target, view=view))
+        if anomalies:
+            log.warning(
+                "toast value missing in target",
+                table=table,
+                key_columns=[c.name for c in step.match_columns],
+                row_count=anomalies,
+            )
+        return anomalies
+
+    def _source_table(self, table: str, step: MergeStep) -> tuple[list[_Column], pa.Table]:
+        """Build the MERGE source of ``step`` as Arrow, in ``source_columns`` order."""
+        meta = self._meta
+        rows = step.rows
+        columns: list[_Column] = []
+        arrays: list[pa.Array] = []
+
+        def add(column: _Column, values: list[object]) -> None:
+            try:
+                arrays.append(pa.array(values, type=column.arrow))
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                # Arrow's message may quote a value; it stays in the chained exception.
+                raise SinkDataError(
+                    f"cannot build {column.spark_sql} values for column {column.name!r} of "
+                    f"{table} ({type(exc).__name__}); see the chained error"
+                ) from exc
+            columns.append(column)
+
+        for index, column in enumerate(step.columns):
+            delta = column.delta
+            add(_Column(column.name, delta.spark_sql, delta.arrow), [r.values[index] for r in rows])
+        add(_Column(meta.lsn, BIGINT.spark_sql, BIGINT.arrow), [r.lsn for r in rows])
+        add(
+            _Column(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+            [r.commit_time for r in rows],
+        )
+        if step.identity == "ordinal":
+            add(_Column(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow), [r.ordinal for r in rows])
+        add(_Column(DELETE_FLAG, BOOLEAN.spark_sql, BOOLEAN.arrow), [r.delete for r in rows])
+        for index in step.kept_indexes:
+            add(
+                _Column(keep_flag(index), BOOLEAN.spark_sql, BOOLEAN.arrow),
+                [index in r.keep for r in rows],
+            )
+        if step.has_moved_keeps:
+            add(
+                _Column(MOVED_FLAG, BOOLEAN.spark_sql, BOOLEAN.arrow),
+                [r.moved_from is not None for r in rows],
+            )
+            for position, column in enumerate(step.match_columns):
+                delta = column.delta
+                add(
+                    _Column(moved_from_column(position), delta.spark_sql, delta.arrow),
+                    [None if r.moved_from is None else r.moved_from[position] for r in rows],
+                )
+        names = [c.name for c in columns]
+        assert tuple(names) == source_columns(step, meta), "source view out of step with sql.py"
+        return columns, pa.Table.from_arrays(arrays, names=names)
+
+    # --- messages --------------------------------------------------------------------------
+
+    def _apply_messages(self, messages: Sequence[MessageChange]) -> None:
+        meta = self._meta
+        path = f"{self._settings.path.rstrip('/')}/{MESSAGES_TABLE}"
+        name_lsn, name_prefix, name_content, name_transactional = MESSAGE_COLUMNS
+        columns = [
+            _Column(name_lsn, BIGINT.spark_sql, BIGINT.arrow),
+            _Column(name_prefix, STRING.spark_sql, STRING.arrow),
+            _Column(name_content, BINARY.spark_sql, BINARY.arrow),
+            _Column(name_transactional, BOOLEAN.spark_sql, BOOLEAN.arrow),
+            _Column(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
+            _Column(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+        ]
+        self._ensure_columns(path, MESSAGES_TABLE, columns)
+        arrow = pa.table(
+            {
+                name_lsn: pa.array([m.lsn for m in messages], BIGINT.arrow),
+                name_prefix: pa.array([m.prefix for m in messages], STRING.arrow),
+                name_content: pa.array([bytes(m.content) for m in messages], BINARY.arrow),
+                name_transactional: pa.array([m.transactional for m in messages], BOOLEAN.arrow),
+                # A non-transactional message has no commit; its own LSN orders it.
+                meta.lsn: pa.array(
+                    [m.lsn if m.commit_lsn is None else m.commit_lsn for m in messages],
+                    BIGINT.arrow,
+                ),
+                meta.commit_time: pa.array(
+                    [
+                        None if m.commit_time is None else pg_timestamp_to_datetime(m.commit_time)
+                        for m in messages
+                    ],
+                    TIMESTAMP.arrow,
+                ),
+            }
+        )
+        with engine_errors("writing logical decoding messages"), self._view(arrow, columns) as view:
+            self._sql(render_messages_merge(meta, target=delta_table(path), view=view))

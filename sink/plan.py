@@ -1,0 +1,559 @@
+"""Turn a ``Batch`` into per-table MERGE plans: pure, no Spark.
+
+Theory of operation
+-------------------
+Changes are read in batch order, which is commit order and then ordinal order inside each
+transaction. Each change goes to the plan of its table (``schema.table``), and inside that
+plan to the current *step*. A step is either a ``TruncateStep`` or a ``MergeStep`` whose
+rows all share one relation *shape*: the same columns (names, types) and the same
+identity. A TRUNCATE, or a relation whose shape differs from the previous change's (a
+column added, a type or the replica identity changed), closes the current merge step and
+starts a new one, so the executor applies steps strictly in order and every MERGE sees the
+effect of the ones before it (ARCHITECTURE invariant 3).
+
+Inside a merge step the changes fold into at most one row per identity value, the last
+change winning - a MERGE whose source matches one target row twice is an error in Delta
+(delta#338, delta#180):
+
+* INSERT puts the new row.
+* UPDATE puts the new row under its new identity. When the old tuple's identity differs
+  (a key-changing update, and every update under REPLICA IDENTITY FULL without a
+  configured key), the old identity becomes a delete.
+* DELETE puts a delete under the old tuple's identity.
+
+Unchanged TOAST columns (``'u'``) carry no value. They are filled, in this order, from the
+old tuple when it holds every column (FULL), then from an earlier change of the same row
+in this step; what is left stays *kept*: the row's ``keep`` set names the columns the
+MERGE must leave as they are in the target (invariant 7). When a row with kept columns
+moved to a new identity, ``moved_from`` names the target row that holds their values,
+because the row under the new identity does not exist yet. An update whose kept values
+exist nowhere in the target is a TOAST anomaly that the executor counts; it never writes a
+placeholder.
+
+Identity (``Identity``):
+
+* ``key``: the columns the relation flags as key (REPLICA IDENTITY DEFAULT / INDEX), or
+  the configured key (``SinkSettings.keys``) when the relation flags none.
+* ``all_columns``: REPLICA IDENTITY FULL without a configured key (pgoutput flags every
+  column then). Rows are matched on every column, so identical duplicate rows in the
+  source table collapse into one Delta row.
+* ``ordinal``: no key at all (REPLICA IDENTITY NOTHING, or DEFAULT on a table without
+  primary key) and none configured. PostgreSQL only publishes inserts for such tables;
+  each insert is identified by its commit LSN and its ordinal in the transaction, which
+  makes a replayed insert recognisable. UPDATE and DELETE there are an error.
+
+Every planned row carries the commit LSN and commit time of its last change; the MERGE
+compares them with the target's to make replays harmless (invariant 2).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final, Literal, TypeVar
+
+from decoder.changes import Change, MessageChange, RowChange, TruncateChange
+from decoder.lsn import Lsn, format_lsn, pg_timestamp_to_datetime
+from decoder.messages import ColumnKind, Relation, TupleData
+from decoder.values import UNCHANGED_TOAST, ValueDecoder
+from sink.base import Batch, SinkDataError
+from sink.typemap import DeltaType, UnrepresentableValueError, ValueForm, delta_type, to_delta_value
+
+Identity = Literal["key", "all_columns", "ordinal"]
+RowOperation = Literal["insert", "update", "delete"]
+
+HELPER_PREFIX: Final = "__w2d_"
+"""Prefix of the source-only helper columns of a MERGE; no table column may start with it."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanColumn:
+    """One source column as the plan and the Delta table see it."""
+
+    name: str
+    type_oid: int
+    type_modifier: int
+    delta: DeltaType
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRow:
+    """The folded outcome for one identity value inside a merge step.
+
+    Attributes:
+        delete: the row must not exist after the step (or, with soft deletes, be flagged).
+        values: Delta values in step column order; None where ``keep`` names the column.
+        keep: indexes of the columns the MERGE leaves as they are in the target.
+        moved_from: the identity values of the target row that holds the kept columns,
+            when the row moved to a new identity in this step; None otherwise.
+        lsn: commit LSN of the row's last change.
+        commit_time: commit time of that change (UTC).
+        ordinal: ordinal of that change in its transaction.
+    """
+
+    delete: bool
+    values: tuple[object, ...]
+    keep: frozenset[int]
+    moved_from: tuple[object, ...] | None
+    lsn: Lsn
+    commit_time: datetime
+    ordinal: int
+
+
+@dataclass(frozen=True, slots=True)
+class MergeStep:
+    """Rows of one relation shape to merge into the table in one MERGE.
+
+    Attributes:
+        columns: the relation's columns, in relation order.
+        identity: how rows are matched (see the module docstring).
+        match_indexes: indexes into ``columns`` of the identity columns (empty for
+            ``ordinal``, which matches on the LSN and ordinal metadata columns).
+        rows: at most one row per identity value.
+    """
+
+    columns: tuple[PlanColumn, ...]
+    identity: Identity
+    match_indexes: tuple[int, ...]
+    rows: tuple[PlannedRow, ...]
+
+    @property
+    def match_columns(self) -> tuple[PlanColumn, ...]:
+        """The identity columns."""
+        return tuple(self.columns[i] for i in self.match_indexes)
+
+    @property
+    def kept_indexes(self) -> tuple[int, ...]:
+        """Indexes of the columns that some row keeps, in column order."""
+        kept: set[int] = set()
+        for row in self.rows:
+            kept |= row.keep
+        return tuple(sorted(kept))
+
+    @property
+    def has_moved_keeps(self) -> bool:
+        """Whether a row must read kept columns from another target row."""
+        return any(row.moved_from is not None for row in self.rows)
+
+
+@dataclass(frozen=True, slots=True)
+class TruncateStep:
+    """Remove every target row whose LSN is at or below ``lsn``."""
+
+    lsn: Lsn
+    commit_time: datetime
+
+
+Step = MergeStep | TruncateStep
+
+
+@dataclass(frozen=True, slots=True)
+class MergePlan:
+    """Everything a batch does to one table, in order.
+
+    Attributes:
+        schema: source schema name.
+        table: source table name.
+        columns: every column any step writes (latest type wins), for creating the table
+            and adding columns.
+        uses_ordinal: some step matches on the ordinal metadata column.
+        steps: applied in order.
+        counts: row changes of the batch for this table by operation.
+    """
+
+    schema: str
+    table: str
+    columns: tuple[PlanColumn, ...]
+    uses_ordinal: bool
+    steps: tuple[Step, ...]
+    counts: Mapping[str, int]
+
+    @property
+    def qualified_name(self) -> str:
+        """``schema.table``."""
+        return f"{self.schema}.{self.table}"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """The plans of every table a batch touches, plus its logical decoding messages."""
+
+    tables: tuple[MergePlan, ...]
+    messages: tuple[MessageChange, ...]
+
+
+def plan_batch(
+    batch: Batch,
+    *,
+    keys: Mapping[str, Sequence[str]] | None = None,
+    reserved_columns: Iterable[str] = (),
+    decoder: ValueDecoder | None = None,
+) -> BatchPlan:
+    """Plan a batch.
+
+    Args:
+        batch: the changes, in commit then ordinal order.
+        keys: configured identity columns per qualified table name, used when the relation
+            flags no key column.
+        reserved_columns: metadata column names no source column may use.
+        decoder: the value decoder to reuse (one per sink keeps its loader cache warm).
+
+    Returns:
+        One ``MergePlan`` per table in order of first appearance, and the messages.
+
+    Raises:
+        SinkDataError: a change cannot be applied as the table's identity stands (update
+            or delete without identity, a key column missing), a column name collides
+            with a metadata column, or a value cannot be stored in its Delta type.
+    """
+    planner = _Planner(
+        keys=keys or {},
+        reserved=frozenset(reserved_columns),
+        decoder=decoder or ValueDecoder(),
+    )
+    messages: list[MessageChange] = []
+    for change in batch.changes:
+        planner.add(change, messages)
+    return BatchPlan(tables=planner.plans(), messages=tuple(messages))
+
+
+# --- folding ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    columns: tuple[PlanColumn, ...]
+    identity: Identity
+    match_indexes: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class _Row:
+    delete: bool
+    values: list[object]
+    moved_from: tuple[object, ...] | None
+    lsn: Lsn
+    commit_time: datetime
+    ordinal: int
+
+    def freeze(self) -> PlannedRow:
+        keep = frozenset(i for i, v in enumerate(self.values) if v is UNCHANGED_TOAST)
+        return PlannedRow(
+            delete=self.delete,
+            values=tuple(None if v is UNCHANGED_TOAST else v for v in self.values),
+            keep=keep,
+            moved_from=self.moved_from if keep else None,
+            lsn=self.lsn,
+            commit_time=self.commit_time,
+            ordinal=self.ordinal,
+        )
+
+
+@dataclass(slots=True)
+class _OpenStep:
+    shape: _Shape
+    rows: dict[tuple[object, ...], _Row] = field(default_factory=dict)
+
+    def freeze(self) -> MergeStep:
+        return MergeStep(
+            columns=self.shape.columns,
+            identity=self.shape.identity,
+            match_indexes=self.shape.match_indexes,
+            rows=tuple(row.freeze() for row in self.rows.values()),
+        )
+
+
+@dataclass(slots=True)
+class _TablePlan:
+    schema: str
+    table: str
+    steps: list[Step | _OpenStep] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=lambda: {"insert": 0, "update": 0, "delete": 0})
+
+    def open_step(self, shape: _Shape) -> _OpenStep:
+        last = self.steps[-1] if self.steps else None
+        if isinstance(last, _OpenStep) and last.shape == shape:
+            return last
+        step = _OpenStep(shape)
+        self.steps.append(step)
+        return step
+
+    def freeze(self) -> MergePlan:
+        steps = tuple(s.freeze() if isinstance(s, _OpenStep) else s for s in self.steps)
+        columns: dict[str, PlanColumn] = {}
+        for step in steps:
+            if isinstance(step, MergeStep):
+                for column in step.columns:
+                    columns[column.name] = column
+        return MergePlan(
+            schema=self.schema,
+            table=self.table,
+            columns=tuple(columns.values()),
+            uses_ordinal=any(isinstance(s, MergeStep) and s.identity == "ordinal" for s in steps),
+            steps=steps,
+            counts=dict(self.counts),
+        )
+
+
+class _Planner:
+    def __init__(
+        self,
+        *,
+        keys: Mapping[str, Sequence[str]],
+        reserved: frozenset[str],
+        decoder: ValueDecoder,
+    ) -> None:
+        self._keys = keys
+        self._reserved = reserved
+        self._decoder = decoder
+        self._tables: dict[tuple[str, str], _TablePlan] = {}
+        self._shapes: dict[Relation, _Shape] = {}
+
+    def plans(self) -> tuple[MergePlan, ...]:
+        return tuple(table.freeze() for table in self._tables.values())
+
+    def _table(self, relation: Relation) -> _TablePlan:
+        name = (relation.schema_name, relation.relation_name)
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = _TablePlan(*name)
+        return table
+
+    def add(self, change: Change, messages: list[MessageChange]) -> None:
+        match change:
+            case MessageChange():
+                messages.append(change)
+            case TruncateChange():
+                step = TruncateStep(change.commit_lsn, pg_timestamp_to_datetime(change.commit_time))
+                for relation in change.relations:
+                    self._table(relation).steps.append(step)
+            case RowChange():
+                self._add_row(change)
+
+    # --- shapes ----------------------------------------------------------------------------
+
+    def _shape(self, relation: Relation) -> _Shape:
+        shape = self._shapes.get(relation)
+        if shape is None:
+            shape = self._shapes[relation] = self._build_shape(relation)
+        return shape
+
+    def _build_shape(self, relation: Relation) -> _Shape:
+        names = [column.name for column in relation.columns]
+        _check_column_names(relation.qualified_name, names, self._reserved)
+        columns = tuple(
+            PlanColumn(c.name, c.type_oid, c.type_modifier, delta_type(c.type_oid, c.type_modifier))
+            for c in relation.columns
+        )
+        configured = self._keys.get(relation.qualified_name)
+        flagged = [i for i, c in enumerate(relation.columns) if c.is_key]
+        identity: Identity
+        if relation.replica_identity == "f" or not flagged:
+            # pgoutput flags every column under FULL, so a flag says nothing there.
+            if configured:
+                missing = [name for name in configured if name not in names]
+                if missing:
+                    raise SinkDataError(
+                        f"configured key of {relation.qualified_name} names columns the "
+                        f"table does not publish: {', '.join(missing)}; fix sink.keys"
+                    )
+                identity, match = "key", tuple(names.index(name) for name in configured)
+            elif relation.replica_identity == "f":
+                identity, match = "all_columns", tuple(range(len(columns)))
+            else:
+                identity, match = "ordinal", ()
+        else:
+            identity, match = "key", tuple(flagged)
+        return _Shape(columns, identity, match)
+
+    # --- values ----------------------------------------------------------------------------
+
+    def _decode(self, change: RowChange, shape: _Shape, data: TupleData) -> list[object]:
+        relation = change.relation
+        if len(data.values) != len(shape.columns):
+            raise SinkDataError(
+                f"a tuple of {relation.qualified_name} has {len(data.values)} columns but its "
+                f"relation has {len(shape.columns)} (commit {format_lsn(change.commit_lsn)})"
+            )
+        out: list[object] = []
+        for column, value in zip(shape.columns, data.values, strict=True):
+            kind = value.kind
+            if kind is ColumnKind.NULL:
+                out.append(None)
+            elif kind is ColumnKind.UNCHANGED_TOAST:
+                out.append(UNCHANGED_TOAST)
+            else:
+                out.append(self._convert(change, column, kind, value.data))
+        return out
+
+    def _convert(
+        self, change: RowChange, column: PlanColumn, kind: ColumnKind, data: bytes | None
+    ) -> object:
+        where = (
+            f"column {column.name!r} of {change.relation.qualified_name} "
+            f"(type OID {column.type_oid}, commit {format_lsn(change.commit_lsn)})"
+        )
+        try:
+            if kind is ColumnKind.TEXT and column.delta.form is ValueForm.TEXT:
+                # The text protocol already sends PostgreSQL's text form: keep it exactly.
+                assert data is not None
+                return data.decode("utf-8")
+            loaded = self._decoder.decode_value(column.type_oid, kind, data)
+            return to_delta_value(column.delta, loaded)
+        except UnrepresentableValueError as exc:
+            raise SinkDataError(f"cannot store a value of {where}: {exc}") from exc
+        except Exception as exc:
+            # The loader's message may quote the value; it stays in the chained exception.
+            raise SinkDataError(
+                f"cannot convert a value of {where} to {column.delta.spark_sql} "
+                f"({type(exc).__name__}); see the chained error"
+            ) from exc
+
+    # --- folding ---------------------------------------------------------------------------
+
+    def _add_row(self, change: RowChange) -> None:
+        relation = change.relation
+        table = self._table(relation)
+        table.counts[change.op] += 1
+        shape = self._shape(relation)
+        step = table.open_step(shape)
+        commit_time = pg_timestamp_to_datetime(change.commit_time)
+        if change.op == "insert":
+            new = self._decode(change, shape, _required(change.new, change, "new"))
+            identity = self._identity(change, shape, new)
+            step.rows[identity] = _Row(
+                False, new, None, change.commit_lsn, commit_time, change.ordinal
+            )
+            return
+        if shape.identity == "ordinal":
+            raise SinkDataError(
+                f"{change.op.upper()} on {relation.qualified_name}, which has no replica "
+                "identity key: configure its key in sink.keys or give the table a primary key "
+                "or REPLICA IDENTITY FULL"
+            )
+        old = self._decode(change, shape, change.old) if change.old is not None else None
+        if change.op == "delete":
+            old = _required(old, change, "old")
+            identity = self._identity(change, shape, old)
+            step.rows[identity] = _Row(
+                True, _without_unchanged(old), None, change.commit_lsn, commit_time, change.ordinal
+            )
+            return
+        new = self._decode(change, shape, _required(change.new, change, "new"))
+        if old is not None:
+            full_old = change.old_kind == "O"
+            for i in range(len(new)):
+                if new[i] is UNCHANGED_TOAST and (full_old or i in shape.match_indexes):
+                    new[i] = old[i]
+        old_identity = self._identity(change, shape, old if old is not None else new)
+        new_identity = self._identity(change, shape, new)
+        prior = step.rows.get(old_identity)
+        moved_from: tuple[object, ...] | None = None
+        if prior is not None and not prior.delete:
+            # An earlier change of this row in the step fills what this one did not send.
+            for i, value in enumerate(new):
+                if value is UNCHANGED_TOAST:
+                    new[i] = prior.values[i]
+            moved_from = prior.moved_from
+        if old_identity != new_identity:
+            if moved_from is None and any(v is UNCHANGED_TOAST for v in new):
+                assert old is not None
+                moved_from = tuple(old[i] for i in shape.match_indexes)
+            step.rows[old_identity] = _Row(
+                True,
+                _without_unchanged(old if old is not None else new),
+                None,
+                change.commit_lsn,
+                commit_time,
+                change.ordinal,
+            )
+        step.rows.pop(new_identity, None)
+        step.rows[new_identity] = _Row(
+            False, new, moved_from, change.commit_lsn, commit_time, change.ordinal
+        )
+
+    def _identity(
+        self, change: RowChange, shape: _Shape, values: Sequence[object]
+    ) -> tuple[object, ...]:
+        """The dictionary key of a row: its identity values, made hashable."""
+        if shape.identity == "ordinal":
+            return (change.commit_lsn, change.ordinal)
+        out: list[object] = []
+        for i in shape.match_indexes:
+            value = values[i]
+            if value is UNCHANGED_TOAST:
+                raise SinkDataError(
+                    f"identity column {shape.columns[i].name!r} of "
+                    f"{change.relation.qualified_name} arrived as unchanged TOAST without an "
+                    f"old value (commit {format_lsn(change.commit_lsn)}); the change cannot "
+                    "be matched"
+                )
+            out.append(hashable(value))
+        return tuple(out)
+
+
+_DELTA_INVALID_CHARACTERS: Final = frozenset(" ,;{}()\n\t=")
+
+
+def _check_column_names(table: str, names: Sequence[str], reserved: frozenset[str]) -> None:
+    """Reject names Delta cannot hold or that clash with ours, before anything is written."""
+    seen: dict[str, str] = {}
+    for name in names:
+        if name in reserved or name.startswith(HELPER_PREFIX):
+            raise SinkDataError(
+                f"column {name!r} of {table} collides with a wal2delta metadata column; "
+                "rename the metadata columns in the sink configuration"
+            )
+        if _DELTA_INVALID_CHARACTERS.intersection(name):
+            # Delta tables without column mapping reject these characters in Spark.
+            raise SinkDataError(
+                f"column {name!r} of {table} contains a character Delta does not allow in "
+                "column names (space or one of ,;{}()=, tab, newline); rename the column"
+            )
+        folded = name.lower()
+        if folded in seen:
+            # Spark resolves column names case-insensitively.
+            raise SinkDataError(
+                f"columns {seen[folded]!r} and {name!r} of {table} differ only in case, which "
+                "Spark cannot tell apart; rename one of them"
+            )
+        seen[folded] = name
+
+
+def hashable(value: object) -> object:
+    """A dictionary-key form of a Delta value that compares as Spark's ``<=>`` does.
+
+    Lists become tuples, and NaN, which Spark treats as equal to itself in comparisons,
+    becomes one marker.
+    """
+    if isinstance(value, list):
+        return tuple(hashable(v) for v in value)
+    if isinstance(value, float) and math.isnan(value):
+        return _NAN
+    return value
+
+
+class _NaN:
+    def __repr__(self) -> str:
+        return "NaN"
+
+
+_NAN: Final = _NaN()
+
+
+def _without_unchanged(values: Sequence[object]) -> list[object]:
+    return [None if v is UNCHANGED_TOAST else v for v in values]
+
+
+_T = TypeVar("_T")
+
+
+def _required(value: _T | None, change: RowChange, which: str) -> _T:
+    if value is None:
+        raise SinkDataError(
+            f"{change.op.upper()} on {change.relation.qualified_name} without its {which} "
+            f"tuple (commit {format_lsn(change.commit_lsn)}); the change cannot be applied"
+        )
+    return value

@@ -1,0 +1,256 @@
+"""The process's Spark session, and the translation of Spark errors into ``SinkError``.
+
+Theory of operation
+-------------------
+wal2delta uses one ``SparkSession`` per process (ARCHITECTURE, Spark), built from
+``SparkSettings``:
+
+* ``embedded`` (default): a Sail Spark Connect server (``pysail``) runs inside this
+  process, bound to 127.0.0.1 on a free port, and the session connects to it over Spark
+  Connect. ``stop_spark_session`` stops the session and then the server.
+* ``connect``: a remote Spark Connect server at ``SparkSettings.url``.
+* ``classic``: a local JVM with the delta-spark jars, configured with
+  ``configure_spark_with_delta_pip``. It needs Java and the jars from Maven (or a
+  pre-filled Ivy cache), which the test machines do not have, so this path is written
+  with care but is not exercised by the tests.
+
+Spark sessions are created with ``builder.create()``, never ``getOrCreate()``: a Spark
+Connect builder would hand back a session that is already open to another server.
+
+The session time zone defaults to UTC. wal2delta ships timestamps with an explicit schema
+(instants as ``TIMESTAMP``, wall-clock values as ``TIMESTAMP_NTZ``), so values do not
+depend on it, but anything rendered by Spark itself (casts, logs) is then unambiguous.
+
+Errors: every call into Spark from ``sink`` runs inside ``engine_errors``, the one place
+where pyspark, Spark Connect (gRPC), py4j and Sail errors become ``SinkError`` subclasses
+(the httpcore ``map_exceptions`` pattern). Connectivity and concurrent-commit failures are
+retryable; data errors (casts, overflow, invalid values) are ``SinkDataError``; anything
+else is a terminal ``SinkError``. The engine's message is never copied into ours - it may
+quote row values - but stays attached as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Final
+
+from sink.base import SinkDataError, SinkError, SinkRetryableError
+from sink.settings import SparkSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_CONF: Final[Mapping[str, str]] = {"spark.sql.session.timeZone": "UTC"}
+EMBEDDED_HOST: Final = "127.0.0.1"
+_DELTA_EXTENSION: Final = "io.delta.sql.DeltaSparkSessionExtension"
+_DELTA_CATALOG: Final = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+# Sessions started in embedded mode, so stop_spark_session can stop their server too.
+_embedded_servers: dict[int, object] = {}
+_servers_lock = threading.Lock()
+
+
+def _import_pyspark_connect() -> None:
+    """Import pyspark's Spark Connect client, silencing its pandas version notice.
+
+    pyspark 4.2 warns (FutureWarning) that it does not fully support pandas 3 when its
+    Connect client is imported. wal2delta ships Arrow tables and never goes through
+    pandas, so the notice does not apply; it would otherwise turn into an error wherever
+    warnings are errors (the test suite).
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
+        )
+        import pyspark.sql.connect.session  # noqa: F401, PLC0415
+
+
+def create_spark_session(settings: SparkSettings) -> SparkSession:
+    """Create the process's Spark session as configured.
+
+    Args:
+        settings: engine mode, Connect URL and extra Spark settings.
+
+    Returns:
+        A new session; give it back to ``stop_spark_session`` when done.
+
+    Raises:
+        SinkError: the engine could not be started or reached (retryable when it was a
+            connectivity problem).
+    """
+    conf = {**DEFAULT_CONF, **settings.conf}
+    with engine_errors("starting the Spark session"):
+        match settings.mode:
+            case "embedded":
+                return _create_embedded(conf)
+            case "connect":
+                if not settings.url:
+                    raise SinkError("sink.spark.url is required when sink.spark.mode is connect")
+                return _create_connect(settings.url, conf)
+            case "classic":
+                return _create_classic(conf)
+
+
+def _create_connect(url: str, conf: Mapping[str, str]) -> SparkSession:
+    _import_pyspark_connect()
+    from pyspark.sql import SparkSession  # noqa: PLC0415 - heavy import, only when used
+
+    builder = SparkSession.builder.remote(url)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session: SparkSession = builder.create()
+    return session
+
+
+def _create_embedded(conf: Mapping[str, str]) -> SparkSession:
+    from pysail.spark import SparkConnectServer  # noqa: PLC0415 - heavy import, only when used
+
+    server = SparkConnectServer(EMBEDDED_HOST, 0)
+    server.start(background=True)
+    address = server.listening_address
+    if address is None:
+        server.stop()
+        raise SinkError("the embedded Sail Spark Connect server did not start listening")
+    host, port = address
+    try:
+        session = _create_connect(f"sc://{host}:{port}", conf)
+    except BaseException:
+        server.stop()
+        raise
+    with _servers_lock:
+        _embedded_servers[id(session)] = server
+    return session
+
+
+def _create_classic(conf: Mapping[str, str]) -> SparkSession:
+    from delta import configure_spark_with_delta_pip  # noqa: PLC0415 - needs a JVM
+    from pyspark.sql import SparkSession  # noqa: PLC0415
+
+    builder = (
+        SparkSession.builder.master("local[*]")
+        .appName("wal2delta")
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config(
+            "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+        )
+    )
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session: SparkSession = configure_spark_with_delta_pip(builder).getOrCreate()
+    return session
+
+
+def stop_spark_session(spark: SparkSession) -> None:
+    """Stop a session made by ``create_spark_session`` and, if embedded, its server.
+
+    Safe to call twice.
+    """
+    with _servers_lock:
+        server = _embedded_servers.pop(id(spark), None)
+    try:
+        spark.stop()
+    finally:
+        if server is not None:
+            server.stop()  # type: ignore[attr-defined]
+
+
+# --- error translation ---------------------------------------------------------------------
+
+_RETRYABLE_GRPC_CODES: Final = frozenset(
+    {"UNAVAILABLE", "DEADLINE_EXCEEDED", "ABORTED", "RESOURCE_EXHAUSTED"}
+)
+# Delta's optimistic-concurrency failures (ConcurrentAppendException and friends, delta-rs's
+# CommitConflictError variants) mean another writer committed first; applying the batch
+# again is the documented remedy. Only these exact names count: a generic word such as
+# "concurrent" could come from a row value quoted in a data error.
+_RETRYABLE_MARKERS: Final = (
+    "ConcurrentAppend",
+    "ConcurrentDeleteRead",
+    "ConcurrentDeleteDelete",
+    "ConcurrentTransaction",
+    "ConcurrentWrite",
+    "MetadataChangedException",
+    "ProtocolChangedException",
+    "CommitConflict",
+    "VersionAlreadyExists",
+)
+_DATA_ERROR_CLASSES: Final = frozenset(
+    {
+        "ArithmeticException",
+        "NumberFormatException",
+        "DateTimeException",
+        "IllegalArgumentException",
+        "SparkUpgradeException",
+        "ArrowInvalid",
+        "ArrowTypeError",
+    }
+)
+
+
+def _grpc_code(exc: BaseException) -> str | None:
+    get_code = getattr(exc, "getGrpcStatusCode", None) or getattr(exc, "code", None)
+    if get_code is None or not callable(get_code):
+        return None
+    try:
+        code = get_code()
+    except Exception:
+        return None
+    name = getattr(code, "name", None)
+    return name if isinstance(name, str) else None
+
+
+def _condition(exc: BaseException) -> str | None:
+    get_condition = getattr(exc, "getCondition", None)
+    if get_condition is None:
+        return None
+    try:
+        condition = get_condition()
+    except Exception:
+        return None
+    return condition if isinstance(condition, str) else None
+
+
+def classify_engine_error(exc: BaseException, action: str) -> SinkError:
+    """Map an error raised by the Spark engine to the matching ``SinkError``.
+
+    Args:
+        exc: what pyspark, gRPC, py4j or Sail raised.
+        action: what the sink was doing, for the message ("merging into public.t").
+
+    Returns:
+        The error to raise (``from exc``), retryable or not.
+    """
+    kind = type(exc).__name__
+    condition = _condition(exc)
+    detail = kind if condition is None else f"{kind}, {condition}"
+    code = _grpc_code(exc)
+    text = str(exc)
+    if code in _RETRYABLE_GRPC_CODES or isinstance(exc, ConnectionError | TimeoutError):
+        return SinkRetryableError(
+            f"the Spark engine could not be reached while {action} ({detail}); "
+            "the batch will be replayed"
+        )
+    if any(marker in text or marker in kind for marker in _RETRYABLE_MARKERS):
+        return SinkRetryableError(
+            f"a concurrent commit conflicted while {action} ({detail}); the batch will be replayed"
+        )
+    if kind in _DATA_ERROR_CLASSES or any(name in text for name in _DATA_ERROR_CLASSES):
+        return SinkDataError(
+            f"the Spark engine rejected the data while {action} ({detail}); see the chained "
+            "error for the column and value"
+        )
+    return SinkError(f"the Spark engine failed while {action} ({detail}); see the chained error")
+
+
+@contextmanager
+def engine_errors(action: str) -> Iterator[None]:
+    """Translate engine errors raised inside the block into ``SinkError`` subclasses."""
+    try:
+        yield
+    except SinkError:
+        raise
+    except Exception as exc:
+        raise classify_engine_error(exc, action) from exc

@@ -1,0 +1,298 @@
+"""Render the Spark SQL that applies a plan: MERGE, TRUNCATE and the TOAST anomaly count.
+
+Theory of operation
+-------------------
+Every statement names its columns explicitly and quotes every identifier with backticks,
+and targets a path-based table (``delta.`/lake/schema/table```). That subset runs
+unchanged on Sail and on Spark 4 with Delta (ARCHITECTURE, Spark). Statements that Sail
+does not run (``CREATE TABLE delta.`path```, ``ALTER TABLE ... ADD COLUMNS``, correlated
+``NOT EXISTS``) are not used; table creation and column addition go through the
+DataFrame writer in ``delta.py``.
+
+The source of a MERGE is a temporary view holding one row per ``PlannedRow``: the step's
+columns, the LSN and commit time metadata columns, and helper columns whose names start
+with ``__w2d_``:
+
+* ``__w2d_delete``: the row is a delete.
+* ``__w2d_keep_<i>``: column ``i`` of the step is unchanged TOAST for this row; the MERGE
+  keeps the target's value (``CASE WHEN s.keep THEN t.c ELSE s.c END``), and a row that
+  keeps anything is never inserted, because its value exists nowhere else.
+* ``__w2d_moved`` and ``__w2d_from_<j>``: the row moved to a new identity in this batch
+  and its kept columns live in the target row whose identity is ``__w2d_from_*``. A left
+  join against the target fills them before the MERGE (MERGE reads its source from the
+  snapshot before the merge, so the old row is still there even though the same MERGE
+  deletes it).
+
+Replay guard: a target row is updated or deleted only when its LSN is at or below the
+source row's (``t.lsn <= s.lsn``), so replaying an older transaction never regresses a row
+(invariant 2). Equal LSNs must pass: a batch replayed after a crash carries the same LSNs
+as the rows it wrote. Rows are matched with the null-safe ``<=>``, because REPLICA
+IDENTITY FULL and configured keys may hold NULLs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from sink.plan import HELPER_PREFIX, MergeStep
+from sink.settings import SinkSettings
+
+DELETE_FLAG: Final = f"{HELPER_PREFIX}delete"
+MOVED_FLAG: Final = f"{HELPER_PREFIX}moved"
+ANOMALY_COUNT: Final = "toast_anomalies"
+
+
+def keep_flag(index: int) -> str:
+    """Name of the helper column flagging column ``index`` of a step as kept."""
+    return f"{HELPER_PREFIX}keep_{index}"
+
+
+def moved_from_column(position: int) -> str:
+    """Name of the helper column holding identity column ``position`` of a moved row's origin."""
+    return f"{HELPER_PREFIX}from_{position}"
+
+
+def quote(identifier: str) -> str:
+    """Quote an identifier for Spark SQL: backticks, with embedded backticks doubled."""
+    return "`" + identifier.replace("`", "``") + "`"
+
+
+def delta_table(path: str) -> str:
+    """A path-based Delta table reference, ``delta.`<path>```."""
+    return "delta." + quote(path)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataColumns:
+    """The names of the metadata columns and whether deletes are soft."""
+
+    lsn: str
+    commit_time: str
+    deleted: str
+    ordinal: str
+    soft_delete: bool
+
+    @classmethod
+    def from_settings(cls, settings: SinkSettings) -> MetadataColumns:
+        """Take the names from the sink settings."""
+        return cls(
+            lsn=settings.lsn_column,
+            commit_time=settings.commit_time_column,
+            deleted=settings.deleted_column,
+            ordinal=settings.ordinal_column,
+            soft_delete=settings.soft_delete,
+        )
+
+    @property
+    def reserved(self) -> tuple[str, ...]:
+        """Every metadata column name; source columns may not use them."""
+        return (self.lsn, self.commit_time, self.deleted, self.ordinal)
+
+
+def _col(alias: str, name: str) -> str:
+    return f"{alias}.{quote(name)}"
+
+
+def _match_condition(step: MergeStep, meta: MetadataColumns, target: str, source: str) -> str:
+    if step.identity == "ordinal":
+        names = [meta.lsn, meta.ordinal]
+    else:
+        names = [column.name for column in step.match_columns]
+    return " AND ".join(f"{_col(target, n)} <=> {_col(source, n)}" for n in names)
+
+
+def _any_kept(step: MergeStep, alias: str) -> str | None:
+    kept = step.kept_indexes
+    if not kept:
+        return None
+    flags = " OR ".join(_col(alias, keep_flag(i)) for i in kept)
+    return f"({flags})" if len(kept) > 1 else flags
+
+
+def source_columns(step: MergeStep, meta: MetadataColumns) -> tuple[str, ...]:
+    """The columns of the source view of ``step``, in the order ``delta.py`` builds them."""
+    names = [column.name for column in step.columns]
+    names += [meta.lsn, meta.commit_time]
+    if step.identity == "ordinal":
+        names.append(meta.ordinal)
+    names.append(DELETE_FLAG)
+    names += [keep_flag(i) for i in step.kept_indexes]
+    if step.has_moved_keeps:
+        names.append(MOVED_FLAG)
+        names += [moved_from_column(j) for j in range(len(step.match_indexes))]
+    return tuple(names)
+
+
+def _resolved_source(step: MergeStep, meta: MetadataColumns, target: str, view: str) -> str:
+    """The MERGE source: the view itself, or the view with moved rows' kept values filled."""
+    if not step.has_moved_keeps:
+        return quote(view)
+    kept = set(step.kept_indexes)
+    select: list[str] = []
+    for index, column in enumerate(step.columns):
+        if index in kept:
+            flag = _col("s", keep_flag(index))
+            found = f"{_col('m', meta.lsn)} IS NOT NULL"
+            select.append(
+                f"CASE WHEN {flag} AND {found} THEN {_col('m', column.name)} "
+                f"ELSE {_col('s', column.name)} END AS {quote(column.name)}"
+            )
+        else:
+            select.append(_col("s", column.name))
+    select += [_col("s", meta.lsn), _col("s", meta.commit_time), _col("s", DELETE_FLAG)]
+    for index in step.kept_indexes:
+        flag = keep_flag(index)
+        select.append(f"{_col('s', flag)} AND {_col('m', meta.lsn)} IS NULL AS {quote(flag)}")
+    join = [_col("s", MOVED_FLAG)]
+    join += [
+        f"{_col('m', column.name)} <=> {_col('s', moved_from_column(j))}"
+        for j, column in enumerate(step.match_columns)
+    ]
+    join.append(f"{_col('m', meta.lsn)} <= {_col('s', meta.lsn)}")
+    columns = ",\n    ".join(select)
+    return (
+        f"(\n  SELECT\n    {columns}\n  FROM {quote(view)} AS s\n"
+        f"  LEFT JOIN {target} AS m\n    ON {' AND '.join(join)}\n)"
+    )
+
+
+def render_merge(step: MergeStep, meta: MetadataColumns, *, target: str, view: str) -> str:
+    """Render the MERGE that applies one merge step.
+
+    Args:
+        step: the planned rows and their shape.
+        meta: metadata column names and the delete mode.
+        target: the target table reference (``delta_table(path)``).
+        view: the temporary view holding ``source_columns(step, meta)``.
+
+    Returns:
+        One ``MERGE INTO`` statement.
+    """
+    guard = f"{_col('t', meta.lsn)} <= {_col('s', meta.lsn)}"
+    is_delete = _col("s", DELETE_FLAG)
+    lines = [
+        f"MERGE INTO {target} AS t",
+        f"USING {_resolved_source(step, meta, target, view)} AS s",
+        f"ON {_match_condition(step, meta, 't', 's')}",
+    ]
+    if step.identity != "ordinal":
+        stamp = [
+            f"{_col('t', meta.lsn)} = {_col('s', meta.lsn)}",
+            f"{_col('t', meta.commit_time)} = {_col('s', meta.commit_time)}",
+        ]
+        if meta.soft_delete:
+            tombstone = [f"{_col('t', meta.deleted)} = true", *stamp]
+            lines.append(
+                f"WHEN MATCHED AND {is_delete} AND {guard} THEN UPDATE SET " + ", ".join(tombstone)
+            )
+        else:
+            lines.append(f"WHEN MATCHED AND {is_delete} AND {guard} THEN DELETE")
+        kept = set(step.kept_indexes)
+        assignments = []
+        for index, column in enumerate(step.columns):
+            target_column, source_column = _col("t", column.name), _col("s", column.name)
+            if index in kept:
+                flag = _col("s", keep_flag(index))
+                value = f"CASE WHEN {flag} THEN {target_column} ELSE {source_column} END"
+            else:
+                value = source_column
+            assignments.append(f"{target_column} = {value}")
+        assignments += stamp
+        if meta.soft_delete:
+            assignments.append(f"{_col('t', meta.deleted)} = false")
+        lines.append(
+            f"WHEN MATCHED AND NOT {is_delete} AND {guard} THEN UPDATE SET\n  "
+            + ",\n  ".join(assignments)
+        )
+    insert_names = [column.name for column in step.columns] + [meta.lsn, meta.commit_time]
+    insert_values = [_col("s", name) for name in insert_names]
+    if step.identity == "ordinal":
+        insert_names.append(meta.ordinal)
+        insert_values.append(_col("s", meta.ordinal))
+    if meta.soft_delete:
+        # A delete of a row the target does not hold leaves a tombstone, so replaying the
+        # older insert later cannot bring the row back.
+        insert_names.append(meta.deleted)
+        insert_values.append(is_delete)
+        conditions = []
+    else:
+        conditions = [f"NOT {is_delete}"]
+    any_kept = _any_kept(step, "s")
+    if any_kept is not None:
+        conditions.append(f"NOT {any_kept}")
+    when = " AND ".join(["WHEN NOT MATCHED", *conditions])
+    lines.append(
+        f"{when} THEN INSERT ({', '.join(quote(n) for n in insert_names)})\n"
+        f"  VALUES ({', '.join(insert_values)})"
+    )
+    return "\n".join(lines)
+
+
+def render_toast_anomaly_count(
+    step: MergeStep, meta: MetadataColumns, *, target: str, view: str
+) -> str | None:
+    """Count the rows whose kept (unchanged TOAST) columns exist nowhere in the target.
+
+    Returns:
+        A query returning one row with column ``toast_anomalies``, or None when no row of
+        the step keeps a column.
+    """
+    any_kept = _any_kept(step, "s")
+    if any_kept is None:
+        return None
+    source = _resolved_source(step, meta, target, view)
+    return (
+        f"SELECT count(*) AS {quote(ANOMALY_COUNT)}\n"
+        f"FROM (SELECT * FROM {source} AS s WHERE NOT {_col('s', DELETE_FLAG)} AND {any_kept})"
+        " AS s\n"
+        f"LEFT ANTI JOIN {target} AS t\n"
+        f"ON {_match_condition(step, meta, 't', 's')}"
+    )
+
+
+def render_truncate(lsn: int, meta: MetadataColumns, *, target: str, view: str) -> str:
+    """Remove (or flag) every target row written at or before ``lsn``.
+
+    Args:
+        lsn: the TRUNCATE's commit LSN.
+        meta: metadata column names and the delete mode.
+        target: the target table reference.
+        view: with soft deletes, a one-row view of the truncate's LSN and commit time
+            (``truncate_columns(meta)``); unused otherwise.
+    """
+    if not meta.soft_delete:
+        return f"DELETE FROM {target} WHERE {quote(meta.lsn)} <= {int(lsn)}"
+    return (
+        f"MERGE INTO {target} AS t\n"
+        f"USING {quote(view)} AS s\n"
+        f"ON {_col('t', meta.lsn)} <= {_col('s', meta.lsn)}\n"
+        f"WHEN MATCHED THEN UPDATE SET {_col('t', meta.deleted)} = true, "
+        f"{_col('t', meta.lsn)} = {_col('s', meta.lsn)}, "
+        f"{_col('t', meta.commit_time)} = {_col('s', meta.commit_time)}"
+    )
+
+
+def truncate_columns(meta: MetadataColumns) -> tuple[str, str]:
+    """Columns of the one-row view a soft TRUNCATE reads."""
+    return (meta.lsn, meta.commit_time)
+
+
+MESSAGE_COLUMNS: Final = ("message_lsn", "prefix", "content", "transactional")
+
+
+def render_messages_merge(meta: MetadataColumns, *, target: str, view: str) -> str:
+    """Insert logical decoding messages not yet in the messages table.
+
+    A message is identified by its own LSN (every ``pg_logical_emit_message`` writes its
+    own WAL record), so a replayed message is recognised and skipped.
+    """
+    names: Sequence[str] = (*MESSAGE_COLUMNS, meta.lsn, meta.commit_time)
+    return (
+        f"MERGE INTO {target} AS t\n"
+        f"USING {quote(view)} AS s\n"
+        f"ON {_col('t', 'message_lsn')} = {_col('s', 'message_lsn')}\n"
+        f"WHEN NOT MATCHED THEN INSERT ({', '.join(quote(n) for n in names)})\n"
+        f"  VALUES ({', '.join(_col('s', n) for n in names)})"
+    )

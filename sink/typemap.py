@@ -1,0 +1,390 @@
+"""PostgreSQL column types to Delta (Spark SQL) and Arrow types, and values to match.
+
+Theory of operation
+-------------------
+A column's Delta type is a pure function of its type OID and type modifier, read from two
+tables: ``_SCALARS`` for the types Delta holds natively and ``_ARRAYS`` for the array
+types whose element is one of them. Every other type - time, timetz, interval, uuid,
+json, jsonb, inet, money, bit strings, geometric types, ranges, enums, domains and
+extension types such as citext - is stored as a STRING holding PostgreSQL's own text form,
+which is lossless and is exactly what the text protocol sends.
+
+Each ``DeltaType`` carries a ``ValueForm`` that says how a decoded value becomes an Arrow
+value: ``NATIVE`` values (bool, int, float, str, bytes, date, datetime) go as they are,
+``DECIMAL`` values are checked to be finite, ``TEXT`` values become their PostgreSQL text
+form and ``ARRAY`` values are converted element by element.
+
+Decisions (see docs/decisions.md):
+
+* ``numeric(p, s)`` becomes ``DECIMAL(p, s)`` keeping precision and scale. Spark cannot
+  hold a negative scale or a scale above the precision, so ``numeric(2, -3)`` becomes
+  ``DECIMAL(5, 0)`` and ``numeric(3, 5)`` ``DECIMAL(5, 5)``: the same values, exactly.
+  Unconstrained ``numeric`` and anything needing more than 38 digits become STRING in
+  PostgreSQL's text form (``NaN`` and ``Infinity`` included), because a DECIMAL would
+  have to round.
+* ``timestamp`` (without time zone) becomes ``TIMESTAMP_NTZ``, which Sail and Spark 4
+  both support, so wall-clock values are stored without inventing a zone.
+  ``timestamptz`` becomes ``TIMESTAMP`` (an instant, stored in UTC).
+* ``oid`` becomes BIGINT because it is unsigned 32-bit.
+* Arrays map to ``ARRAY<element>`` only when their element maps natively (or is numeric);
+  other arrays are one STRING in PostgreSQL's array text form. Multi-dimensional values
+  cannot live in a one-level ARRAY column and are rejected when converted; array lower
+  bounds other than 1 are not kept (psycopg drops them).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import ipaddress
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Final
+from uuid import UUID
+
+import pyarrow as pa
+
+MAX_DECIMAL_PRECISION: Final = 38
+_VARHDRSZ: Final = 4
+
+
+class UnrepresentableValueError(ValueError):
+    """A value the Delta column cannot hold; the message names no row data."""
+
+
+class ValueForm(enum.Enum):
+    """How a decoded PostgreSQL value becomes a value of the Delta column."""
+
+    NATIVE = "native"
+    DECIMAL = "decimal"
+    TEXT = "text"
+    ARRAY = "array"
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaType:
+    """The Delta column type of one PostgreSQL column type.
+
+    Attributes:
+        spark_sql: the type in Spark SQL DDL (``DECIMAL(10,2)``, ``ARRAY<BIGINT>``).
+        arrow: the Arrow type used to ship values to Spark and to read them back.
+        form: how a decoded value is converted (see ``to_delta_value``).
+        element: the element type of an ``ARRAY`` form.
+    """
+
+    spark_sql: str
+    arrow: pa.DataType
+    form: ValueForm
+    element: DeltaType | None = None
+
+
+BOOLEAN: Final = DeltaType("BOOLEAN", pa.bool_(), ValueForm.NATIVE)
+SMALLINT: Final = DeltaType("SMALLINT", pa.int16(), ValueForm.NATIVE)
+INT: Final = DeltaType("INT", pa.int32(), ValueForm.NATIVE)
+BIGINT: Final = DeltaType("BIGINT", pa.int64(), ValueForm.NATIVE)
+FLOAT: Final = DeltaType("FLOAT", pa.float32(), ValueForm.NATIVE)
+DOUBLE: Final = DeltaType("DOUBLE", pa.float64(), ValueForm.NATIVE)
+STRING: Final = DeltaType("STRING", pa.string(), ValueForm.NATIVE)
+TEXT_FORM: Final = DeltaType("STRING", pa.string(), ValueForm.TEXT)
+BINARY: Final = DeltaType("BINARY", pa.binary(), ValueForm.NATIVE)
+DATE: Final = DeltaType("DATE", pa.date32(), ValueForm.NATIVE)
+TIMESTAMP: Final = DeltaType("TIMESTAMP", pa.timestamp("us", tz="UTC"), ValueForm.NATIVE)
+TIMESTAMP_NTZ: Final = DeltaType("TIMESTAMP_NTZ", pa.timestamp("us"), ValueForm.NATIVE)
+
+NUMERIC_OID: Final = 1700
+NUMERIC_ARRAY_OID: Final = 1231
+
+# Built-in type OIDs are fixed in PostgreSQL's catalog (pg_type.dat); the unit tests check
+# this table against psycopg's type registry.
+_SCALARS: Final[Mapping[int, tuple[str, DeltaType]]] = {
+    16: ("bool", BOOLEAN),
+    17: ("bytea", BINARY),
+    18: ("char", STRING),
+    19: ("name", STRING),
+    20: ("int8", BIGINT),
+    21: ("int2", SMALLINT),
+    23: ("int4", INT),
+    25: ("text", STRING),
+    26: ("oid", BIGINT),
+    700: ("float4", FLOAT),
+    701: ("float8", DOUBLE),
+    1042: ("bpchar", STRING),
+    1043: ("varchar", STRING),
+    1082: ("date", DATE),
+    1114: ("timestamp", TIMESTAMP_NTZ),
+    1184: ("timestamptz", TIMESTAMP),
+}
+
+# Array type OID -> element type OID, for arrays stored as ARRAY<element>.
+_ARRAYS: Final[Mapping[int, int]] = {
+    1000: 16,  # _bool
+    1001: 17,  # _bytea
+    1002: 18,  # _char
+    1003: 19,  # _name
+    1016: 20,  # _int8
+    1005: 21,  # _int2
+    1007: 23,  # _int4
+    1009: 25,  # _text
+    1028: 26,  # _oid
+    1021: 700,  # _float4
+    1022: 701,  # _float8
+    1014: 1042,  # _bpchar
+    1015: 1043,  # _varchar
+    1182: 1082,  # _date
+    1115: 1114,  # _timestamp
+    1185: 1184,  # _timestamptz
+    NUMERIC_ARRAY_OID: NUMERIC_OID,
+}
+
+SCALAR_TYPE_NAMES: Final[Mapping[int, str]] = {oid: name for oid, (name, _) in _SCALARS.items()}
+ARRAY_ELEMENT_OIDS: Final = _ARRAYS
+
+
+def numeric_precision_scale(type_modifier: int) -> tuple[int, int] | None:
+    """Decode ``numeric``'s typmod into (precision, scale); None when unconstrained.
+
+    Mirrors ``NUMERIC_TYPMOD_PRECISION``/``NUMERIC_TYPMOD_SCALE`` in PostgreSQL's
+    numeric.c: the scale is an 11-bit signed field since PostgreSQL 15.
+    """
+    if type_modifier < _VARHDRSZ:
+        return None
+    packed = type_modifier - _VARHDRSZ
+    precision = (packed >> 16) & 0xFFFF
+    scale = ((packed & 0x7FF) ^ 1024) - 1024
+    return precision, scale
+
+
+def _numeric_type(type_modifier: int) -> DeltaType:
+    constraint = numeric_precision_scale(type_modifier)
+    if constraint is None:
+        return TEXT_FORM
+    precision, scale = constraint
+    if scale < 0:
+        # numeric(2, -3) holds integers of up to 5 digits.
+        precision, scale = precision - scale, 0
+    elif scale > precision:
+        # numeric(3, 5) holds values below 0.001 with 5 fractional digits.
+        precision = scale
+    if precision > MAX_DECIMAL_PRECISION:
+        return TEXT_FORM
+    return DeltaType(
+        f"DECIMAL({precision},{scale})", pa.decimal128(precision, scale), ValueForm.DECIMAL
+    )
+
+
+def _element_type(element_oid: int, type_modifier: int) -> DeltaType:
+    if element_oid == NUMERIC_OID:
+        return _numeric_type(type_modifier)
+    return _SCALARS[element_oid][1]
+
+
+def delta_type(type_oid: int, type_modifier: int) -> DeltaType:
+    """Map a PostgreSQL column type to its Delta type.
+
+    Args:
+        type_oid: ``RelationColumn.type_oid``.
+        type_modifier: ``RelationColumn.type_modifier`` (``atttypmod``; -1 when none).
+            For arrays it is the element's modifier, as in ``pg_attribute``.
+
+    Returns:
+        The Delta type; unknown types map to STRING holding PostgreSQL's text form.
+    """
+    if type_oid == NUMERIC_OID:
+        return _numeric_type(type_modifier)
+    scalar = _SCALARS.get(type_oid)
+    if scalar is not None:
+        return scalar[1]
+    element_oid = _ARRAYS.get(type_oid)
+    if element_oid is not None:
+        element = _element_type(element_oid, type_modifier)
+        return DeltaType(
+            f"ARRAY<{element.spark_sql}>", pa.list_(element.arrow), ValueForm.ARRAY, element
+        )
+    return TEXT_FORM
+
+
+def to_delta_value(target: DeltaType, value: object) -> object:
+    """Convert a value decoded by psycopg's loaders into a value of the Delta column.
+
+    Args:
+        target: the column's Delta type.
+        value: a non-NULL decoded value.
+
+    Returns:
+        A value pyarrow accepts for ``target.arrow``.
+
+    Raises:
+        UnrepresentableValueError: the value cannot be stored without loss (NaN in a
+            DECIMAL column, a multi-dimensional array); the message says why.
+    """
+    match target.form:
+        case ValueForm.NATIVE:
+            return value
+        case ValueForm.DECIMAL:
+            if not isinstance(value, Decimal):
+                raise UnrepresentableValueError(
+                    f"expected a numeric value, got {type(value).__name__}"
+                )
+            if not value.is_finite():
+                # Only NaN and the infinities get here, so naming them reveals no row data.
+                raise UnrepresentableValueError(
+                    f"{value} cannot be stored in {target.spark_sql}; declare the column as "
+                    "unconstrained numeric to keep it as text"
+                )
+            return value
+        case ValueForm.TEXT:
+            return pg_text_form(value)
+        case ValueForm.ARRAY:
+            assert target.element is not None
+            if not isinstance(value, list):
+                raise UnrepresentableValueError(f"expected an array, got {type(value).__name__}")
+            element = target.element
+            out: list[object] = []
+            for item in value:
+                if isinstance(item, list):
+                    raise UnrepresentableValueError(
+                        f"multi-dimensional arrays cannot be stored in {target.spark_sql}"
+                    )
+                out.append(None if item is None else to_delta_value(element, item))
+            return out
+
+
+# --- PostgreSQL text forms -----------------------------------------------------------------
+#
+# In text mode pgoutput already sends PostgreSQL's text form and the sink stores those bytes
+# as they are. With ``binary true`` the value arrives in binary form, psycopg loads it into a
+# Python object, and the functions below print that object back the way PostgreSQL's output
+# functions do (ISO DateStyle, hex bytea, timestamptz in UTC).
+
+_ARRAY_SPECIAL: Final = frozenset('{},"\\')
+_RANGE_SPECIAL: Final = frozenset('()[],"\\')
+
+
+def _fraction(microseconds: int) -> str:
+    return f".{microseconds:06d}".rstrip("0") if microseconds else ""
+
+
+def _utc_offset(offset: dt.timedelta) -> str:
+    seconds = int(offset.total_seconds())
+    sign = "-" if seconds < 0 else "+"
+    hours, rest = divmod(abs(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{sign}{hours:02d}"
+    if minutes or secs:
+        text += f":{minutes:02d}"
+    if secs:
+        text += f":{secs:02d}"
+    return text
+
+
+def _time_text(value: dt.time) -> str:
+    text = f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}{_fraction(value.microsecond)}"
+    offset = value.utcoffset()
+    return text if offset is None else text + _utc_offset(offset)
+
+
+def _datetime_text(value: dt.datetime) -> str:
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.UTC)
+        return f"{value.date().isoformat()} {_time_text(value.time())}+00"
+    return f"{value.date().isoformat()} {_time_text(value.time())}"
+
+
+def _float_text(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    text = repr(value)
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _quoted(text: str, special: frozenset[str]) -> str:
+    needs_quotes = text == "" or any(ch in special or ch.isspace() for ch in text)
+    if not needs_quotes:
+        return text
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def _array_text(items: list[object]) -> str:
+    parts: list[str] = []
+    for item in items:
+        if item is None:
+            parts.append("NULL")
+        elif isinstance(item, list):
+            parts.append(_array_text(item))
+        else:
+            text = pg_text_form(item)
+            parts.append(f'"{text}"' if text.upper() == "NULL" else _quoted(text, _ARRAY_SPECIAL))
+    return "{" + ",".join(parts) + "}"
+
+
+def _range_text(value: object) -> str | None:
+    """Print a psycopg ``Range`` as ``range_out`` does; None when it is not a range."""
+    from psycopg.types.range import Range  # noqa: PLC0415 - only binary-mode ranges need it
+
+    if not isinstance(value, Range):
+        return None
+    if value.isempty:
+        return "empty"
+    bounds = value.bounds
+    lower = "" if value.lower is None else _quoted(pg_text_form(value.lower), _RANGE_SPECIAL)
+    upper = "" if value.upper is None else _quoted(pg_text_form(value.upper), _RANGE_SPECIAL)
+    return f"{bounds[0]}{lower},{upper}{bounds[1]}"
+
+
+def pg_text_form(value: object) -> str:
+    """Print a psycopg-loaded value the way PostgreSQL's output function would.
+
+    Covers the values psycopg's built-in loaders produce for types the sink stores as
+    text: strings, UUIDs, network addresses, times, numbers, dates and timestamps, bytea,
+    booleans, arrays and ranges. Anything else falls back to ``str``.
+    """
+    match value:
+        case str():
+            return value
+        case bool():
+            return "t" if value else "f"
+        case int() | UUID():
+            return str(value)
+        case Decimal():
+            return format(value, "f")
+        case float():
+            return _float_text(value)
+        case dt.datetime():
+            return _datetime_text(value)
+        case dt.date():
+            return value.isoformat()
+        case dt.time():
+            return _time_text(value)
+        case bytes() | bytearray() | memoryview():
+            return "\\x" + bytes(value).hex()
+        case list():
+            return _array_text(value)
+        case (
+            ipaddress.IPv4Address()
+            | ipaddress.IPv6Address()
+            | ipaddress.IPv4Interface()
+            | ipaddress.IPv6Interface()
+            | ipaddress.IPv4Network()
+            | ipaddress.IPv6Network()
+        ):
+            return str(value)
+    range_text = _range_text(value)
+    if range_text is not None:
+        return range_text
+    multirange = _multirange_text(value)
+    if multirange is not None:
+        return multirange
+    return str(value)
+
+
+def _multirange_text(value: object) -> str | None:
+    from psycopg.types.multirange import Multirange  # noqa: PLC0415 - binary-mode only
+
+    if not isinstance(value, Multirange):
+        return None
+    return "{" + ",".join(pg_text_form(item) for item in value) + "}"
