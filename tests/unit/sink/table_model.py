@@ -1,0 +1,248 @@
+"""Dictionary models of a Delta table, for checking MERGE plans without Spark.
+
+``apply_plan`` executes a ``BatchPlan`` with exactly the semantics of the SQL that
+``sink.sql`` renders (match on identity, LSN guard, kept columns, moved rows read from the
+pre-merge snapshot, anomalies not inserted, soft deletes as tombstones). ``replay_changes``
+is the simplest correct reading of the stream: one change at a time, in order. The unit
+tests check that both agree, and that replays are harmless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from decoder import UNCHANGED_TOAST, RowChange, TruncateChange, ValueDecoder
+from decoder.lsn import pg_timestamp_to_datetime
+from sink import Batch
+from sink.plan import BatchPlan, MergeStep, PlannedRow, TruncateStep, hashable
+from sink.typemap import delta_type, to_delta_value
+
+Row = dict[str, object]
+LSN = "__lsn"
+TIME = "__time"
+DELETED = "__deleted"
+
+
+@dataclass
+class TableModel:
+    """Rows of every table by (schema.table, identity values)."""
+
+    tables: dict[str, dict[tuple[object, ...], Row]] = field(default_factory=dict)
+    soft_delete: bool = False
+    anomalies: int = 0
+
+    def copy(self) -> TableModel:
+        return TableModel(
+            {name: {k: dict(r) for k, r in rows.items()} for name, rows in self.tables.items()},
+            self.soft_delete,
+            self.anomalies,
+        )
+
+    def live(self) -> dict[str, dict[tuple[object, ...], Row]]:
+        """Rows not soft-deleted, without the delete flag, per table (empty tables omitted)."""
+        out: dict[str, dict[tuple[object, ...], Row]] = {}
+        for name, rows in self.tables.items():
+            kept = {
+                k: {c: v for c, v in r.items() if c != DELETED}
+                for k, r in rows.items()
+                if not r.get(DELETED)
+            }
+            if kept:
+                out[name] = kept
+        return out
+
+    def data(self) -> dict[str, set[tuple[tuple[str, object], ...]]]:
+        """Live rows as sets of (column, value) pairs without metadata, per table."""
+        return {
+            name: {
+                tuple(sorted((c, repr(v)) for c, v in r.items() if not c.startswith("__")))
+                for r in rows.values()
+            }
+            for name, rows in self.live().items()
+        }
+
+
+# --- the plan, executed as the SQL does -------------------------------------------------------
+
+
+def _identity(step: MergeStep, row: PlannedRow) -> tuple[object, ...]:
+    if step.identity == "ordinal":
+        return (row.lsn, row.ordinal)
+    return tuple(hashable(row.values[i]) for i in step.match_indexes)
+
+
+def _merge(model: TableModel, rows: dict[tuple[object, ...], Row], step: MergeStep) -> None:
+    snapshot = {k: dict(r) for k, r in rows.items()}
+    names = [c.name for c in step.columns]
+    for row in step.rows:
+        key = _identity(step, row)
+        keep = set(row.keep)
+        values = list(row.values)
+        if row.moved_from is not None and keep:
+            origin = snapshot.get(tuple(hashable(v) for v in row.moved_from))
+            if origin is not None and _lsn(origin) <= row.lsn:
+                for i in keep:
+                    values[i] = origin.get(names[i])
+                keep = set()
+        target = snapshot.get(key)
+        stamp: Row = {LSN: row.lsn, TIME: row.commit_time}
+        if target is not None:
+            if step.identity == "ordinal" or _lsn(target) > row.lsn:
+                continue
+            if row.delete:
+                if model.soft_delete:
+                    rows[key] = {**target, **stamp, DELETED: True}
+                else:
+                    rows.pop(key, None)
+                continue
+            updated = dict(target)
+            for i, name in enumerate(names):
+                if i not in keep:
+                    updated[name] = values[i]
+            updated.update(stamp)
+            if model.soft_delete:
+                updated[DELETED] = False
+            rows[key] = updated
+            continue
+        if keep:
+            model.anomalies += 1
+            continue
+        if row.delete and not model.soft_delete:
+            continue
+        inserted: Row = dict(zip(names, values, strict=True))
+        inserted.update(stamp)
+        if step.identity == "ordinal":
+            inserted["__ordinal"] = row.ordinal
+        if model.soft_delete:
+            inserted[DELETED] = row.delete
+        rows[key] = inserted
+
+
+def _truncate(model: TableModel, rows: dict[tuple[object, ...], Row], step: TruncateStep) -> None:
+    for key, row in list(rows.items()):
+        if _lsn(row) <= step.lsn:
+            if model.soft_delete:
+                rows[key] = {**row, LSN: step.lsn, TIME: step.commit_time, DELETED: True}
+            else:
+                del rows[key]
+
+
+def _lsn(row: Row) -> int:
+    value = row[LSN]
+    assert isinstance(value, int)
+    return value
+
+
+def apply_plan(model: TableModel, plan: BatchPlan) -> TableModel:
+    """Execute ``plan`` on ``model`` (in place) as the rendered SQL would; return it."""
+    for table in plan.tables:
+        rows = model.tables.setdefault(table.qualified_name, {})
+        for step in table.steps:
+            if isinstance(step, TruncateStep):
+                _truncate(model, rows, step)
+            else:
+                _merge(model, rows, step)
+    return model
+
+
+# --- one change at a time --------------------------------------------------------------------
+
+
+def _decode(change: RowChange, which: str, decoder: ValueDecoder) -> list[object]:
+    data = change.new if which == "new" else change.old
+    assert data is not None
+    values = decoder.decode_tuple(change.relation, data)
+    out: list[object] = []
+    for column, value in zip(change.relation.columns, values, strict=True):
+        if value is None or value is UNCHANGED_TOAST:
+            out.append(value)
+        else:
+            out.append(to_delta_value(delta_type(column.type_oid, column.type_modifier), value))
+    return out
+
+
+def _key(
+    change: RowChange, values: Sequence[object], keys: dict[str, tuple[str, ...]]
+) -> tuple[object, ...]:
+    relation = change.relation
+    names = [c.name for c in relation.columns]
+    configured = keys.get(relation.qualified_name)
+    if relation.replica_identity == "f":
+        key_names: Sequence[str] = configured or names
+    else:
+        key_names = [c.name for c in relation.key_columns] or configured or ()
+    if not key_names:
+        return (change.commit_lsn, change.ordinal)
+    return tuple(hashable(values[names.index(n)]) for n in key_names)
+
+
+def replay_changes(
+    model: TableModel,
+    batch: Batch,
+    *,
+    keys: dict[str, tuple[str, ...]] | None = None,
+    decoder: ValueDecoder | None = None,
+) -> TableModel:
+    """Apply ``batch`` one change at a time (in place); the reference reading of the stream."""
+    keys = keys or {}
+    decoder = decoder or ValueDecoder()
+    for change in batch.changes:
+        if isinstance(change, TruncateChange):
+            for relation in change.relations:
+                rows = model.tables.setdefault(relation.qualified_name, {})
+                time = pg_timestamp_to_datetime(change.commit_time)
+                _truncate(model, rows, TruncateStep(change.commit_lsn, time))
+        elif isinstance(change, RowChange):
+            _replay_row(model, change, keys, decoder)
+    return model
+
+
+def _replay_row(
+    model: TableModel, change: RowChange, keys: dict[str, tuple[str, ...]], decoder: ValueDecoder
+) -> None:
+    relation = change.relation
+    rows = model.tables.setdefault(relation.qualified_name, {})
+    names = [c.name for c in relation.columns]
+    stamp: Row = {LSN: change.commit_lsn, TIME: pg_timestamp_to_datetime(change.commit_time)}
+
+    def live(key: tuple[object, ...]) -> Row | None:
+        row = rows.get(key)
+        return None if row is None or row.get(DELETED) else row
+
+    def remove(key: tuple[object, ...], old: Sequence[object]) -> None:
+        if model.soft_delete:
+            base = rows.get(key) or dict(zip(names, old, strict=True))
+            rows[key] = {**base, **stamp, DELETED: True}
+        else:
+            rows.pop(key, None)
+
+    if change.op == "delete":
+        old = [None if v is UNCHANGED_TOAST else v for v in _decode(change, "old", decoder)]
+        remove(_key(change, old, keys), old)
+        return
+    new = _decode(change, "new", decoder)
+    old_values = _decode(change, "old", decoder) if change.old is not None else None
+    if old_values is not None:
+        for i, value in enumerate(new):
+            old_value = old_values[i]
+            fillable = change.old_kind == "O" or old_value is not None
+            if value is UNCHANGED_TOAST and old_value is not UNCHANGED_TOAST and fillable:
+                new[i] = old_value
+    old_key = _key(change, old_values if old_values is not None else new, keys)
+    previous = live(old_key)
+    if change.op == "update" and old_key != _key(change, new, keys):
+        remove(old_key, [None if v is UNCHANGED_TOAST else v for v in old_values or new])
+    for i, value in enumerate(new):
+        if value is UNCHANGED_TOAST:
+            if previous is None:
+                model.anomalies += 1
+                return
+            new[i] = previous[names[i]]
+    row: Row = dict(zip(names, new, strict=True))
+    row.update(stamp)
+    if not relation.key_columns and relation.qualified_name not in keys:
+        row["__ordinal"] = change.ordinal
+    if model.soft_delete:
+        row[DELETED] = False
+    rows[_key(change, new, keys)] = row
