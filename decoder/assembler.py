@@ -67,7 +67,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, assert_never
 
-from decoder.changes import Change, MessageChange, RowChange, TruncateChange
+from decoder.changes import Change, MessageChange, RowChange, TruncateChange, new_row_change
 from decoder.errors import DecodeError, ProtocolSequenceError
 from decoder.lsn import Lsn, PgTimestamp, Xid, format_lsn
 from decoder.messages import (
@@ -93,7 +93,7 @@ from decoder.messages import (
     Update,
 )
 from decoder.options import ProtocolOptions
-from decoder.parser import parse_message, scan_row_message
+from decoder.parser import parse_message, row_message_is_valid, row_parts, scan_row_message
 from decoder.relations import RelationCache
 from decoder.spill import ChangeBuffer, ChangeBufferFactory, MemoryChangeBuffer
 
@@ -169,6 +169,14 @@ TRANSITIONS: Final[Mapping[tuple[AssemblerState, str], AssemblerState]] = {
     (_S.IN_STREAM_BLOCK, "STREAM STOP"): _S.IDLE,
 }
 """Every legal (state, event) pair and the state it leads to; anything else is an error."""
+
+_ROW_EVENTS: Final = {0x49: "INSERT", 0x55: "UPDATE", 0x44: "DELETE"}
+
+
+def _row_xid(data: bytes, in_stream: bool) -> Xid | None:
+    """The xid prefix of a valid row message inside a stream block."""
+    return Xid(int.from_bytes(data[1:5], "big")) if in_stream else None
+
 
 _STREAM_EVENTS: Final = frozenset(
     {"STREAM START", "STREAM STOP", "STREAM COMMIT", "STREAM ABORT", "STREAM PREPARE"}
@@ -441,9 +449,22 @@ class Assembler:
         data = payload if isinstance(payload, bytes) else bytes(payload)
         in_stream = state is AssemblerState.IN_STREAM_BLOCK
         try:
+            if state is AssemblerState.IN_TRANSACTION and row_message_is_valid(data, False):
+                # The bulk of any stream: a valid row message inside BEGIN ... COMMIT.
+                # Every row event is legal in this state and the message is proven valid,
+                # so it goes straight to the buffer (the general path does the same).
+                txn = self._current
+                assert txn is not None
+                txn.buffer.append(data)
+                txn.change_count += 1
+                return []
             # Row messages, the bulk of any stream, are validated without being built: the
             # full message is built once, at replay (see scan_row_message).
-            row = scan_row_message(data, in_stream=in_stream)
+            row = (
+                (_ROW_EVENTS[data[0]], _row_xid(data, in_stream))
+                if row_message_is_valid(data, in_stream)
+                else scan_row_message(data, in_stream=in_stream)
+            )
             if row is not None:
                 event, xid = row
                 next_state = TRANSITIONS.get((state, event))
@@ -906,8 +927,25 @@ class Assembler:
         schema_seen = 0
         ordinal = 0
         finished = False
+        relations = self._relations
+        known_relation = relations.relation
         try:
             for record in txn.buffer:
+                if record[0] in _ROW_EVENTS:
+                    # Row messages were validated when they arrived: read their header
+                    # and leave the columns to whoever reads them (TupleData.from_wire).
+                    relation_id, op, old_kind, old, new = row_parts(record, streamed)
+                    relation = known_relation(relation_id)
+                    if relation is None:
+                        relation = self._relation(
+                            relation_id, _ROW_EVENTS[record[0]], committed, streamed
+                        )
+                    change: Change = new_row_change(
+                        op, relation, new, old, old_kind, commit_lsn, commit_time, ordinal
+                    )
+                    ordinal += 1
+                    yield change
+                    continue
                 message = parse_message(record, options=options, in_stream=streamed)
                 match message:
                     case Relation() | Type():
@@ -915,7 +953,7 @@ class Assembler:
                         schema_seen += 1
                         continue
                     case Insert():
-                        change: Change = RowChange(
+                        change = RowChange(
                             op="insert",
                             relation=self._relation(
                                 message.relation_id, "INSERT", committed, streamed

@@ -56,3 +56,39 @@ class MessageChange:
 
 
 Change = RowChange | TruncateChange | MessageChange
+
+
+_new_object = object.__new__
+_ROW_CHANGE_SETTERS = tuple(
+    RowChange.__dict__[name].__set__
+    for name in ("op", "relation", "new", "old", "old_kind", "commit_lsn", "commit_time", "ordinal")
+)
+
+
+def new_row_change(  # noqa: PLR0917 - positional on purpose: one call per replayed row
+    op: RowOperation,
+    relation: Relation,
+    new: TupleData | None,
+    old: TupleData | None,
+    old_kind: Literal["K", "O"] | None,
+    commit_lsn: Lsn,
+    commit_time: PgTimestamp,
+    ordinal: int,
+) -> RowChange:
+    """Build a ``RowChange`` as its constructor does, several times faster (replay's path).
+
+    A frozen dataclass's ``__init__`` assigns every field through ``object.__setattr__``;
+    setting the slots through their descriptors skips that and builds an identical object
+    (same type, equality, hash, repr, pickling). Replay makes one per row change.
+    """
+    change = _new_object(RowChange)
+    s_op, s_relation, s_new, s_old, s_old_kind, s_lsn, s_time, s_ordinal = _ROW_CHANGE_SETTERS
+    s_op(change, op)
+    s_relation(change, relation)
+    s_new(change, new)
+    s_old(change, old)
+    s_old_kind(change, old_kind)
+    s_lsn(change, commit_lsn)
+    s_time(change, commit_time)
+    s_ordinal(change, ordinal)
+    return change

@@ -10,10 +10,13 @@ Truncate, transactional Message) are ``None`` outside one.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import struct
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
+from decoder.errors import MalformedMessageError
 from decoder.lsn import Lsn, Oid, PgTimestamp, Xid
 
 
@@ -34,11 +37,136 @@ class ColumnValue:
     data: bytes | None = None
 
 
-@dataclass(frozen=True, slots=True)
 class TupleData:
-    """The columns of one tuple, in relation column order."""
+    """The columns of one tuple, in relation column order; immutable.
 
-    values: tuple[ColumnValue, ...]
+    ``TupleData(values)`` holds the given columns. The decoder also makes instances that
+    only point into the raw message (``TupleData.from_wire``): a replayed change then
+    costs no per-column objects until something reads ``values``, and ``values.py``
+    converts such a tuple straight from the wire bytes without ever building them. Both
+    kinds compare, hash, print and pickle by their columns, so no caller can tell them
+    apart. (A hand-written class rather than a frozen dataclass for that reason; it keeps
+    the dataclass's surface: ``values``, ``__match_args__``, equality, ``repr``.)
+    """
+
+    __slots__ = ("_buf", "_start", "_values")
+    __match_args__ = ("values",)
+
+    _buf: bytes | None
+    _start: int
+    _values: tuple[ColumnValue, ...] | None
+
+    def __init__(self, values: tuple[ColumnValue, ...]) -> None:
+        _set_values(self, tuple(values))
+        _set_buf(self, None)
+        _set_start(self, 0)
+
+    @classmethod
+    def from_wire(cls, buf: bytes, start: int) -> TupleData:
+        """A tuple whose columns are read from ``buf`` at ``start`` when first needed.
+
+        ``buf[start:]`` must begin with a TupleData part that was validated already
+        (the assembler validates every row message when it arrives).
+        """
+        data = _new_object(cls)
+        _set_values(data, None)
+        _set_buf(data, buf)
+        _set_start(data, start)
+        return data
+
+    @property
+    def values(self) -> tuple[ColumnValue, ...]:
+        """The columns, in relation column order."""
+        values = self._values
+        if values is None:
+            # Two threads may both split the same tuple; they compute equal values, so
+            # the race is harmless.
+            assert self._buf is not None
+            values = _split_tuple(self._buf, self._start)
+            _set_values(self, values)
+        return values
+
+    @property
+    def wire(self) -> tuple[bytes, int] | None:
+        """``(message bytes, offset of the TupleData part)`` for a tuple not yet split."""
+        if self._values is not None or self._buf is None:
+            return None
+        return self._buf, self._start
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TupleData):
+            return NotImplemented
+        return self.values == other.values
+
+    def __hash__(self) -> int:
+        return hash((self.values,))
+
+    def __repr__(self) -> str:
+        return f"TupleData(values={self.values!r})"
+
+    def __reduce__(self) -> tuple[type[TupleData], tuple[tuple[ColumnValue, ...]]]:
+        return (TupleData, (self.values,))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+_new_object = object.__new__
+_set_values = TupleData.__dict__["_values"].__set__
+_set_buf = TupleData.__dict__["_buf"].__set__
+_set_start = TupleData.__dict__["_start"].__set__
+_set_column_kind = ColumnValue.__dict__["kind"].__set__
+_set_column_data = ColumnValue.__dict__["data"].__set__
+_U16: Final = struct.Struct(">H")
+_U32: Final = struct.Struct(">I")
+# Shared instances: NULL and unchanged-TOAST columns carry no data, and the dataclass is
+# frozen, so one object each serves every tuple.
+NULL_VALUE: Final = ColumnValue(ColumnKind.NULL, None)
+UNCHANGED_VALUE: Final = ColumnValue(ColumnKind.UNCHANGED_TOAST, None)
+
+
+def _split_tuple(buf: bytes, start: int) -> tuple[ColumnValue, ...]:
+    """The columns of a validated TupleData part at ``buf[start:]``.
+
+    The part was validated when its message arrived, so this only splits; a buffer that
+    does not hold a valid part after all (a damaged spill file) still fails cleanly.
+    Building ``ColumnValue`` through its slot descriptors skips the frozen dataclass's
+    ``__init__`` (``object.__setattr__`` per field), which is most of its cost.
+    """
+    try:
+        (count,) = _U16.unpack_from(buf, start)
+        pos = start + 2
+        values: list[ColumnValue] = []
+        append = values.append
+        new, set_kind, set_data, unpack = _new_object, _set_column_kind, _set_column_data, _U32
+        text, binary = ColumnKind.TEXT, ColumnKind.BINARY
+        for _ in range(count):
+            kind = buf[pos]
+            if kind in {0x74, 0x62}:  # 't', 'b'
+                begin = pos + 5
+                pos = begin + unpack.unpack_from(buf, pos + 1)[0]
+                value = new(ColumnValue)
+                set_kind(value, text if kind == 0x74 else binary)
+                set_data(value, buf[begin:pos])
+                append(value)
+            elif kind == 0x6E:  # 'n'
+                append(NULL_VALUE)
+                pos += 1
+            elif kind == 0x75:  # 'u'
+                append(UNCHANGED_VALUE)
+                pos += 1
+            else:
+                raise ValueError(kind)
+        if pos > len(buf):
+            raise ValueError(pos)
+    except (IndexError, ValueError, struct.error):
+        raise MalformedMessageError(
+            "a spooled TupleData part is damaged", offset=start, message_type="TUPLE DATA"
+        ) from None
+    return tuple(values)
 
 
 @dataclass(frozen=True, slots=True)

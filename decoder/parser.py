@@ -28,10 +28,13 @@ import struct
 from collections.abc import Callable
 from typing import Final, Literal
 
+from decoder.changes import RowOperation
 from decoder.errors import MalformedMessageError
 from decoder.lsn import Lsn, Oid, PgTimestamp, Xid
 from decoder.messages import (
     MESSAGE_TYPE_NAMES,
+    NULL_VALUE,
+    UNCHANGED_VALUE,
     Begin,
     BeginPrepare,
     ColumnKind,
@@ -86,10 +89,8 @@ _COL_NULL: Final = 0x6E  # 'n'
 _COL_UNCHANGED: Final = 0x75  # 'u'
 _COL_TEXT: Final = 0x74  # 't'
 _COL_BINARY: Final = 0x62  # 'b'
-# Shared instances: NULL and unchanged-TOAST columns carry no data, and the dataclass is
-# frozen, so one object each serves every tuple.
-_NULL_VALUE: Final = ColumnValue(ColumnKind.NULL, None)
-_UNCHANGED_VALUE: Final = ColumnValue(ColumnKind.UNCHANGED_TOAST, None)
+_NULL_VALUE: Final = NULL_VALUE
+_UNCHANGED_VALUE: Final = UNCHANGED_VALUE
 
 _TAG_N: Final = 0x4E  # 'N' new tuple
 _TAG_K: Final = 0x4B  # 'K' key tuple
@@ -103,7 +104,6 @@ _TAG_O: Final = 0x4F  # 'O' old tuple
 _new_object: Final = object.__new__
 _set_column_kind: Final = ColumnValue.__dict__["kind"].__set__
 _set_column_data: Final = ColumnValue.__dict__["data"].__set__
-_set_tuple_values: Final = TupleData.__dict__["values"].__set__
 _DATA_STATUS: Final = frozenset({_COL_TEXT, _COL_BINARY})
 _EMPTY_TUPLE: Final = TupleData(())
 
@@ -162,9 +162,7 @@ def _read_tuple(reader: Reader, build: bool = True) -> TupleData:
     reader.pos = pos
     if not build:
         return _EMPTY_TUPLE
-    tuple_data = _new_object(TupleData)
-    _set_tuple_values(tuple_data, tuple(values))
-    return tuple_data
+    return TupleData(tuple(values))
 
 
 def _stream_xid(reader: Reader, in_stream: bool) -> Xid | None:
@@ -588,3 +586,106 @@ def scan_row_message(buf: bytes, *, in_stream: bool) -> tuple[str, Xid | None] |
     if reader.pos != reader.end:
         raise reader.error(f"{reader.remaining} unexpected bytes after the end of the message")
     return name, xid
+
+
+# ------------------------------------------------------------------ row-message fast path
+#
+# Row messages are nearly every message of a stream, and the assembler touches each twice:
+# it validates it when it arrives and turns it into a change when its transaction is
+# replayed. The functions below do both with as little Python per column as possible.
+# ``row_message_is_valid`` is optimistic: it walks the message without building anything
+# or composing error messages, and answers True only for a message ``scan_row_message``
+# accepts. Anything unusual (a short buffer raises IndexError or struct.error inside the
+# walk) makes it answer False, and the caller then runs ``scan_row_message``, which finds
+# the same verdict and the precise error. ``row_parts`` reads a validated message back
+# without splitting its columns (``TupleData.from_wire``).
+
+_U32_FAST: Final = struct.Struct(">I")
+_OLD_KIND: Final[dict[int, Literal["K", "O"]]] = {_TAG_K: "K", _TAG_O: "O"}
+
+
+def _tuple_end(buf: bytes, pos: int) -> int:
+    """Offset after the TupleData part at ``pos``, or -1 for an unknown column status.
+
+    Raises IndexError or struct.error when the part runs past the buffer. A length is read
+    unsigned, so a negative one moves past the end and fails the caller's end check.
+    """
+    count = (buf[pos] << 8) | buf[pos + 1]
+    pos += 2
+    unpack = _U32_FAST.unpack_from
+    for _ in range(count):
+        kind = buf[pos]
+        if kind in {0x74, 0x62}:  # 't', 'b'
+            pos += 5 + unpack(buf, pos + 1)[0]
+        elif kind in {0x6E, 0x75}:  # 'n', 'u'
+            pos += 1
+        else:
+            return -1
+    return pos
+
+
+def row_message_is_valid(buf: bytes, in_stream: bool) -> bool:
+    """True when ``buf`` is an INSERT, UPDATE or DELETE that ``scan_row_message`` accepts.
+
+    False means "not proven here": the message may still be valid (or not a row message
+    at all); ask ``scan_row_message``.
+    """
+    try:
+        tag = buf[0]
+        pos = 5
+        if in_stream:
+            if not (buf[1] or buf[2] or buf[3] or buf[4]):
+                return False  # xid 0: scan_row_message reports it
+            pos = 9
+        marker = buf[pos]
+        if tag == 0x49:  # 'I'
+            if marker != _TAG_N:
+                return False
+        elif tag == 0x55:  # 'U'
+            if marker in {_TAG_K, _TAG_O}:
+                pos = _tuple_end(buf, pos + 1)
+                if pos < 0 or buf[pos] != _TAG_N:
+                    return False
+            elif marker != _TAG_N:
+                return False
+        elif tag == 0x44:  # 'D'
+            if marker not in {_TAG_K, _TAG_O}:
+                return False
+        else:
+            return False
+        return _tuple_end(buf, pos + 1) == len(buf)
+    except (IndexError, struct.error):
+        return False
+
+
+RowParts = tuple[int, RowOperation, Literal["K", "O"] | None, TupleData | None, TupleData | None]
+"""``(relation_id, op, old_kind, old tuple, new tuple)`` of a row message."""
+
+
+def row_parts(buf: bytes, in_stream: bool) -> RowParts:
+    """Read a *validated* row message back, its tuples left unsplit (``from_wire``).
+
+    Args:
+        buf: an INSERT, UPDATE or DELETE that ``row_message_is_valid`` or
+            ``scan_row_message`` accepted.
+        in_stream: whether it was spooled from a stream block (it has an xid prefix).
+
+    Returns:
+        ``(relation_id, op, old_kind, old, new)``; op is ``insert``, ``update`` or
+        ``delete``.
+    """
+    pos = 5 if in_stream else 1
+    relation_id: int = _U32_FAST.unpack_from(buf, pos)[0]
+    pos += 4
+    tag = buf[0]
+    marker = buf[pos]
+    from_wire = TupleData.from_wire
+    if tag == 0x49:  # 'I'
+        return relation_id, "insert", None, None, from_wire(buf, pos + 1)
+    if tag == 0x44:  # 'D'
+        return relation_id, "delete", _OLD_KIND[marker], from_wire(buf, pos + 1), None
+    if marker == _TAG_N:
+        return relation_id, "update", None, None, from_wire(buf, pos + 1)
+    old = from_wire(buf, pos + 1)
+    end = _tuple_end(buf, pos + 1)
+    return relation_id, "update", _OLD_KIND[marker], old, from_wire(buf, end + 1)

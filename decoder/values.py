@@ -68,6 +68,8 @@ class _JsonbBinaryAsText(adapt.Loader):
 
 
 _INTERVAL_BINARY: Final = struct.Struct(">qii")
+_U32: Final = struct.Struct(">I")
+_Load = Callable[[adapt.Buffer], object]
 _INT32_MAX: Final = 2**31 - 1
 _INT64_MAX: Final = 2**63 - 1
 
@@ -151,9 +153,10 @@ class ValueDecoder:
 
     def __init__(self) -> None:
         self._transformer = adapt.Transformer(_context_adapters())
-        self._loaders: dict[tuple[int, Format], Callable[[adapt.Buffer], object]] = {}
+        self._loaders: dict[tuple[int, Format], _Load] = {}
+        self._cached: tuple[Relation | None, list[_Load], list[_Load]] = (None, [], [])
 
-    def _loader(self, type_oid: int, fmt: Format) -> Callable[[adapt.Buffer], object]:
+    def _loader(self, type_oid: int, fmt: Format) -> _Load:
         key = (type_oid, fmt)
         load = self._loaders.get(key)
         if load is None:
@@ -177,6 +180,9 @@ class ValueDecoder:
         Raises:
             MalformedMessageError: the tuple has another column count than the relation.
         """
+        wire = data.wire
+        if wire is not None:
+            return self._decode_wire(relation, *wire)
         if len(data.values) != len(relation.columns):
             raise MalformedMessageError(
                 f"tuple has {len(data.values)} columns but relation {relation.qualified_name} "
@@ -188,6 +194,65 @@ class ValueDecoder:
             self.decode_value(column.type_oid, value.kind, value.data)
             for column, value in zip(relation.columns, data.values, strict=True)
         )
+
+    def _relation_loaders(self, relation: Relation) -> tuple[list[_Load], list[_Load]]:
+        """The text and binary loaders of each column of ``relation`` (last one cached)."""
+        # One attribute holds the relation and its loaders together, so a decoder shared
+        # by two threads never pairs a relation with another relation's loaders.
+        cached_relation, text_loaders, binary_loaders = self._cached
+        if relation is cached_relation:
+            return text_loaders, binary_loaders
+        oids = [column.type_oid for column in relation.columns]
+        text_loaders = [self._loader(oid, Format.TEXT) for oid in oids]
+        binary_loaders = [self._loader(oid, Format.BINARY) for oid in oids]
+        self._cached = (relation, text_loaders, binary_loaders)
+        return text_loaders, binary_loaders
+
+    def _decode_wire(self, relation: Relation, buf: bytes, start: int) -> tuple[object, ...]:
+        """Decode a TupleData part straight from the message bytes (one pass, no objects).
+
+        The part was validated when its message arrived; a damaged one (a damaged spill
+        file) still fails as ``MalformedMessageError``.
+        """
+        text_loaders, binary_loaders = self._relation_loaders(relation)
+        count = (buf[start] << 8) | buf[start + 1]
+        if count != len(text_loaders):
+            raise MalformedMessageError(
+                f"tuple has {count} columns but relation {relation.qualified_name} "
+                f"has {len(text_loaders)}",
+                offset=0,
+                message_type="TUPLE DATA",
+            )
+        values: list[object] = []
+        append = values.append
+        unpack = _U32.unpack_from
+        pos = start + 2
+        try:
+            for index in range(count):
+                kind = buf[pos]
+                if kind == 0x74:  # 't'
+                    begin = pos + 5
+                    pos = begin + unpack(buf, pos + 1)[0]
+                    append(text_loaders[index](buf[begin:pos]))
+                elif kind == 0x6E:  # 'n'
+                    append(None)
+                    pos += 1
+                elif kind == 0x62:  # 'b'
+                    begin = pos + 5
+                    pos = begin + unpack(buf, pos + 1)[0]
+                    append(binary_loaders[index](buf[begin:pos]))
+                elif kind == 0x75:  # 'u'
+                    append(UNCHANGED_TOAST)
+                    pos += 1
+                else:
+                    raise ValueError(kind)
+            if pos > len(buf):
+                raise ValueError(pos)
+        except (IndexError, ValueError, struct.error):
+            raise MalformedMessageError(
+                "a spooled TupleData part is damaged", offset=start, message_type="TUPLE DATA"
+            ) from None
+        return tuple(values)
 
 
 class _AdaptersContext:
