@@ -6,10 +6,16 @@ Changes are read in batch order, which is commit order and then ordinal order in
 transaction. Each change goes to the plan of its table (``schema.table``), and inside that
 plan to the current *step*. A step is either a ``TruncateStep`` or a ``MergeStep`` whose
 rows all share one relation *shape*: the same columns (names, types) and the same
-identity. A TRUNCATE, or a relation whose shape differs from the previous change's (a
-column added, a type or the replica identity changed), closes the current merge step and
-starts a new one, so the executor applies steps strictly in order and every MERGE sees the
-effect of the ones before it (ARCHITECTURE invariant 3).
+identity. A relation whose shape differs from the previous change's (a column added, a
+type or the replica identity changed) closes the current merge step and starts a new one,
+so the executor applies steps strictly in order and every MERGE sees the effect of the
+ones before it (ARCHITECTURE invariant 3).
+
+A TRUNCATE is a barrier: it replaces every step planned before it for its tables, because
+it removes every row at or below its commit LSN, and everything planned earlier in the
+batch is at or below it. The executor then deletes (or flags) those rows and applies the
+changes after the barrier. Dropping the earlier steps also keeps a replayed batch from
+counting TOAST anomalies for rows its own TRUNCATE already removed.
 
 Inside a merge step the changes fold into at most one row per identity value, the last
 change winning - a MERGE whose source matches one target row twice is an error in Delta
@@ -59,7 +65,14 @@ from decoder.lsn import Lsn, format_lsn, pg_timestamp_to_datetime
 from decoder.messages import ColumnKind, Relation, TupleData
 from decoder.values import UNCHANGED_TOAST, ValueDecoder
 from sink.base import Batch, SinkDataError
-from sink.typemap import DeltaType, UnrepresentableValueError, ValueForm, delta_type, to_delta_value
+from sink.typemap import (
+    DeltaType,
+    UnrepresentableValueError,
+    ValueForm,
+    binary_text_form,
+    delta_type,
+    to_delta_value,
+)
 
 Identity = Literal["key", "all_columns", "ordinal"]
 RowOperation = Literal["insert", "update", "delete"]
@@ -328,7 +341,9 @@ class _Planner:
             case TruncateChange():
                 step = TruncateStep(change.commit_lsn, pg_timestamp_to_datetime(change.commit_time))
                 for relation in change.relations:
-                    self._table(relation).steps.append(step)
+                    # Everything planned so far for the table is at or below the
+                    # truncate's LSN, so the truncate removes it anyway.
+                    self._table(relation).steps[:] = [step]
             case RowChange():
                 self._add_row(change)
 
@@ -396,10 +411,14 @@ class _Planner:
             f"(type OID {column.type_oid}, commit {format_lsn(change.commit_lsn)})"
         )
         try:
-            if kind is ColumnKind.TEXT and column.delta.form is ValueForm.TEXT:
-                # The text protocol already sends PostgreSQL's text form: keep it exactly.
+            if column.delta.form is ValueForm.TEXT:
                 assert data is not None
-                return data.decode("utf-8")
+                if kind is ColumnKind.TEXT:
+                    # The text protocol already sends PostgreSQL's text form: keep it exactly.
+                    return data.decode("utf-8")
+                text = binary_text_form(column.type_oid, data)
+                if text is not None:
+                    return text
             loaded = self._decoder.decode_value(column.type_oid, kind, data)
             return to_delta_value(column.delta, loaded)
         except UnrepresentableValueError as exc:

@@ -190,6 +190,19 @@ _DATA_ERROR_CLASSES: Final = frozenset(
 )
 
 
+# Spark error conditions (error classes) that mean the data does not fit the table.
+_DATA_ERROR_CONDITIONS: Final = (
+    "INCOMPATIBLE_DATA_FOR_TABLE",
+    "CAST_INVALID_INPUT",
+    "CAST_OVERFLOW",
+    "NUMERIC_VALUE_OUT_OF_RANGE",
+    "ARITHMETIC_OVERFLOW",
+    "DATATYPE_MISMATCH",
+    "DELTA_FAILED_TO_MERGE_FIELDS",
+    "DELTA_MERGE_INCOMPATIBLE_DATATYPE",
+)
+
+
 def _grpc_code(exc: BaseException) -> str | None:
     get_code = getattr(exc, "getGrpcStatusCode", None) or getattr(exc, "code", None)
     if get_code is None or not callable(get_code):
@@ -237,7 +250,9 @@ def classify_engine_error(exc: BaseException, action: str) -> SinkError:
         return SinkRetryableError(
             f"a concurrent commit conflicted while {action} ({detail}); the batch will be replayed"
         )
-    if kind in _DATA_ERROR_CLASSES or any(name in text for name in _DATA_ERROR_CLASSES):
+    data_condition = condition is not None and condition.startswith(_DATA_ERROR_CONDITIONS)
+    data_message = text.lstrip("[").startswith(_DATA_ERROR_CONDITIONS)
+    if data_condition or data_message or kind in _DATA_ERROR_CLASSES:
         return SinkDataError(
             f"the Spark engine rejected the data while {action} ({detail}); see the chained "
             "error for the column and value"

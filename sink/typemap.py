@@ -38,7 +38,8 @@ import datetime as dt
 import enum
 import ipaddress
 import math
-from collections.abc import Mapping
+import struct
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final
@@ -95,13 +96,15 @@ TIMESTAMP_NTZ: Final = DeltaType("TIMESTAMP_NTZ", pa.timestamp("us"), ValueForm.
 
 NUMERIC_OID: Final = 1700
 NUMERIC_ARRAY_OID: Final = 1231
+TIME_OID: Final = 1083
+TIMETZ_OID: Final = 1266
 
 # Built-in type OIDs are fixed in PostgreSQL's catalog (pg_type.dat); the unit tests check
 # this table against psycopg's type registry.
 _SCALARS: Final[Mapping[int, tuple[str, DeltaType]]] = {
     16: ("bool", BOOLEAN),
     17: ("bytea", BINARY),
-    18: ("char", STRING),
+    18: ("char", TEXT_FORM),
     19: ("name", STRING),
     20: ("int8", BIGINT),
     21: ("int2", SMALLINT),
@@ -121,7 +124,6 @@ _SCALARS: Final[Mapping[int, tuple[str, DeltaType]]] = {
 _ARRAYS: Final[Mapping[int, int]] = {
     1000: 16,  # _bool
     1001: 17,  # _bytea
-    1002: 18,  # _char
     1003: 19,  # _name
     1016: 20,  # _int8
     1005: 21,  # _int2
@@ -293,12 +295,29 @@ def _datetime_text(value: dt.datetime) -> str:
 
 
 def _float_text(value: float) -> str:
+    """Print a float as float8out does: shortest exact digits, %g-style exponent rule."""
     if math.isnan(value):
         return "NaN"
-    if value in (float("inf"), float("-inf")):
+    if math.isinf(value):
         return "Infinity" if value > 0 else "-Infinity"
-    text = repr(value)
-    return text[:-2] if text.endswith(".0") else text
+    if value == 0:
+        return "-0" if math.copysign(1.0, value) < 0 else "0"
+    # repr gives the shortest digits that round-trip, as PostgreSQL's Ryu output does.
+    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    assert isinstance(exponent, int)
+    text = "".join(map(str, digits))
+    point = len(text) + exponent  # position of the decimal point in ``text``
+    decimal_exponent = point - 1
+    if decimal_exponent < -4 or decimal_exponent >= 15:
+        mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
+        body = f"{mantissa}e{'-' if decimal_exponent < 0 else '+'}{abs(decimal_exponent):02d}"
+    elif point <= 0:
+        body = "0." + "0" * -point + text
+    elif point >= len(text):
+        body = text + "0" * (point - len(text))
+    else:
+        body = text[:point] + "." + text[point:]
+    return ("-" if sign else "") + body
 
 
 def _quoted(text: str, special: frozenset[str]) -> str:
@@ -361,7 +380,13 @@ def pg_text_form(value: object) -> str:
         case dt.time():
             return _time_text(value)
         case bytes() | bytearray() | memoryview():
-            return "\\x" + bytes(value).hex()
+            # psycopg hands back raw bytes for a binary value it has no loader for; those
+            # bytes are the type's send format, not its text, so printing them would store
+            # something PostgreSQL never shows.
+            raise UnrepresentableValueError(
+                "the binary format of this type has no known text form; replicate the table "
+                "in text mode (source binary: false)"
+            )
         case list():
             return _array_text(value)
         case (
@@ -380,6 +405,89 @@ def pg_text_form(value: object) -> str:
     if multirange is not None:
         return multirange
     return str(value)
+
+
+def _time_of_day(microseconds: int) -> str:
+    """``HH:MM:SS[.ffffff]`` from microseconds since midnight; 24:00:00 is a valid time."""
+    seconds, fraction = divmod(microseconds, 1_000_000)
+    minutes, secs = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}{_fraction(fraction)}"
+
+
+def _signed(data: bytes) -> int:
+    return int.from_bytes(data, "big", signed=True)
+
+
+def _unsigned(data: bytes) -> int:
+    return int.from_bytes(data, "big", signed=False)
+
+
+def _time_send(data: bytes) -> str:
+    return _time_of_day(_signed(data[:8]))
+
+
+def _timetz_send(data: bytes) -> str:
+    # timetz_send: int64 microseconds, then the zone as int32 seconds *west* of UTC.
+    return _time_of_day(_signed(data[:8])) + _utc_offset(dt.timedelta(seconds=-_signed(data[8:12])))
+
+
+def _bit_send(data: bytes) -> str:
+    # bit_send: int32 bit length, then the bits, most significant first.
+    length = _signed(data[:4])
+    bits = "".join(f"{byte:08b}" for byte in data[4:])
+    return bits[:length]
+
+
+def _char_send(data: bytes) -> str:
+    # charout prints NUL as an empty string and bytes above 127 as \ooo octal.
+    if not data or data[0] == 0:
+        return ""
+    return chr(data[0]) if data[0] < 128 else f"\\{data[0]:03o}"
+
+
+def _point_send(data: bytes) -> str:
+    x, y = struct.unpack("!dd", data)
+    return f"({_float_text(x)},{_float_text(y)})"
+
+
+def _lsn_send(data: bytes) -> str:
+    lsn = _unsigned(data)
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def _tid_send(data: bytes) -> str:
+    return f"({_unsigned(data[:4])},{_unsigned(data[4:6])})"
+
+
+# Binary send formats of text-kept types that psycopg has no loader for (or whose Python
+# value cannot hold every PostgreSQL value: time reaches 24:00:00), printed directly.
+_BINARY_TEXT_FORMS: Final[Mapping[int, Callable[[bytes], str]]] = {
+    18: _char_send,
+    27: _tid_send,
+    28: lambda data: str(_unsigned(data)),  # xid
+    29: lambda data: str(_unsigned(data)),  # cid
+    142: lambda data: data.decode("utf-8"),  # xml, sent in the client encoding
+    600: _point_send,
+    829: lambda data: ":".join(f"{b:02x}" for b in data),  # macaddr
+    774: lambda data: ":".join(f"{b:02x}" for b in data),  # macaddr8
+    TIME_OID: _time_send,
+    TIMETZ_OID: _timetz_send,
+    1560: _bit_send,
+    1562: _bit_send,  # varbit
+    3220: _lsn_send,
+    5069: lambda data: str(_unsigned(data)),  # xid8
+}
+
+
+def binary_text_form(type_oid: int, data: bytes) -> str | None:
+    """PostgreSQL's text form of a binary value that psycopg cannot load faithfully.
+
+    Returns:
+        The text form, or None when psycopg's loader handles the type.
+    """
+    decode = _BINARY_TEXT_FORMS.get(type_oid)
+    return None if decode is None else decode(data)
 
 
 def _multirange_text(value: object) -> str | None:

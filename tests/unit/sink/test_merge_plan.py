@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from decoder import RowChange, TruncateChange
-from sink import SinkDataError
+from decoder import Lsn, RowChange, TruncateChange
+from sink import Batch, SinkDataError
 from sink.plan import MergeStep, PlannedRow, TruncateStep, plan_batch
 from tests.unit.sink.sink_changes import (
     INT4,
@@ -33,8 +33,8 @@ RESERVED = ("_wal2delta_lsn", "_wal2delta_commit_ts", "_wal2delta_deleted", "_wa
 DOCS = rel("public.docs", col("id", INT4, key=True), col("body"), col("rev", INT4))
 
 
-def only_step(changes_batch: object) -> MergeStep:
-    plan = plan_batch(changes_batch, reserved_columns=RESERVED)  # type: ignore[arg-type]
+def only_step(changes_batch: Batch) -> MergeStep:
+    plan = plan_batch(changes_batch, reserved_columns=RESERVED)
     assert len(plan.tables) == 1
     (step,) = plan.tables[0].steps
     assert isinstance(step, MergeStep)
@@ -159,30 +159,41 @@ def test_unchanged_toast_key_column_without_old_tuple_is_a_data_error() -> None:
         plan_batch(batch(update(DOCS, U, "x", "2", lsn=10)))
 
 
-def test_truncate_is_a_barrier_between_merge_steps_in_commit_order() -> None:
+def test_truncate_is_a_barrier_that_replaces_the_steps_before_it() -> None:
     plan = plan_batch(
         batch(
             insert(DOCS, "1", "a", "1", lsn=10),
+            update(DOCS, "3", U, "1", lsn=10, ordinal=1),
             truncate(DOCS, lsn=20),
             insert(DOCS, "2", "b", "1", lsn=20, ordinal=1),
             insert(DOCS, "1", "c", "1", lsn=30),
         )
     )
     (table,) = plan.tables
-    first, barrier, second = table.steps
-    assert isinstance(first, MergeStep)
+    barrier, after = table.steps
     assert isinstance(barrier, TruncateStep)
-    assert isinstance(second, MergeStep)
-    assert [r.values for r in first.rows] == [(1, "a", 1)]
+    assert isinstance(after, MergeStep)
     assert (barrier.lsn, barrier.commit_time) == (20, commit_time(20))
-    assert sorted(r.values for r in second.rows) == [(1, "c", 1), (2, "b", 1)]
+    assert sorted(r.values for r in after.rows) == [(1, "c", 1), (2, "b", 1)]
+    assert table.counts == {"insert": 3, "update": 1, "delete": 0}
+
+
+def test_only_the_last_of_several_truncates_is_kept() -> None:
+    plan = plan_batch(batch(truncate(DOCS, lsn=10), truncate(DOCS, lsn=20)))
+    assert plan.tables[0].steps == (TruncateStep(Lsn(20), commit_time(20)),)
 
 
 def test_truncate_of_several_tables_puts_a_barrier_in_each() -> None:
     other = rel("public.other", col("id", INT4, key=True), relation_id=16385)
-    plan = plan_batch(batch(insert(other, "1", lsn=5), truncate(DOCS, other, lsn=10, ordinal=0)))
+    plan = plan_batch(
+        batch(
+            insert(other, "1", lsn=5),
+            truncate(DOCS, other, lsn=10),
+            insert(other, "2", lsn=10, ordinal=1),
+        )
+    )
     steps = {t.qualified_name: t.steps for t in plan.tables}
-    assert [type(s) for s in steps["public.other"]] == [MergeStep, TruncateStep]
+    assert [type(s) for s in steps["public.other"]] == [TruncateStep, MergeStep]
     assert [type(s) for s in steps["public.docs"]] == [TruncateStep]
 
 
@@ -374,7 +385,7 @@ BODIES = ("a", "b", "long body one", "long body two")
 class Workload:
     """A generated change stream, the source table it leads to, and its batches."""
 
-    batches: list[object]
+    batches: list[Batch]
     source: dict[int, tuple[str, int | None]]
 
 
@@ -469,8 +480,8 @@ def _source_rows(workload: Workload) -> set[tuple[tuple[str, object], ...]]:
     }
 
 
-def _plan(model: TableModel, changes_batch: object) -> TableModel:
-    return apply_plan(model, plan_batch(changes_batch))  # type: ignore[arg-type]
+def _plan(model: TableModel, changes_batch: Batch) -> TableModel:
+    return apply_plan(model, plan_batch(changes_batch))
 
 
 PROPERTY_SETTINGS = settings(
@@ -487,7 +498,7 @@ def test_applying_plans_equals_replaying_changes_one_by_one_and_ends_equal_to_th
     one_by_one = TableModel(soft_delete=soft_delete)
     for changes_batch in workload.batches:
         _plan(planned, changes_batch)
-        replay_changes(one_by_one, changes_batch)  # type: ignore[arg-type]
+        replay_changes(one_by_one, changes_batch)
         assert planned.live() == one_by_one.live()
     assert planned.anomalies == one_by_one.anomalies == 0
     assert planned.data().get("public.docs", set()) == _source_rows(workload)
@@ -500,7 +511,7 @@ def test_full_identity_plans_end_equal_to_the_source(workload: Workload, soft_de
     one_by_one = TableModel(soft_delete=soft_delete)
     for changes_batch in workload.batches:
         _plan(planned, changes_batch)
-        replay_changes(one_by_one, changes_batch)  # type: ignore[arg-type]
+        replay_changes(one_by_one, changes_batch)
         assert planned.live() == one_by_one.live()
     assert planned.anomalies == 0
     assert planned.data().get("public.full", set()) == _source_rows(workload)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decoder import RowChange
 from sink.plan import MergeStep, plan_batch
 from sink.settings import SinkSettings
 from sink.sql import (
@@ -23,8 +24,8 @@ SOFT = MetadataColumns.from_settings(SinkSettings(path="/lake", soft_delete=True
 TARGET = delta_table("/lake/public/docs")
 
 
-def step_of(*changes: object) -> MergeStep:
-    (step,) = plan_batch(batch(*changes)).tables[0].steps  # type: ignore[arg-type]
+def step_of(*changes: RowChange) -> MergeStep:
+    (step,) = plan_batch(batch(*changes)).tables[0].steps
     assert isinstance(step, MergeStep)
     return step
 

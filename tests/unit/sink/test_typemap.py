@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import struct
 from decimal import Decimal
 from uuid import UUID
 
@@ -17,6 +18,7 @@ from sink.typemap import (
     SCALAR_TYPE_NAMES,
     UnrepresentableValueError,
     ValueForm,
+    binary_text_form,
     delta_type,
     numeric_precision_scale,
     pg_text_form,
@@ -210,7 +212,6 @@ def test_converted_values_are_accepted_by_arrow_with_their_scale() -> None:
             dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=1))),
             "2024-01-02 02:04:05+00",
         ),
-        (b"\x00\xff", "\\x00ff"),
         (
             ["a b", None, "NULL", 'q"t', "", "x,y", "back\\slash"],
             '{"a b",NULL,"NULL","q\\"t","","x,y","back\\\\slash"}',
@@ -229,3 +230,39 @@ def test_converted_values_are_accepted_by_arrow_with_their_scale() -> None:
 )
 def test_binary_loaded_values_print_as_postgresql_text(value: object, text: str) -> None:
     assert pg_text_form(value) == text
+
+
+def test_raw_bytes_of_an_unloaded_binary_value_are_never_printed_as_text() -> None:
+    with pytest.raises(UnrepresentableValueError, match="text mode"):
+        pg_text_form(b"\x00\x01")
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "text"),
+    [
+        ("time", (86_400_000_000).to_bytes(8, "big"), "24:00:00"),
+        ("time", (45_296_789_000).to_bytes(8, "big"), "12:34:56.789"),
+        (
+            "timetz",
+            (45_296_000_000).to_bytes(8, "big") + (-19_800).to_bytes(4, "big", signed=True),
+            "12:34:56+05:30",
+        ),
+        ("timetz", (0).to_bytes(8, "big") + (3_600).to_bytes(4, "big"), "00:00:00-01"),
+        ("bit", (4).to_bytes(4, "big") + b"\xa0", "1010"),
+        ("varbit", (10).to_bytes(4, "big") + b"\xff\xc0", "1111111111"),
+        ('"char"', b"\x00", ""),
+        ('"char"', b"x", "x"),
+        ("macaddr", bytes.fromhex("08002b010203"), "08:00:2b:01:02:03"),
+        ("point", struct.pack("!dd", 1.5, 2.0), "(1.5,2)"),
+        ("pg_lsn", (0x16B374D848).to_bytes(8, "big"), "16/B374D848"),
+        ("tid", (7).to_bytes(4, "big") + (3).to_bytes(2, "big"), "(7,3)"),
+    ],
+)
+def test_binary_send_formats_without_a_faithful_loader_print_as_postgresql_text(
+    name: str, data: bytes, text: str
+) -> None:
+    assert binary_text_form(oid(name), data) == text
+
+
+def test_types_psycopg_loads_faithfully_have_no_special_binary_form() -> None:
+    assert binary_text_form(oid("uuid"), bytes(16)) is None
