@@ -242,6 +242,9 @@ class _Shape:
     match_indexes: tuple[int, ...]
 
 
+_NOTHING_KEPT: Final[frozenset[int]] = frozenset()
+
+
 @dataclass(slots=True)
 class _Row:
     delete: bool
@@ -252,10 +255,15 @@ class _Row:
     ordinal: int
 
     def freeze(self) -> PlannedRow:
-        keep = frozenset(i for i, v in enumerate(self.values) if v is UNCHANGED_TOAST)
+        values = self.values
+        if any(v is UNCHANGED_TOAST for v in values):
+            keep = frozenset(i for i, v in enumerate(values) if v is UNCHANGED_TOAST)
+            frozen = tuple(None if v is UNCHANGED_TOAST else v for v in values)
+        else:
+            keep, frozen = _NOTHING_KEPT, tuple(values)
         return PlannedRow(
             delete=self.delete,
-            values=tuple(None if v is UNCHANGED_TOAST else v for v in self.values),
+            values=frozen,
             keep=keep,
             moved_from=self.moved_from if keep else None,
             lsn=self.lsn,
@@ -323,6 +331,10 @@ class _Planner:
         self._decoder = decoder
         self._tables: dict[tuple[str, str], _TablePlan] = {}
         self._shapes: dict[Relation, _Shape] = {}
+        self._last_relation: Relation | None = None
+        self._last_shape: _Shape | None = None
+        self._last_timestamp: int | None = None
+        self._last_commit_time = pg_timestamp_to_datetime(0)
 
     def plans(self) -> tuple[MergePlan, ...]:
         return tuple(table.freeze() for table in self._tables.values())
@@ -350,9 +362,13 @@ class _Planner:
     # --- shapes ----------------------------------------------------------------------------
 
     def _shape(self, relation: Relation) -> _Shape:
+        # Consecutive changes usually share one Relation object; hashing it is not free.
+        if relation is self._last_relation and self._last_shape is not None:
+            return self._last_shape
         shape = self._shapes.get(relation)
         if shape is None:
             shape = self._shapes[relation] = self._build_shape(relation)
+        self._last_relation, self._last_shape = relation, shape
         return shape
 
     def _build_shape(self, relation: Relation) -> _Shape:
@@ -406,10 +422,6 @@ class _Planner:
     def _convert(
         self, change: RowChange, column: PlanColumn, kind: ColumnKind, data: bytes | None
     ) -> object:
-        where = (
-            f"column {column.name!r} of {change.relation.qualified_name} "
-            f"(type OID {column.type_oid}, commit {format_lsn(change.commit_lsn)})"
-        )
         try:
             if column.delta.form is ValueForm.TEXT:
                 assert data is not None
@@ -422,12 +434,12 @@ class _Planner:
             loaded = self._decoder.decode_value(column.type_oid, kind, data)
             return to_delta_value(column.delta, loaded)
         except UnrepresentableValueError as exc:
-            raise SinkDataError(f"cannot store a value of {where}: {exc}") from exc
+            raise SinkDataError(f"cannot store a value of {_where(change, column)}: {exc}") from exc
         except Exception as exc:
             # The loader's message may quote the value; it stays in the chained exception.
             raise SinkDataError(
-                f"cannot convert a value of {where} to {column.delta.spark_sql} "
-                f"({type(exc).__name__}); see the chained error"
+                f"cannot convert a value of {_where(change, column)} to "
+                f"{column.delta.spark_sql} ({type(exc).__name__}); see the chained error"
             ) from exc
 
     # --- folding ---------------------------------------------------------------------------
@@ -438,7 +450,7 @@ class _Planner:
         table.counts[change.op] += 1
         shape = self._shape(relation)
         step = table.open_step(shape)
-        commit_time = pg_timestamp_to_datetime(change.commit_time)
+        commit_time = self._commit_time(change.commit_time)
         if change.op == "insert":
             new = self._decode(change, shape, _required(change.new, change, "new"))
             identity = self._identity(change, shape, new)
@@ -492,6 +504,13 @@ class _Planner:
         step.rows[new_identity] = _Row(
             False, new, moved_from, change.commit_lsn, commit_time, change.ordinal
         )
+
+    def _commit_time(self, timestamp: int) -> datetime:
+        """Convert a commit time, once per transaction rather than once per change."""
+        if timestamp != self._last_timestamp:
+            self._last_timestamp = timestamp
+            self._last_commit_time = pg_timestamp_to_datetime(timestamp)
+        return self._last_commit_time
 
     def _identity(
         self, change: RowChange, shape: _Shape, values: Sequence[object]
@@ -560,6 +579,13 @@ class _NaN:
 
 
 _NAN: Final = _NaN()
+
+
+def _where(change: RowChange, column: PlanColumn) -> str:
+    return (
+        f"column {column.name!r} of {change.relation.qualified_name} "
+        f"(type OID {column.type_oid}, commit {format_lsn(change.commit_lsn)})"
+    )
 
 
 def _without_unchanged(values: Sequence[object]) -> list[object]:

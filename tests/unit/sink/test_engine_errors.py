@@ -1,0 +1,92 @@
+"""Engine errors become SinkError subclasses at the sink boundary, classified once."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from sink import SinkDataError, SinkError, SinkRetryableError
+from sink.spark import classify_engine_error, engine_errors
+
+
+class FakeGrpcError(Exception):
+    """Stands in for pyspark's SparkConnectGrpcException."""
+
+    def __init__(self, message: str, code: grpc.StatusCode, condition: str | None = None):
+        super().__init__(message)
+        self._code = code
+        self._condition = condition
+
+    def getGrpcStatusCode(self) -> grpc.StatusCode:  # noqa: N802 - pyspark's name
+        return self._code
+
+    def getCondition(self) -> str | None:  # noqa: N802 - pyspark's name
+        return self._condition
+
+
+class AnalysisException(FakeGrpcError):  # noqa: N818 - named as pyspark names it
+    pass
+
+
+class ArithmeticException(FakeGrpcError):  # noqa: N818 - named as pyspark names it
+    pass
+
+
+@pytest.mark.parametrize("code", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED])
+def test_unreachable_engine_is_retryable(code: grpc.StatusCode) -> None:
+    error = classify_engine_error(FakeGrpcError("failed to connect", code), "merging into a.b")
+    assert isinstance(error, SinkRetryableError)
+    assert error.retryable
+    assert "merging into a.b" in str(error)
+
+
+def test_connection_errors_from_the_client_are_retryable() -> None:
+    assert isinstance(classify_engine_error(ConnectionResetError(), "x"), SinkRetryableError)
+
+
+def test_delta_concurrent_commit_conflicts_are_retryable() -> None:
+    exc = FakeGrpcError(
+        "io.delta.exceptions.ConcurrentAppendException: Files were added", grpc.StatusCode.UNKNOWN
+    )
+    assert isinstance(classify_engine_error(exc, "x"), SinkRetryableError)
+
+
+def test_a_row_value_that_says_concurrent_does_not_make_an_error_retryable() -> None:
+    exc = AnalysisException("cannot cast 'concurrent conflict' to INT", grpc.StatusCode.UNKNOWN)
+    assert not classify_engine_error(exc, "x").retryable
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        AnalysisException(
+            "[INCOMPATIBLE_DATA_FOR_TABLE.CANNOT_SAFELY_CAST] Cannot safely cast",
+            grpc.StatusCode.INTERNAL,
+        ),
+        AnalysisException("x", grpc.StatusCode.INTERNAL, "CAST_INVALID_INPUT"),
+        ArithmeticException("overflow", grpc.StatusCode.INTERNAL),
+    ],
+)
+def test_data_that_does_not_fit_is_a_terminal_data_error(exc: Exception) -> None:
+    error = classify_engine_error(exc, "merging into a.b")
+    assert type(error) is SinkDataError
+    assert not error.retryable
+
+
+def test_other_engine_failures_are_terminal_and_never_quote_the_engine_message() -> None:
+    exc = AnalysisException("secret value 42 in the message", grpc.StatusCode.INTERNAL, "X_Y")
+    error = classify_engine_error(exc, "truncating a.b")
+    assert type(error) is SinkError
+    assert "secret value" not in str(error)
+    assert "(AnalysisException, X_Y)" in str(error)
+
+
+def test_engine_errors_chains_the_original_and_lets_sink_errors_through() -> None:
+    original = ArithmeticException("overflow", grpc.StatusCode.INTERNAL)
+    with pytest.raises(SinkDataError) as caught, engine_errors("merging into a.b"):
+        raise original
+    assert caught.value.__cause__ is original
+    already = SinkDataError("ours")
+    with pytest.raises(SinkDataError) as passed, engine_errors("x"):
+        raise already
+    assert passed.value is already
