@@ -24,6 +24,11 @@ batch is durable (invariant 1). A failure part-way leaves earlier commits in pla
 batch is replayed after a restart and the LSN guard makes that harmless (invariant 2).
 
 Errors from the engine are translated at this boundary (``spark.engine_errors``).
+
+Snapshot markers: ``DeltaSink`` also records, per replication slot, whether the initial
+snapshot of the tables finished (``capture.snapshot.SnapshotMarkerStore``), in a small Delta
+table ``<path>/_wal2delta_snapshots`` next to the data it describes, so a lake copied or
+restored elsewhere carries its own snapshot state.
 """
 
 from __future__ import annotations
@@ -33,13 +38,14 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Final, Protocol
 
 import pyarrow as pa
 import structlog
 
 from decoder.changes import MessageChange
-from decoder.lsn import pg_timestamp_to_datetime
+from decoder.lsn import Lsn, pg_timestamp_to_datetime
 from decoder.values import ValueDecoder
 from sink.base import Batch, BatchResult, SinkDataError
 from sink.plan import MergePlan, MergeStep, TruncateStep, plan_batch
@@ -50,6 +56,7 @@ from sink.sql import (
     DELETE_FLAG,
     MESSAGE_COLUMNS,
     MOVED_FLAG,
+    SNAPSHOT_COLUMNS,
     MetadataColumns,
     delta_table,
     keep_flag,
@@ -57,6 +64,7 @@ from sink.sql import (
     quote,
     render_merge,
     render_messages_merge,
+    render_snapshot_marker_merge,
     render_toast_anomaly_count,
     render_truncate,
     source_columns,
@@ -70,6 +78,29 @@ if TYPE_CHECKING:
 log = structlog.get_logger("wal2delta.sink")
 
 MESSAGES_TABLE: Final = "_wal2delta_messages"
+SNAPSHOTS_TABLE: Final = "_wal2delta_snapshots"
+
+
+class SnapshotMarkerLike(Protocol):
+    """What ``save_snapshot_marker`` reads from capture's ``SnapshotMarker``."""
+
+    @property
+    def slot(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def consistent_point(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRecord:
+    """A stored snapshot marker; has the fields of capture's ``SnapshotMarker``."""
+
+    slot: str
+    status: str
+    consistent_point: Lsn
 
 
 def table_path(root: str, schema: str, table: str) -> str:
@@ -137,6 +168,55 @@ class DeltaSink:
     def close(self) -> None:
         """Forget cached table schemas; the Spark session stays open."""
         self._columns.clear()
+
+    # --- snapshot markers (capture.snapshot.SnapshotMarkerStore) ---------------------------
+
+    def _snapshots(self) -> tuple[str, list[_Column]]:
+        path = f"{self._settings.path.rstrip('/')}/{SNAPSHOTS_TABLE}"
+        slot, status, point, updated = SNAPSHOT_COLUMNS
+        columns = [
+            _Column(slot, STRING.spark_sql, STRING.arrow),
+            _Column(status, STRING.spark_sql, STRING.arrow),
+            _Column(point, BIGINT.spark_sql, BIGINT.arrow),
+            _Column(updated, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+        ]
+        self._ensure_columns(path, SNAPSHOTS_TABLE, columns)
+        return path, columns
+
+    def load_snapshot_marker(self, slot: str) -> SnapshotRecord | None:
+        """The recorded snapshot state of ``slot``, or None when nothing is recorded.
+
+        Raises:
+            SinkError: the markers table could not be read.
+        """
+        path, _ = self._snapshots()
+        with engine_errors("reading snapshot markers"):
+            # One row per slot: reading the whole table is cheaper than a filtered plan.
+            rows = self._spark.read.format("delta").load(path).collect()
+        name, status, point, _ = SNAPSHOT_COLUMNS
+        for row in rows:
+            if row[name] == slot:
+                return SnapshotRecord(slot, str(row[status]), Lsn(int(row[point])))
+        return None
+
+    def save_snapshot_marker(self, marker: SnapshotMarkerLike) -> None:
+        """Record the snapshot state of ``marker.slot``, replacing any earlier record.
+
+        Raises:
+            SinkError: the marker could not be written.
+        """
+        path, columns = self._snapshots()
+        name, status, point, updated = SNAPSHOT_COLUMNS
+        arrow = pa.table(
+            {
+                name: pa.array([marker.slot], STRING.arrow),
+                status: pa.array([marker.status], STRING.arrow),
+                point: pa.array([int(marker.consistent_point)], BIGINT.arrow),
+                updated: pa.array([datetime.now(UTC)], TIMESTAMP.arrow),
+            }
+        )
+        with engine_errors("writing a snapshot marker"), self._view(arrow, columns) as view:
+            self._sql(render_snapshot_marker_merge(target=delta_table(path), view=view))
 
     # --- tables ----------------------------------------------------------------------------
 

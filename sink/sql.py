@@ -296,3 +296,20 @@ def render_messages_merge(meta: MetadataColumns, *, target: str, view: str) -> s
         f"WHEN NOT MATCHED THEN INSERT ({', '.join(quote(n) for n in names)})\n"
         f"  VALUES ({', '.join(_col('s', n) for n in names)})"
     )
+
+
+SNAPSHOT_COLUMNS: Final = ("slot", "status", "consistent_point", "updated_at")
+
+
+def render_snapshot_marker_merge(*, target: str, view: str) -> str:
+    """Insert or replace the snapshot marker of one slot (the view's single row)."""
+    slot, *rest = SNAPSHOT_COLUMNS
+    assignments = ", ".join(f"{_col('t', n)} = {_col('s', n)}" for n in rest)
+    return (
+        f"MERGE INTO {target} AS t\n"
+        f"USING {quote(view)} AS s\n"
+        f"ON {_col('t', slot)} = {_col('s', slot)}\n"
+        f"WHEN MATCHED THEN UPDATE SET {assignments}\n"
+        f"WHEN NOT MATCHED THEN INSERT ({', '.join(quote(n) for n in SNAPSHOT_COLUMNS)})\n"
+        f"  VALUES ({', '.join(_col('s', n) for n in SNAPSHOT_COLUMNS)})"
+    )

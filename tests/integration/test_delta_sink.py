@@ -557,3 +557,26 @@ def test_binary_value_without_a_known_text_form_is_a_data_error_naming_text_mode
         changes = wire_inserts(conn, relation, binary=True, lsn=10)
     with pytest.raises(SinkDataError, match=r"column 'm' of public\.cash.*binary: false"):
         make_sink().apply(batch(*changes))
+
+
+def test_snapshot_markers_are_recorded_next_to_the_data_and_replaced_per_slot(
+    make_sink: SinkFactory, lake: Path
+) -> None:
+    from capture.snapshot import SnapshotMarker, SnapshotMarkerStore
+
+    sink = make_sink()
+    assert isinstance(sink, SnapshotMarkerStore)
+    assert sink.load_snapshot_marker("slot_a") is None
+    sink.save_snapshot_marker(SnapshotMarker("slot_a", "in_progress", Lsn(0)))
+    sink.save_snapshot_marker(SnapshotMarker("slot_b", "complete", Lsn(7)))
+    sink.save_snapshot_marker(SnapshotMarker("slot_a", "complete", Lsn(0x16B374D848)))
+    # A new sink over the same lake (a restart) reads the markers back.
+    restarted = make_sink()
+    marker = restarted.load_snapshot_marker("slot_a")
+    assert marker is not None
+    assert (marker.slot, marker.status, marker.consistent_point) == (
+        "slot_a",
+        "complete",
+        0x16B374D848,
+    )
+    assert len(delta_rows(lake / "_wal2delta_snapshots")) == 2

@@ -11,6 +11,7 @@ from sink.sql import (
     quote,
     render_merge,
     render_messages_merge,
+    render_snapshot_marker_merge,
     render_toast_anomaly_count,
     render_truncate,
     source_columns,
@@ -217,3 +218,16 @@ def test_custom_metadata_column_names_are_used_everywhere() -> None:
     assert "t.`src_lsn` <= s.`src_lsn`" in text
     assert "t.`src_ts` = s.`src_ts`" in text
     assert "_wal2delta" not in text
+
+
+def test_snapshot_markers_are_upserted_by_slot() -> None:
+    target = delta_table("/lake/_wal2delta_snapshots")
+    assert render_snapshot_marker_merge(target=target, view="m") == (
+        "MERGE INTO delta.`/lake/_wal2delta_snapshots` AS t\n"
+        "USING `m` AS s\n"
+        "ON t.`slot` = s.`slot`\n"
+        "WHEN MATCHED THEN UPDATE SET t.`status` = s.`status`, "
+        "t.`consistent_point` = s.`consistent_point`, t.`updated_at` = s.`updated_at`\n"
+        "WHEN NOT MATCHED THEN INSERT (`slot`, `status`, `consistent_point`, `updated_at`)\n"
+        "  VALUES (s.`slot`, s.`status`, s.`consistent_point`, s.`updated_at`)"
+    )
