@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
-import grpc
+import enum
+
 import pytest
 
 from sink import SinkDataError, SinkError, SinkRetryableError
 from sink.spark import classify_engine_error, engine_errors
 
 
+class StatusCode(enum.Enum):
+    """The gRPC status codes used here (StatusCode has no type stubs)."""
+
+    UNAVAILABLE = 14
+    DEADLINE_EXCEEDED = 4
+    UNKNOWN = 2
+    INTERNAL = 13
+
+
 class FakeGrpcError(Exception):
     """Stands in for pyspark's SparkConnectGrpcException."""
 
-    def __init__(self, message: str, code: grpc.StatusCode, condition: str | None = None):
+    def __init__(self, message: str, code: StatusCode, condition: str | None = None):
         super().__init__(message)
         self._code = code
         self._condition = condition
 
-    def getGrpcStatusCode(self) -> grpc.StatusCode:  # noqa: N802 - pyspark's name
+    def getGrpcStatusCode(self) -> StatusCode:  # noqa: N802 - pyspark's name
         return self._code
 
     def getCondition(self) -> str | None:  # noqa: N802 - pyspark's name
@@ -32,8 +42,8 @@ class ArithmeticException(FakeGrpcError):  # noqa: N818 - named as pyspark names
     pass
 
 
-@pytest.mark.parametrize("code", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED])
-def test_unreachable_engine_is_retryable(code: grpc.StatusCode) -> None:
+@pytest.mark.parametrize("code", [StatusCode.UNAVAILABLE, StatusCode.DEADLINE_EXCEEDED])
+def test_unreachable_engine_is_retryable(code: StatusCode) -> None:
     error = classify_engine_error(FakeGrpcError("failed to connect", code), "merging into a.b")
     assert isinstance(error, SinkRetryableError)
     assert error.retryable
@@ -46,13 +56,13 @@ def test_connection_errors_from_the_client_are_retryable() -> None:
 
 def test_delta_concurrent_commit_conflicts_are_retryable() -> None:
     exc = FakeGrpcError(
-        "io.delta.exceptions.ConcurrentAppendException: Files were added", grpc.StatusCode.UNKNOWN
+        "io.delta.exceptions.ConcurrentAppendException: Files were added", StatusCode.UNKNOWN
     )
     assert isinstance(classify_engine_error(exc, "x"), SinkRetryableError)
 
 
 def test_a_row_value_that_says_concurrent_does_not_make_an_error_retryable() -> None:
-    exc = AnalysisException("cannot cast 'concurrent conflict' to INT", grpc.StatusCode.UNKNOWN)
+    exc = AnalysisException("cannot cast 'concurrent conflict' to INT", StatusCode.UNKNOWN)
     assert not classify_engine_error(exc, "x").retryable
 
 
@@ -61,10 +71,10 @@ def test_a_row_value_that_says_concurrent_does_not_make_an_error_retryable() -> 
     [
         AnalysisException(
             "[INCOMPATIBLE_DATA_FOR_TABLE.CANNOT_SAFELY_CAST] Cannot safely cast",
-            grpc.StatusCode.INTERNAL,
+            StatusCode.INTERNAL,
         ),
-        AnalysisException("x", grpc.StatusCode.INTERNAL, "CAST_INVALID_INPUT"),
-        ArithmeticException("overflow", grpc.StatusCode.INTERNAL),
+        AnalysisException("x", StatusCode.INTERNAL, "CAST_INVALID_INPUT"),
+        ArithmeticException("overflow", StatusCode.INTERNAL),
     ],
 )
 def test_data_that_does_not_fit_is_a_terminal_data_error(exc: Exception) -> None:
@@ -74,7 +84,7 @@ def test_data_that_does_not_fit_is_a_terminal_data_error(exc: Exception) -> None
 
 
 def test_other_engine_failures_are_terminal_and_never_quote_the_engine_message() -> None:
-    exc = AnalysisException("secret value 42 in the message", grpc.StatusCode.INTERNAL, "X_Y")
+    exc = AnalysisException("secret value 42 in the message", StatusCode.INTERNAL, "X_Y")
     error = classify_engine_error(exc, "truncating a.b")
     assert type(error) is SinkError
     assert "secret value" not in str(error)
@@ -82,7 +92,7 @@ def test_other_engine_failures_are_terminal_and_never_quote_the_engine_message()
 
 
 def test_engine_errors_chains_the_original_and_lets_sink_errors_through() -> None:
-    original = ArithmeticException("overflow", grpc.StatusCode.INTERNAL)
+    original = ArithmeticException("overflow", StatusCode.INTERNAL)
     with pytest.raises(SinkDataError) as caught, engine_errors("merging into a.b"):
         raise original
     assert caught.value.__cause__ is original
