@@ -25,6 +25,7 @@ from decoder.frames import (
     XLogData,
     encode_standby_status_update,
     parse_copy_data,
+    read_xlog_data,
 )
 from decoder.lsn import (
     Lsn,
@@ -145,5 +146,6 @@ __all__ = [
     "parse_lsn",
     "parse_message",
     "pg_timestamp_to_datetime",
+    "read_xlog_data",
     "spilling_buffers",
 ]

@@ -62,12 +62,20 @@ records.
 from __future__ import annotations
 
 import enum
+import struct
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, assert_never
 
-from decoder.changes import Change, MessageChange, RowChange, TruncateChange, new_row_change
+from decoder.changes import (
+    Change,
+    MessageChange,
+    RowChange,
+    RowChangeBuilder,
+    TruncateChange,
+    new_row_change,
+)
 from decoder.errors import DecodeError, ProtocolSequenceError
 from decoder.lsn import Lsn, PgTimestamp, Xid, format_lsn
 from decoder.messages import (
@@ -89,6 +97,7 @@ from decoder.messages import (
     StreamStart,
     StreamStop,
     Truncate,
+    TupleData,
     Type,
     Update,
 )
@@ -171,6 +180,7 @@ TRANSITIONS: Final[Mapping[tuple[AssemblerState, str], AssemblerState]] = {
 """Every legal (state, event) pair and the state it leads to; anything else is an error."""
 
 _ROW_EVENTS: Final = {0x49: "INSERT", 0x55: "UPDATE", 0x44: "DELETE"}
+_RELATION_ID: Final = struct.Struct(">I")
 
 
 def _row_xid(data: bytes, in_stream: bool) -> Xid | None:
@@ -927,22 +937,54 @@ class Assembler:
         schema_seen = 0
         ordinal = 0
         finished = False
-        relations = self._relations
-        known_relation = relations.relation
+        known_relation = self._relations.relation
+        # Row messages were validated when they arrived. The common ones (INSERT, DELETE,
+        # UPDATE without an old tuple) are read right here: relation id, marker, and the
+        # tuple left unsplit for whoever reads it (TupleData.from_wire). This loop runs
+        # once per change of the stream, so it avoids calls it can.
+        id_at = 5 if streamed else 1
+        marker_at = id_at + 4
+        tuple_at = marker_at + 1
+        unpack_id = _RELATION_ID.unpack_from
+        from_wire = TupleData.from_wire
         try:
             for record in txn.buffer:
-                if record[0] in _ROW_EVENTS:
-                    # Row messages were validated when they arrived: read their header
-                    # and leave the columns to whoever reads them (TupleData.from_wire).
-                    relation_id, op, old_kind, old, new = row_parts(record, streamed)
-                    relation = known_relation(relation_id)
+                tag = record[0]
+                if tag in _ROW_EVENTS:
+                    relation = known_relation(unpack_id(record, id_at)[0])
                     if relation is None:
                         relation = self._relation(
-                            relation_id, _ROW_EVENTS[record[0]], committed, streamed
+                            unpack_id(record, id_at)[0], _ROW_EVENTS[tag], committed, streamed
                         )
-                    change: Change = new_row_change(
-                        op, relation, new, old, old_kind, commit_lsn, commit_time, ordinal
-                    )
+                    if tag == 0x49:  # 'I'
+                        change: Change = RowChangeBuilder(  # type: ignore[assignment]
+                            "insert",
+                            relation,
+                            from_wire(record, tuple_at),
+                            None,
+                            None,
+                            commit_lsn,
+                            commit_time,
+                            ordinal,
+                        )
+                        change.__class__ = RowChange
+                    elif tag == 0x55 and record[marker_at] == 0x4E:  # 'U' ... 'N'
+                        change = RowChangeBuilder(  # type: ignore[assignment]
+                            "update",
+                            relation,
+                            from_wire(record, tuple_at),
+                            None,
+                            None,
+                            commit_lsn,
+                            commit_time,
+                            ordinal,
+                        )
+                        change.__class__ = RowChange
+                    else:
+                        _, op, old_kind, old, new = row_parts(record, streamed)
+                        change = new_row_change(
+                            op, relation, new, old, old_kind, commit_lsn, commit_time, ordinal
+                        )
                     ordinal += 1
                     yield change
                     continue

@@ -58,11 +58,40 @@ class MessageChange:
 Change = RowChange | TruncateChange | MessageChange
 
 
-_new_object = object.__new__
-_ROW_CHANGE_SETTERS = tuple(
-    RowChange.__dict__[name].__set__
-    for name in ("op", "relation", "new", "old", "old_kind", "commit_lsn", "commit_time", "ordinal")
-)
+class RowChangeBuilder:
+    """``RowChange``'s slot layout with plain, writable slots: replay's fast constructor.
+
+    Internal to the decoder (not exported).
+
+    A frozen dataclass's ``__init__`` assigns every field through ``object.__setattr__``,
+    which costs about as much as the rest of replaying a row. ``new_row_change`` fills an
+    instance of this class with ordinary slot stores and then turns it into a
+    ``RowChange`` by assigning ``__class__``, which CPython allows between classes with
+    identical slots. The result is a genuine ``RowChange`` (type, equality, hash, repr,
+    pickling, immutability); replay makes one per row change.
+    """
+
+    __slots__ = RowChange.__slots__
+
+    def __init__(  # noqa: PLR0917 - positional on purpose: one call per replayed row
+        self,
+        op: RowOperation,
+        relation: Relation,
+        new: TupleData | None,
+        old: TupleData | None,
+        old_kind: Literal["K", "O"] | None,
+        commit_lsn: Lsn,
+        commit_time: PgTimestamp,
+        ordinal: int,
+    ) -> None:
+        self.op = op
+        self.relation = relation
+        self.new = new
+        self.old = old
+        self.old_kind = old_kind
+        self.commit_lsn = commit_lsn
+        self.commit_time = commit_time
+        self.ordinal = ordinal
 
 
 def new_row_change(  # noqa: PLR0917 - positional on purpose: one call per replayed row
@@ -75,20 +104,7 @@ def new_row_change(  # noqa: PLR0917 - positional on purpose: one call per repla
     commit_time: PgTimestamp,
     ordinal: int,
 ) -> RowChange:
-    """Build a ``RowChange`` as its constructor does, several times faster (replay's path).
-
-    A frozen dataclass's ``__init__`` assigns every field through ``object.__setattr__``;
-    setting the slots through their descriptors skips that and builds an identical object
-    (same type, equality, hash, repr, pickling). Replay makes one per row change.
-    """
-    change = _new_object(RowChange)
-    s_op, s_relation, s_new, s_old, s_old_kind, s_lsn, s_time, s_ordinal = _ROW_CHANGE_SETTERS
-    s_op(change, op)
-    s_relation(change, relation)
-    s_new(change, new)
-    s_old(change, old)
-    s_old_kind(change, old_kind)
-    s_lsn(change, commit_lsn)
-    s_time(change, commit_time)
-    s_ordinal(change, ordinal)
-    return change
+    """Build a ``RowChange`` equal to the constructor's, about twice as fast (see above)."""
+    change = RowChangeBuilder(op, relation, new, old, old_kind, commit_lsn, commit_time, ordinal)
+    change.__class__ = RowChange  # type: ignore[assignment]
+    return change  # type: ignore[return-value]

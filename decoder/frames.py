@@ -17,6 +17,7 @@ from decoder.errors import MalformedMessageError
 from decoder.lsn import Lsn, PgTimestamp
 
 _XLOG_HEADER: Final = struct.Struct(">QQq")
+_U64: Final = struct.Struct(">Q")
 _KEEPALIVE: Final = struct.Struct(">QqB")
 _STATUS_UPDATE: Final = struct.Struct(">cQQQqB")
 _U64_MAX: Final = 2**64 - 1
@@ -105,6 +106,25 @@ def parse_copy_data(buf: bytes | memoryview) -> XLogData | PrimaryKeepalive:
         offset=0,
         message_type="COPY DATA",
     )
+
+
+def read_xlog_data(buf: bytes) -> tuple[Lsn, bytes] | None:
+    """Split an XLogData frame into ``(wal_start, payload)`` without building ``XLogData``.
+
+    The cheap path for the receive loop, which needs only these two fields of each
+    message. ``wal_end`` and ``send_time`` are skipped (the walsender sets ``wal_end``
+    of an XLogData frame to its current send position, which keepalives also carry).
+
+    Args:
+        buf: a CopyData payload as received.
+
+    Returns:
+        ``(wal_start, payload)`` for a well-formed ``w`` frame; None for anything else
+        (a keepalive, or a frame ``parse_copy_data`` will reject with the reason).
+    """
+    if len(buf) < _XLOG_PAYLOAD or buf[0] != 0x77:
+        return None
+    return Lsn(_U64.unpack_from(buf, 1)[0]), buf[_XLOG_PAYLOAD:]
 
 
 def encode_standby_status_update(

@@ -68,11 +68,9 @@ class TupleData:
         ``buf[start:]`` must begin with a TupleData part that was validated already
         (the assembler validates every row message when it arrives).
         """
-        data = _new_object(cls)
-        _set_values(data, None)
-        _set_buf(data, buf)
-        _set_start(data, start)
-        return data
+        data = _TupleDataLayout(buf, start)
+        data.__class__ = TupleData  # type: ignore[assignment]
+        return data  # type: ignore[return-value]
 
     @property
     def values(self) -> tuple[ColumnValue, ...]:
@@ -112,6 +110,21 @@ class TupleData:
 
     def __delattr__(self, name: str) -> None:
         raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+class _TupleDataLayout:
+    """``TupleData``'s slot layout with writable slots (see ``changes.RowChangeBuilder``).
+
+    ``from_wire`` fills one and turns it into a ``TupleData`` by assigning ``__class__``,
+    which CPython allows between classes with identical slots; replay makes one per row.
+    """
+
+    __slots__ = TupleData.__slots__
+
+    def __init__(self, buf: bytes, start: int) -> None:
+        self._buf = buf
+        self._start = start
+        self._values = None
 
 
 _new_object = object.__new__

@@ -36,6 +36,7 @@ from decoder import (
     decode_tuple,
     parse_copy_data,
     parse_message,
+    read_xlog_data,
 )
 from decoder.changes import new_row_change
 from decoder.parser import row_message_is_valid, row_parts, scan_row_message
@@ -233,3 +234,19 @@ def test_a_wire_tuple_with_another_column_count_than_its_relation_is_malformed()
     rel = relation(1, "t", (("id", INT4_OID, True),))
     with pytest.raises(MalformedMessageError, match="tuple has 2 columns but relation"):
         decode_tuple(rel, _wire(TupleData((ColumnValue(ColumnKind.NULL),) * 2)))
+
+
+def test_read_xlog_data_splits_what_parse_copy_data_parses():
+    frame = b"w" + (7).to_bytes(8, "big") + (8).to_bytes(8, "big") + (9).to_bytes(8, "big") + b"IX"
+    parsed = parse_copy_data(frame)
+    assert isinstance(parsed, XLogData)
+    assert read_xlog_data(frame) == (parsed.wal_start, parsed.payload)
+
+
+def test_read_xlog_data_leaves_keepalives_and_damaged_frames_to_parse_copy_data():
+    keepalive = b"k" + bytes(17)
+    assert read_xlog_data(keepalive) is None
+    assert read_xlog_data(b"w" + bytes(10)) is None
+    assert read_xlog_data(b"") is None
+    with pytest.raises(MalformedMessageError):
+        parse_copy_data(b"w" + bytes(10))

@@ -1,0 +1,74 @@
+"""Benchmarks of wal2delta (issue 6): one command each, run against a server they start.
+
+Every benchmark starts its own throw-away PostgreSQL (``bench.postgres``), builds its
+workload, measures the daemon *and* a baseline in the same run, and prints both figures
+and their ratio. The ratio is the result; absolute times depend on the machine and on
+whatever else runs on it, so they are printed but never judged. A benchmark exits 0 when
+it measured, whatever the ratio, and non-zero only when it could not measure (the
+server did not start, the daemon lost rows...).
+
+``python -m bench`` lists the benchmarks; each runs as ``python -m bench.<name>``. The
+shared building blocks are meant for the benchmarks still to come:
+
+* ``bench.postgres``: the server, with the settings every benchmark uses;
+* ``bench.workload``: the issue's backlog (insert/update/delete mix in fixed-size
+  transactions), single large transactions, and fresh copies of one slot so that every
+  consumer reads exactly the same WAL;
+* ``bench.daemon``: runs ``CaptureService`` up to an end LSN into a sink, timed;
+* ``bench.report``: figures, ratios, and the ``--json`` output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+
+@dataclass(frozen=True, slots=True)
+class Benchmark:
+    """One benchmark of issue 6: its module and what it compares."""
+
+    part: int
+    name: str
+    summary: str
+    module: str | None
+    """``python -m <module>`` runs it; None while it cannot be written yet."""
+    blocked_by: str | None = None
+
+
+BENCHMARKS: Final = (
+    Benchmark(
+        1,
+        "capture",
+        "receive + decode + assemble over a 1M-change backlog vs pg_recvlogical",
+        "bench.capture",
+    ),
+    Benchmark(
+        2,
+        "part2",
+        "issue 6 part 2 (Delta apply path)",
+        None,
+        blocked_by="needs sink.DeltaSink, which is still being written",
+    ),
+    Benchmark(
+        3,
+        "part3",
+        "issue 6 part 3 (Delta apply path)",
+        None,
+        blocked_by="needs sink.DeltaSink, which is still being written",
+    ),
+    Benchmark(
+        4,
+        "part4",
+        "issue 6 part 4 (Delta apply path)",
+        None,
+        blocked_by="needs sink.DeltaSink, which is still being written",
+    ),
+    Benchmark(
+        5,
+        "memory",
+        "peak RSS of a 5M-row vs a 10k-row single transaction",
+        "bench.memory",
+    ),
+)
+"""Every benchmark of issue 6, in the issue's order."""

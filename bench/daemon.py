@@ -1,0 +1,139 @@
+"""Run the daemon's capture path (``CaptureService``) up to an end LSN, timed.
+
+The service runs exactly as ``wal2delta run`` runs it (same loop, same decoder, same
+batcher and sink worker thread) with two substitutions: the sink is ``CountingSink``, which
+counts row changes and keeps nothing, and ``endpos`` stops the service once every
+transaction committed up to the backlog's end is durable in that sink. What is measured
+is therefore the receive + decode + assemble + batch path and nothing of Delta.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from capture.logging import configure_logging
+from capture.service import CaptureService
+from config import AppConfig, parse_config
+from decoder import Lsn, RowChange
+from sink import Batch, BatchResult
+
+
+class CountingSink:
+    """A sink that counts row changes and batches, and keeps nothing."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.batches = 0
+
+    def apply(self, batch: Batch) -> BatchResult:
+        """Count the batch's row changes; durable at once."""
+        self.batches += 1
+        self.rows += sum(1 for change in batch.changes if isinstance(change, RowChange))
+        return BatchResult(rows_by_table={}, toast_anomalies=0, duration_seconds=0.0)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonRun:
+    """Figures of one daemon run."""
+
+    rows: int
+    batches: int
+    wall_seconds: float
+    cpu_seconds: float
+    """CPU time of this whole process (loop, sink worker and monitor threads)."""
+    gc_seconds: float
+    """Wall time spent in the cyclic garbage collector during the run."""
+
+
+def bench_config(
+    dsn: str,
+    workdir: Path,
+    *,
+    slot: str,
+    publication: str,
+    tables: list[str],
+    spool_memory_limit: str = "64MiB",
+    max_rows: int | None = None,
+) -> AppConfig:
+    """A daemon configuration that reads an existing slot and publication.
+
+    Args:
+        dsn: the source database.
+        workdir: holds the (never written) lake path and the spool directory.
+        slot: an existing slot (a fresh copy); the service must not create one.
+        publication: an existing publication.
+        tables: ``schema.table`` names the publication publishes.
+        spool_memory_limit: ``spool.memory_limit``; the production default unless the
+            benchmark is about spilling.
+        max_rows: ``sink.batch.max_rows``; the production default when None.
+    """
+    batch: dict[str, object] = {}
+    if max_rows is not None:
+        batch["max_rows"] = max_rows
+    return parse_config(
+        {
+            "source": {
+                "dsn": dsn,
+                "slot": slot,
+                "publication": publication,
+                "create_slot": False,
+                "create_publication": False,
+                "tables": tables,
+            },
+            "sink": {"path": str(workdir / "lake"), "batch": batch},
+            "spool": {"dir": str(workdir / "spool"), "memory_limit": spool_memory_limit},
+            "metrics": {"enabled": False},
+            "logging": {"format": "console", "level": "warning"},
+        }
+    )
+
+
+def run_daemon(config: AppConfig, endpos: Lsn) -> DaemonRun:
+    """Run ``CaptureService`` from the configured slot until ``endpos``; time it.
+
+    Logging is set to warnings only, as a production deployment at ``info`` logs one
+    line per batch and nothing per change.
+    """
+    configure_logging("console", "warning")
+    sink = CountingSink()
+    service = CaptureService(config, sink, endpos=endpos)
+    with _GcTimer() as gc_timer:
+        cpu_started = time.process_time()
+        started = time.perf_counter()
+        service.run()
+        wall = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
+    return DaemonRun(
+        rows=sink.rows,
+        batches=sink.batches,
+        wall_seconds=wall,
+        cpu_seconds=cpu,
+        gc_seconds=gc_timer.seconds,
+    )
+
+
+class _GcTimer:
+    """Adds up the time the cyclic garbage collector runs, through ``gc.callbacks``."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+
+    def __enter__(self) -> _GcTimer:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
