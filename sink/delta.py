@@ -15,9 +15,11 @@ first touches them:
 2. Runs the plan's steps in order: a TRUNCATE becomes a DELETE (or, with soft deletes, a
    flagging MERGE) of rows at or below its LSN; a merge step ships its rows to Spark as
    one Arrow table with an explicit schema (``createDataFrame``), registers it as a
-   temporary view and runs the step's MERGE. When rows keep unchanged-TOAST columns, a
-   count query first finds those whose value exists nowhere in the target; they are not
-   inserted (the MERGE excludes them), but counted and logged.
+   temporary view and runs the step's MERGE. Target columns the step's relation does not
+   have (dropped in PostgreSQL) stay in Delta and become NULL in the rows it updates.
+   When rows keep unchanged-TOAST columns, a count query first finds those whose value
+   exists nowhere in the target; they are not inserted (the MERGE excludes them), but
+   counted and logged.
 
 Every statement is one Delta commit. ``apply`` returns after the last one, so the whole
 batch is durable (invariant 1). A failure part-way leaves earlier commits in place; the
@@ -235,7 +237,7 @@ class DeltaSink:
             if isinstance(step, TruncateStep):
                 self._truncate(plan.qualified_name, target, step)
             elif step.rows:
-                anomalies += self._merge(plan.qualified_name, target, step)
+                anomalies += self._merge(plan.qualified_name, path, step)
         return anomalies
 
     def _metadata_columns(self, *, ordinal: bool) -> list[_Column]:
@@ -319,14 +321,24 @@ class DeltaSink:
             with self._view(arrow, columns) as view:
                 self._sql(render_truncate(step.lsn, self._meta, target=target, view=view))
 
-    def _merge(self, table: str, target: str, step: MergeStep) -> int:
+    def _merge(self, table: str, path: str, step: MergeStep) -> int:
+        target = delta_table(path)
         columns, arrow = self._source_table(table, step)
+        step_columns = {c.name for c in step.columns}
+        unpublished = sorted(
+            name
+            for name in self._columns.get(path, ())
+            if name not in step_columns and name not in self._meta.reserved
+        )
         anomalies = 0
         with engine_errors(f"merging into {table}"), self._view(arrow, columns) as view:
             count_query = render_toast_anomaly_count(step, self._meta, target=target, view=view)
             if count_query is not None:
                 anomalies = self._count(count_query, ANOMALY_COUNT)
-            self._sql(render_merge(step, self._meta, target=target, view=view))
+            merge = render_merge(
+                step, self._meta, target=target, view=view, unpublished=unpublished
+            )
+            self._sql(merge)
         if anomalies:
             log.warning(
                 "toast value missing in target",

@@ -158,7 +158,14 @@ def _resolved_source(step: MergeStep, meta: MetadataColumns, target: str, view: 
     )
 
 
-def render_merge(step: MergeStep, meta: MetadataColumns, *, target: str, view: str) -> str:
+def render_merge(
+    step: MergeStep,
+    meta: MetadataColumns,
+    *,
+    target: str,
+    view: str,
+    unpublished: Sequence[str] = (),
+) -> str:
     """Render the MERGE that applies one merge step.
 
     Args:
@@ -166,6 +173,9 @@ def render_merge(step: MergeStep, meta: MetadataColumns, *, target: str, view: s
         meta: metadata column names and the delete mode.
         target: the target table reference (``delta_table(path)``).
         view: the temporary view holding ``source_columns(step, meta)``.
+        unpublished: data columns of the target that the step's relation does not have
+            (dropped in PostgreSQL, or left out of the publication). An updated row gets
+            NULL there: the column stays in Delta, NULL from then on (ARCHITECTURE).
 
     Returns:
         One ``MERGE INTO`` statement.
@@ -199,6 +209,7 @@ def render_merge(step: MergeStep, meta: MetadataColumns, *, target: str, view: s
             else:
                 value = source_column
             assignments.append(f"{target_column} = {value}")
+        assignments += [f"{_col('t', name)} = NULL" for name in unpublished]
         assignments += stamp
         if meta.soft_delete:
             assignments.append(f"{_col('t', meta.deleted)} = false")

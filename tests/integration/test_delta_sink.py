@@ -265,6 +265,31 @@ def test_a_later_relation_with_a_new_column_adds_it_to_the_delta_table(
     )
 
 
+def test_a_dropped_column_stays_in_delta_and_is_null_in_rows_changed_afterwards(
+    make_sink: SinkFactory, lake: Path
+) -> None:
+    wider = rel("public.docs", col("id", INT4, key=True), col("body"), col("rev", INT4), col("tag"))
+    sink = make_sink()
+    sink.apply(
+        batch(
+            insert(wider, "1", "one", "1", "red", lsn=10),
+            insert(wider, "2", "two", "1", "blue", lsn=10),
+        )
+    )
+    sink.apply(
+        batch(update(DOCS, "1", "one", "2", lsn=20), insert(DOCS, "3", "three", "1", lsn=20))
+    )
+    assert_delta_matches(
+        docs_path(lake),
+        [
+            {**doc(1, "one", 2), "tag": None},
+            {**doc(2, "two", 1), "tag": "blue"},
+            {**doc(3, "three", 1), "tag": None},
+        ],
+        key=["id"],
+    )
+
+
 def test_replica_identity_full_matches_on_every_column(make_sink: SinkFactory, lake: Path) -> None:
     full = rel("public.pairs", col("a", INT4), col("b"), identity="f")
     sink = make_sink()

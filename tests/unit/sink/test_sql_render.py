@@ -231,3 +231,13 @@ def test_snapshot_markers_are_upserted_by_slot() -> None:
         "WHEN NOT MATCHED THEN INSERT (`slot`, `status`, `consistent_point`, `updated_at`)\n"
         "  VALUES (s.`slot`, s.`status`, s.`consistent_point`, s.`updated_at`)"
     )
+
+
+def test_target_columns_the_relation_no_longer_has_become_null_on_update() -> None:
+    step = step_of(insert(DOCS, "1", "a", "1", lsn=10))
+    text = render_merge(step, META, target=TARGET, view="src", unpublished=["gone", "old"])
+    assert (
+        "  t.`rev` = s.`rev`,\n  t.`gone` = NULL,\n  t.`old` = NULL,\n"
+        "  t.`_wal2delta_lsn` = s.`_wal2delta_lsn`," in text
+    )
+    assert "`gone`" not in text.split("WHEN NOT MATCHED")[1]
