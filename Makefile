@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Tools installed into the venv (hadolint, kubectl, ...) are found by the tests too.
+export PATH := $(abspath $(BIN)):$(PATH)
 PG15_BIN := /usr/lib/postgresql/15/bin
 
 .PHONY: setup demo test lint typecheck pg15

@@ -5,6 +5,12 @@ A batch closes when it holds ``max_rows`` changes, or when its oldest content is
 only the batch that holds its last change carries its end LSN as ``durable_lsn``, so the
 flush position never passes a transaction that is only partly in Delta. Empty
 transactions still move ``durable_lsn`` forward, so idle tables do not hold WAL back.
+
+Adaptive batching: while the sink is still busy with earlier batches (a backlog), a batch
+neither closes on age nor at ``max_rows``; it keeps growing up to ``max_rows_ceiling``.
+A MERGE costs about the same whatever its size (it scans the target), so under load
+fewer, larger batches raise throughput, while at low load batches stay small and lag
+stays near one MERGE time plus ``max_age``.
 """
 
 from __future__ import annotations
@@ -16,10 +22,13 @@ from sink import Batch
 class Batcher:
     """Accumulates changes; hands out ``Batch`` values when they are due."""
 
-    def __init__(self, *, max_rows: int, max_age: float) -> None:
+    def __init__(
+        self, *, max_rows: int, max_age: float, max_rows_ceiling: int | None = None
+    ) -> None:
         if max_rows < 1:
             raise ValueError("max_rows must be at least 1")
         self.max_rows = max_rows
+        self.max_rows_ceiling = max(max_rows, max_rows_ceiling or max_rows)
         self.max_age = max_age
         self._changes: list[Change] = []
         self._durable_lsn: Lsn | None = None
@@ -35,11 +44,16 @@ class Batcher:
         if self._opened_at is None:
             self._opened_at = now
 
-    def add(self, change: Change, now: float) -> Batch | None:
-        """Add one change; return a batch when ``max_rows`` is reached."""
+    def add(self, change: Change, now: float, *, backlog: bool = False) -> Batch | None:
+        """Add one change; return a batch when it is full.
+
+        Full means ``max_rows`` changes, or ``max_rows_ceiling`` while ``backlog`` says the
+        sink is still busy with earlier batches.
+        """
         self._touch(now)
         self._changes.append(change)
-        if len(self._changes) >= self.max_rows:
+        limit = self.max_rows_ceiling if backlog else self.max_rows
+        if len(self._changes) >= limit:
             return self.take()
         return None
 
@@ -50,9 +64,17 @@ class Batcher:
         self._transactions += 1
         self._last_commit_time = commit_time
 
-    def due(self, now: float) -> bool:
-        """True when the open batch has content that is at least ``max_age`` old."""
-        return self._opened_at is not None and now - self._opened_at >= self.max_age
+    def due(self, now: float, *, backlog: bool = False) -> bool:
+        """True when the open batch should be handed over now.
+
+        That is when its oldest content is ``max_age`` old - unless the sink has a
+        backlog, in which case the batch keeps growing - or when it is full.
+        """
+        if self._opened_at is None:
+            return False
+        if len(self._changes) >= (self.max_rows_ceiling if backlog else self.max_rows):
+            return True
+        return not backlog and now - self._opened_at >= self.max_age
 
     def next_deadline(self) -> float | None:
         return None if self._opened_at is None else self._opened_at + self.max_age

@@ -366,7 +366,9 @@ class CaptureService:
             )
             batch_cfg = self.config.sink.batch
             batcher = Batcher(
-                max_rows=batch_cfg.max_rows, max_age=batch_cfg.max_age.total_seconds()
+                max_rows=batch_cfg.max_rows,
+                max_age=batch_cfg.max_age.total_seconds(),
+                max_rows_ceiling=batch_cfg.max_rows_ceiling,
             )
             session = _Session(
                 service=self,
@@ -487,7 +489,7 @@ class _Session:
             self._collect_reports()
             self.service.state.pending = self.tracker.pending_count
             now = clock()
-            if self.batcher.due(now):
+            if self.batcher.due(now, backlog=self._sink_busy()):
                 self._hand_off(self.batcher.take())
             self._send_feedback_if_due(now)
             if not frames:
@@ -551,6 +553,11 @@ class _Session:
             elif isinstance(output, NonTransactionalMessage):
                 pass
 
+    def _sink_busy(self) -> bool:
+        """The sink still works on an earlier batch: let the open batch grow instead."""
+        assert self.worker is not None
+        return self.worker.in_flight > 0
+
     def _update_gauges(self) -> None:
         """Gauges are refreshed once per read burst, not per message (hot path)."""
         self.metrics.open_streamed_transactions.set(self.assembler.open_streamed_transactions)
@@ -580,9 +587,12 @@ class _Session:
         ):
             for change in self.assembler.replay(txn):
                 self._count(change)
-                self._hand_off(self.batcher.add(change, self.service.clock()))
+                batch = self.batcher.add(change, self.service.clock(), backlog=self._sink_busy())
+                self._hand_off(batch)
         self.batcher.end_transaction(txn.end_lsn, txn.commit_time, self.service.clock())
-        if self.batcher.row_count == 0 and self.batcher.due(self.service.clock()):
+        if self.batcher.row_count == 0 and self.batcher.due(
+            self.service.clock(), backlog=self._sink_busy()
+        ):
             self._hand_off(self.batcher.take())
 
     def _count(self, change: Change) -> None:

@@ -12,7 +12,9 @@ are composed with ``psycopg.sql``. This is the only module that touches ``conn.p
 
 from __future__ import annotations
 
+import contextlib
 import select
+import time
 from collections.abc import Mapping
 
 import psycopg
@@ -134,12 +136,23 @@ class ReplicationStream:
         readable, _, _ = select.select([self._pgconn.socket], [], [], timeout)
         return bool(readable)
 
-    def close(self) -> None:
-        """Close the connection; ends COPY BOTH if it is still running."""
+    def close(self, timeout: float = 10.0) -> None:
+        """End COPY BOTH cleanly, then close the connection.
+
+        The server processes everything we sent before our CopyDone - in particular the
+        final status update - before it answers with its own CopyDone, so waiting for that
+        answer means the acknowledged position is recorded in the slot when we return.
+        """
         if self._started and not self._conn.closed:
-            try:
+            with contextlib.suppress(psycopg.Error, ReplicationConnectionLostError):
                 self._pgconn.put_copy_end()
                 self._pgconn.flush()
-            except psycopg.Error:
-                pass
+                deadline = time.monotonic() + timeout
+                while time.monotonic() < deadline:
+                    self._pgconn.consume_input()
+                    size, _ = self._pgconn.get_copy_data(1)
+                    if size < 0:
+                        break
+                    if size == 0:
+                        select.select([self._pgconn.socket], [], [], 0.1)
         self._conn.close()

