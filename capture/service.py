@@ -213,6 +213,7 @@ class CaptureService:
         self._tracker = FlushTracker()
         self._spool_dir: Path | None = None
         self._fatal: Wal2DeltaError | None = None
+        self._shutdown_deadline: float | None = None
 
     def fail(self, error: Wal2DeltaError) -> None:
         """Stop the loop with ``error`` (called from other threads, e.g. the monitor)."""
@@ -408,6 +409,12 @@ class CaptureService:
         if worker is None:
             return
         while worker.in_flight:
+            if self._shutdown_deadline is not None and time.monotonic() > self._shutdown_deadline:
+                log.warning(
+                    "shutdown grace period over; unconfirmed batches will be sent again",
+                    batches=worker.in_flight,
+                )
+                return
             report = worker.wait_report(1.0)
             if report is None:
                 continue
@@ -506,7 +513,14 @@ class _Session:
         return max(0.0, min(deadlines) - now)
 
     def _finish(self) -> None:
-        """Apply everything committed, wait until durable, send the final status update."""
+        """Apply everything committed, wait until durable, send the final status update.
+
+        A stop request (SIGTERM) gets ``shutdown.grace_period`` for this; what is not
+        durable by then is simply not acknowledged, so the server sends it again.
+        """
+        if not self.endpos_reached:
+            grace = self.service.config.shutdown.grace_period.total_seconds()
+            self.service._shutdown_deadline = time.monotonic() + grace
         self._hand_off(self.batcher.take())
         self.service._drain_worker()
         self._send_status(reason="final", reply_requested=False)
@@ -617,9 +631,12 @@ class _Session:
         if batch is None:
             return
         assert self.worker is not None
+        deadline = self.service._shutdown_deadline
         while not self.worker.offer(batch, timeout=0.2):
             self._collect_reports()
             self._send_feedback_if_due(self.service.clock())
+            if deadline is not None and time.monotonic() > deadline:
+                return
         self._collect_reports()
 
     def _collect_reports(self) -> None:
