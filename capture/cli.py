@@ -40,8 +40,17 @@ def sink_settings(config: AppConfig) -> SinkSettings:
         deleted_column=sink.metadata.deleted_column,
         soft_delete=sink.soft_delete,
         messages_table=sink.messages == "table",
-        keys={name: tuple(columns) for name, columns in sink.keys.items()},
+        keys=configured_keys(config),
     )
+
+
+def configured_keys(config: AppConfig) -> dict[str, tuple[str, ...]]:
+    """MERGE keys from ``source.tables[].key`` and ``sink.keys`` (they must agree)."""
+    keys = {name: tuple(columns) for name, columns in config.sink.keys.items()}
+    for table in config.source.tables:
+        if table.key is not None:
+            keys[table.qualified_name] = tuple(table.key)
+    return keys
 
 
 def spark_settings(config: AppConfig) -> SparkSettings:
@@ -127,6 +136,10 @@ def run_service(
     except Wal2DeltaError as exc:
         log.error("stopped by error", error=str(exc), error_type=type(exc).__name__)
         return exc.exit_code if isinstance(exc, CaptureError) else EXIT_FATAL
+    except ConfigError as exc:
+        # A password file that disappeared or became unreadable while running.
+        log.error("configuration error", error=str(exc))
+        return EXIT_CONFIG
     finally:
         if health is not None:
             health.stop()

@@ -70,18 +70,18 @@ class Workload:
             conn.execute("COMMIT" if rng.random() > 0.1 else "ROLLBACK")
         elif kind == "large":
             start = self.next_id + 1
-            self.next_id += 3000
+            self.next_id += 1500
             conn.execute(
                 "INSERT INTO crash.accounts SELECT g, 'bulk', g "
                 "FROM generate_series(%s::int, %s::int) g",
-                (start, start + 2999),
+                (start, start + 1499),
             )
             conn.execute("UPDATE crash.accounts SET balance = balance + 1 WHERE id % 13 = 0")
             conn.execute("COMMIT" if rng.random() > 0.2 else "ROLLBACK")
         elif kind == "savepoints":
             self._random_change(conn)
             conn.execute("SAVEPOINT a")
-            for _ in range(rng.randint(1, 400)):
+            for _ in range(rng.randint(1, 200)):
                 self._random_change(conn)
             conn.execute("ROLLBACK TO SAVEPOINT a" if rng.random() < 0.5 else "RELEASE SAVEPOINT a")
             self._random_change(conn)
@@ -164,6 +164,7 @@ def _daemon(config: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
         )
 
 
+@pytest.mark.timeout(1500)
 def test_sigkill_at_random_points_loses_and_duplicates_nothing(
     pg18_dsn: str, tmp_path: Path
 ) -> None:
@@ -184,7 +185,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
                     "status_interval": "500ms",
                 },
                 "snapshot": {"mode": "initial"},
-                "sink": {"path": str(lake), "batch": {"max_rows": 300, "max_age": "200ms"}},
+                "sink": {"path": str(lake), "batch": {"max_rows": 2000, "max_age": "200ms"}},
                 "spool": {"dir": str(tmp_path / "spool"), "memory_limit": "256KiB"},
                 "metrics": {"enabled": False},
                 "logging": {"format": "json", "level": "warning"},
@@ -199,8 +200,13 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
         while kills < KILLS:
             daemon = _daemon(config, log)
             deadline = time.monotonic() + rng.uniform(0.5, 6.0)
-            while time.monotonic() < deadline and daemon.poll() is None:
-                workload.step(conn)
+            try:
+                while time.monotonic() < deadline and daemon.poll() is None:
+                    workload.step(conn)
+                    time.sleep(0.02)  # a steady stream, not a flood the daemon never catches
+            except BaseException:
+                daemon.kill()
+                raise
             if daemon.poll() is not None:
                 pytest.fail(
                     f"daemon exited with {daemon.returncode} (seed {seed}):\n"
@@ -215,7 +221,11 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
         endpos = format_lsn(current_wal_lsn(conn))
         print(f"final run to {endpos}", file=sys.stderr)
         final = _daemon(config, log, "--endpos", endpos)
-        final.wait(300)
+        try:
+            final.wait(400)
+        finally:
+            if final.poll() is None:
+                final.kill()
         assert final.returncode == 0, log.read_text()[-3000:]
         mismatches = []
         for name in TABLES:
