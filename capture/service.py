@@ -430,8 +430,13 @@ class CaptureService:
         batch = report.batch
         self.metrics.batches.inc()
         self.metrics.batch_apply_duration_seconds.observe(report.duration_seconds)
-        for table, ops in report.result.rows_by_table.items():
+        result = report.result
+        for table, ops in result.rows_by_table.items():
             self.metrics.rows_merged.labels(table=table).inc(sum(ops.values()))
+        for table, seconds in result.seconds_by_table.items():
+            self.metrics.merge_duration_seconds.labels(table=table).observe(seconds)
+        for table, count in result.toast_anomalies_by_table.items():
+            self.metrics.toast_anomalies.labels(table=table).inc(count)
         if report.result.toast_anomalies:
             log.warning("toast anomalies in batch", count=report.result.toast_anomalies)
         if batch.durable_lsn is not None:

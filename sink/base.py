@@ -16,7 +16,7 @@ The contract (after supabase/etl's ``destination/base.rs``):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
 from decoder.changes import Change
@@ -52,11 +52,15 @@ class BatchResult:
         toast_anomalies: unchanged-TOAST updates whose row was missing in the target, so
             the row could not be written without inventing a value.
         duration_seconds: wall time of ``apply``.
+        seconds_by_table: wall time of each table's MERGE (and TRUNCATE) steps.
+        toast_anomalies_by_table: ``toast_anomalies`` per qualified table name.
     """
 
     rows_by_table: Mapping[str, Mapping[str, int]]
     toast_anomalies: int
     duration_seconds: float
+    seconds_by_table: Mapping[str, float] = field(default_factory=dict)
+    toast_anomalies_by_table: Mapping[str, int] = field(default_factory=dict)
 
 
 class Sink(Protocol):

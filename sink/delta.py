@@ -157,14 +157,23 @@ class DeltaSink:
             decoder=self._decoder,
         )
         anomalies = 0
+        seconds: dict[str, float] = {}
+        anomalies_by_table: dict[str, int] = {}
         for table in plan.tables:
-            anomalies += self._apply_table(table)
+            table_started = time.monotonic()
+            table_anomalies = self._apply_table(table)
+            seconds[table.qualified_name] = time.monotonic() - table_started
+            if table_anomalies:
+                anomalies_by_table[table.qualified_name] = table_anomalies
+            anomalies += table_anomalies
         if plan.messages and self._settings.messages_table:
             self._apply_messages(plan.messages)
         return BatchResult(
             rows_by_table={table.qualified_name: dict(table.counts) for table in plan.tables},
             toast_anomalies=anomalies,
             duration_seconds=time.monotonic() - started,
+            seconds_by_table=seconds,
+            toast_anomalies_by_table=anomalies_by_table,
         )
 
     def close(self) -> None:
