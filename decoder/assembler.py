@@ -468,6 +468,17 @@ class Assembler:
                 txn.buffer.append(data)
                 txn.change_count += 1
                 return []
+            if state is AssemblerState.IN_STREAM_BLOCK and row_message_is_valid(data, True):
+                # The same inside a stream block (large transactions): the xid prefix
+                # says which subtransaction the record belongs to.
+                assert self._stream_xid is not None
+                txn = self._streams[self._stream_xid]
+                subxid = int.from_bytes(data[1:5], "big")
+                if subxid != txn.xid and subxid not in txn.subxact_xids:
+                    self._subxact_info_add(txn, subxid)
+                txn.buffer.append(data)
+                txn.change_count += 1
+                return []
             # Row messages, the bulk of any stream, are validated without being built: the
             # full message is built once, at replay (see scan_row_message).
             row = (

@@ -10,9 +10,10 @@ the offset ``subxact_info_add`` recorded.
 ``FileChangeBuffer`` keeps them in memory up to a byte limit; the record that would cross
 the limit moves everything to a temporary file in the spool directory, and every later
 record is appended there, length-prefixed (a big-endian ``uint32`` before each record).
-From then on the memory held is the file object's fixed write buffer, whatever the
-transaction's size (ARCHITECTURE invariant 6), like worker.c's ``BufFile`` spooling behind
-``stream_write_change``. The file is deleted on ``close()``, or when the buffer is
+Records bound for the file are staged in a 64KiB block and written a block at a time,
+and read back the same way. From then on the memory held is that fixed block, whatever
+the transaction's size (ARCHITECTURE invariant 6), like worker.c's ``BufFile`` spooling
+behind ``stream_write_change``. The file is deleted on ``close()``, or when the buffer is
 garbage-collected without being closed.
 
 A mark is an opaque integer, meaningful only to the buffer that returned it.
@@ -32,6 +33,7 @@ from typing import BinaryIO, Final, Protocol
 
 _LENGTH: Final = struct.Struct(">I")
 _READ_BUFFER_BYTES: Final = 64 * 1024
+_WRITE_BLOCK_BYTES: Final = 64 * 1024
 
 
 class ChangeBuffer(Protocol):
@@ -149,6 +151,7 @@ class FileChangeBuffer:
         self._file: BinaryIO | None = None
         self._path: Path | None = None
         self._file_bytes = 0
+        self._pending = bytearray()
         self._finalizer: weakref.finalize[[BinaryIO, Path], FileChangeBuffer] | None = None
 
     @property
@@ -165,10 +168,20 @@ class FileChangeBuffer:
                 self._memory_bytes += size
                 return
             self._spill()
-        assert self._file is not None
-        self._file.write(_LENGTH.pack(len(record)))
-        self._file.write(record)
+        # Records are staged in a bytearray and written a block at a time: two buffered
+        # file writes per record cost more than the rest of spooling it.
+        pending = self._pending
+        pending += _LENGTH.pack(len(record))
+        pending += record
         self._file_bytes += size
+        if len(pending) >= _WRITE_BLOCK_BYTES:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        """Write the staged records to the spool file."""
+        assert self._file is not None
+        self._file.write(self._pending)
+        self._pending.clear()
 
     def _spill(self) -> None:
         """Move the in-memory records to a new spool file."""
@@ -180,8 +193,9 @@ class FileChangeBuffer:
         self._path = path
         self._finalizer = weakref.finalize(self, _remove_spool_file, file, path)
         for record in self._memory:
-            file.write(_LENGTH.pack(len(record)))
-            file.write(record)
+            self._pending += _LENGTH.pack(len(record))
+            self._pending += record
+        self._write_pending()
         self._file_bytes = self._memory_bytes
         self._memory = []
         self._memory_bytes = 0
@@ -206,30 +220,45 @@ class FileChangeBuffer:
             return
         # The file stays even if it shrinks below the limit: a transaction that got this
         # big once is likely to grow again, and the file is deleted at close anyway.
+        self._write_pending()
         self._file.flush()
         self._file.truncate(mark)
         self._file.seek(mark)
         self._file_bytes = mark
 
     def __iter__(self) -> Iterator[bytes]:
-        """Yield the records in order, reading a spilled buffer back one record at a time."""
+        """Yield the records in order; a spilled buffer is read back a block at a time."""
         if self._file is None:
             yield from self._memory
             return
         assert self._path is not None
+        self._write_pending()
         self._file.flush()
-        remaining = self._file_bytes
-        with open(self._path, "rb", buffering=_READ_BUFFER_BYTES) as reader:
-            while remaining > 0:
-                header = reader.read(_LENGTH.size)
-                if len(header) != _LENGTH.size:
+        unread = self._file_bytes
+        block = b""
+        pos = 0
+        unpack = _LENGTH.unpack_from
+        with open(self._path, "rb", buffering=0) as reader:
+            while True:
+                available = len(block) - pos
+                if available >= _LENGTH.size:
+                    end = pos + _LENGTH.size + unpack(block, pos)[0]
+                    if end <= len(block):
+                        yield block[pos + _LENGTH.size : end]
+                        pos = end
+                        continue
+                    needed = end - len(block)
+                elif available == 0 and unread == 0:
+                    return
+                else:
+                    needed = _LENGTH.size - available
+                want = min(unread, max(needed, _READ_BUFFER_BYTES))
+                chunk = reader.read(want) if want >= needed else b""
+                if want < needed or len(chunk) != want:
                     raise OSError(f"spool file {self._path} is shorter than expected")
-                (length,) = _LENGTH.unpack(header)
-                record = reader.read(length)
-                if len(record) != length:
-                    raise OSError(f"spool file {self._path} is shorter than expected")
-                remaining -= _LENGTH.size + length
-                yield record
+                unread -= want
+                block = block[pos:] + chunk
+                pos = 0
 
     def close(self) -> None:
         """Delete the spool file and forget every record. Idempotent."""
@@ -239,6 +268,7 @@ class FileChangeBuffer:
         self._file = None
         self._path = None
         self._file_bytes = 0
+        self._pending = bytearray()
         self._memory = []
         self._memory_bytes = 0
 

@@ -22,6 +22,7 @@ from decoder import (
     ColumnValue,
     DecodeError,
     Delete,
+    FileChangeBuffer,
     Insert,
     Lsn,
     MalformedMessageError,
@@ -250,3 +251,38 @@ def test_read_xlog_data_leaves_keepalives_and_damaged_frames_to_parse_copy_data(
     assert read_xlog_data(b"") is None
     with pytest.raises(MalformedMessageError):
         parse_copy_data(b"w" + bytes(10))
+
+
+# Record sizes around the spill file's 64 KiB write and read blocks, including records
+# larger than a block and records whose length prefix straddles a block boundary.
+BLOCK_RECORDS = [
+    bytes([i % 251]) * size
+    for i, size in enumerate([0, 1, 65_531, 65_532, 65_536, 3, 200_000, 7, 65_535, 1, 131_072, 12])
+]
+
+
+def test_a_spilled_buffer_reads_back_records_of_any_size_across_its_blocks(tmp_path):
+    buffer = FileChangeBuffer(tmp_path, 0)
+    for record in BLOCK_RECORDS:
+        buffer.append(record)
+    assert list(buffer) == BLOCK_RECORDS
+    mark = buffer.mark()
+    buffer.append(b"dropped")
+    buffer.truncate(mark)
+    buffer.append(b"kept")
+    assert list(buffer) == [*BLOCK_RECORDS, b"kept"]
+    assert buffer.size_bytes == sum(4 + len(r) for r in BLOCK_RECORDS) + 8
+    buffer.close()
+
+
+def test_a_spool_file_shorter_than_its_records_is_an_os_error(tmp_path):
+    buffer = FileChangeBuffer(tmp_path, 0)
+    for record in BLOCK_RECORDS:
+        buffer.append(record)
+    list(buffer)  # writes the staged block
+    assert buffer.path is not None
+    with buffer.path.open("r+b") as file:
+        file.truncate(buffer.size_bytes - 5)
+    with pytest.raises(OSError, match="shorter than expected"):
+        list(buffer)
+    buffer.close()
