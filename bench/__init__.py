@@ -36,6 +36,12 @@ class Benchmark:
     blocked_by: str | None = None
 
 
+_NEEDS_SINK: Final = (
+    "needs sink.DeltaSink (Delta apply path), which is still being written; add it as "
+    "bench/<name>.py with a main(argv) -> int, reusing bench.postgres, bench.workload, "
+    "bench.daemon (pass a real sink instead of CountingSink) and bench.report"
+)
+
 BENCHMARKS: Final = (
     Benchmark(
         1,
@@ -43,27 +49,9 @@ BENCHMARKS: Final = (
         "receive + decode + assemble over a 1M-change backlog vs pg_recvlogical",
         "bench.capture",
     ),
-    Benchmark(
-        2,
-        "part2",
-        "issue 6 part 2 (Delta apply path)",
-        None,
-        blocked_by="needs sink.DeltaSink, which is still being written",
-    ),
-    Benchmark(
-        3,
-        "part3",
-        "issue 6 part 3 (Delta apply path)",
-        None,
-        blocked_by="needs sink.DeltaSink, which is still being written",
-    ),
-    Benchmark(
-        4,
-        "part4",
-        "issue 6 part 4 (Delta apply path)",
-        None,
-        blocked_by="needs sink.DeltaSink, which is still being written",
-    ),
+    Benchmark(2, "part2", "issue 6 part 2 (Delta apply path)", None, blocked_by=_NEEDS_SINK),
+    Benchmark(3, "part3", "issue 6 part 3 (Delta apply path)", None, blocked_by=_NEEDS_SINK),
+    Benchmark(4, "part4", "issue 6 part 4 (Delta apply path)", None, blocked_by=_NEEDS_SINK),
     Benchmark(
         5,
         "memory",

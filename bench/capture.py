@@ -113,8 +113,9 @@ def run_read_loop(dsn: str, slot: str, backlog: Backlog) -> tuple[float, float, 
     """Read the slot with the daemon's ``ReplicationStream`` and do nothing per frame.
 
     Stops at the end LSN like ``pg_recvlogical --endpos``: on an XLogData at or past it,
-    or on a keepalive whose WAL end reaches it. While the stream is quiet it asks the
-    server for a keepalive, as the daemon does when it waits for its end position.
+    or on a keepalive whose WAL end reaches it. Once the stream has been quiet for 50 ms
+    it asks the server for a keepalive (at most every 50 ms), as the daemon does when it
+    waits for its end position.
 
     Returns:
         (wall seconds, CPU seconds, XLogData frames read).
@@ -127,6 +128,7 @@ def run_read_loop(dsn: str, slot: str, backlog: Backlog) -> tuple[float, float, 
     try:
         stream.start(slot, 0, pgoutput_options())
         done = False
+        asked = time.monotonic()
         while not done:
             frames = stream.read_frames()
             for frame in frames:
@@ -137,13 +139,15 @@ def run_read_loop(dsn: str, slot: str, backlog: Backlog) -> tuple[float, float, 
                         done = True
                 elif tag == _KEEPALIVE_TAG and int.from_bytes(frame[1:9], "big") >= endpos:
                     done = True
-            if not frames and not done:
+            if frames or done:
+                continue
+            if not stream.wait_readable(0.05) and time.monotonic() - asked >= 0.05:
                 stream.send(
                     encode_standby_status_update(
                         write=0, flush=0, apply=0, send_time=0, reply_requested=True
                     )
                 )
-                stream.wait_readable(0.05)
+                asked = time.monotonic()
     finally:
         stream.close()
     return time.perf_counter() - started, time.process_time() - cpu_started, xlog_frames

@@ -18,7 +18,7 @@ from capture.logging import configure_logging
 from capture.service import CaptureService
 from config import AppConfig, parse_config
 from decoder import Lsn, RowChange
-from sink import Batch, BatchResult
+from sink import Batch, BatchResult, Sink
 
 
 class CountingSink:
@@ -94,15 +94,21 @@ def bench_config(
     )
 
 
-def run_daemon(config: AppConfig, endpos: Lsn) -> DaemonRun:
+def run_daemon(config: AppConfig, endpos: Lsn, sink: Sink | None = None) -> DaemonRun:
     """Run ``CaptureService`` from the configured slot until ``endpos``; time it.
+
+    Args:
+        config: see ``bench_config``.
+        endpos: stop once everything committed up to here is durable in the sink.
+        sink: where the changes go; a ``CountingSink`` when None. ``rows`` and
+            ``batches`` of the result are counted only by a ``CountingSink``.
 
     Logging is set to warnings only, as a production deployment at ``info`` logs one
     line per batch and nothing per change.
     """
     configure_logging("console", "warning")
-    sink = CountingSink()
-    service = CaptureService(config, sink, endpos=endpos)
+    counting = CountingSink()
+    service = CaptureService(config, sink if sink is not None else counting, endpos=endpos)
     with _GcTimer() as gc_timer:
         cpu_started = time.process_time()
         started = time.perf_counter()
@@ -110,8 +116,8 @@ def run_daemon(config: AppConfig, endpos: Lsn) -> DaemonRun:
         wall = time.perf_counter() - started
         cpu = time.process_time() - cpu_started
     return DaemonRun(
-        rows=sink.rows,
-        batches=sink.batches,
+        rows=counting.rows,
+        batches=counting.batches,
         wall_seconds=wall,
         cpu_seconds=cpu,
         gc_seconds=gc_timer.seconds,
