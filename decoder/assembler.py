@@ -21,10 +21,18 @@ data, not states, because several streamed transactions can be open at once:
 * ``ERROR``: after any error; terminal.
 
 Read, spool, replay (worker.c's split). Data and schema messages are not interpreted when
-they arrive: they are validated (row messages without building them, ``scan_row_message``)
-and their raw bytes are appended to the transaction's ``ChangeBuffer``. Only a
-*committed* transaction is read back (``replay``), and only then are RELATION and TYPE
-messages applied to the relation cache, in their place among the changes. Replays happen
+they arrive: they are validated and their raw bytes are appended to the transaction's
+``ChangeBuffer``. Only a *committed* transaction is read back (``replay``), and only then
+are RELATION and TYPE messages applied to the relation cache, in their place among the
+changes.
+
+Row messages are nearly all of a stream, so they take a fast path at both ends (see
+``docs/performance.md``). ``feed`` proves a row message valid with
+``row_message_is_valid``, which builds nothing; only when it cannot (a damaged message, or
+a state the fast path does not cover) does the general path parse it and raise the
+precise error. ``replay`` then reads just the row header and hands out
+``TupleData.from_wire`` tuples, whose columns are split when first read, so the bytes of
+a column are walked once at feed and once by whoever converts the values. Replays happen
 once each, in the order the commits arrived, so the cache always holds the schema that
 was current when a change was made, even when the caller replays long after feeding.
 
