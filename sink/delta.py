@@ -5,13 +5,13 @@ Theory of operation
 ``apply`` plans the batch (``plan.py``, pure), then for every table, in the order the batch
 first touches them:
 
-1. Makes sure the table exists with every column the plan writes. A table is created at
-   ``<path>/<schema>/<table>`` from the relation's columns plus the metadata columns by
-   writing an empty DataFrame with save mode ``ignore`` (a no-op when the table exists);
-   columns a later relation adds are appended with ``mergeSchema`` and an empty
-   DataFrame. Both are plain DataFrame-writer calls that Sail and Spark+Delta accept;
-   Sail (0.7) rejects ``CREATE TABLE delta.`path``` and ``ALTER TABLE ... ADD COLUMNS``.
-   The table's columns are cached after the first look, so steady state costs nothing.
+1. Makes sure the table exists. A table is created at ``<path>/<schema>/<table>`` from
+   the first merge step's columns plus the metadata columns by writing an empty DataFrame
+   with save mode ``ignore`` (a no-op when the table exists). Sail (0.7) rejects
+   ``CREATE TABLE delta.`path``` and ``ALTER TABLE ... ADD COLUMNS``, so this and the
+   column additions below are plain DataFrame-writer calls that Sail and Spark+Delta
+   both accept. The table's columns and types are cached after the first look, so steady
+   state costs nothing.
 2. Runs the plan's steps in order: a TRUNCATE becomes a DELETE (or, with soft deletes, a
    flagging MERGE) of rows at or below its LSN; a merge step ships its rows to Spark as
    one Arrow table with an explicit schema (``createDataFrame``), registers it as a
@@ -20,6 +20,20 @@ first touches them:
    When rows keep unchanged-TOAST columns, a count query first finds those whose value
    exists nowhere in the target; they are not inserted (the MERGE excludes them), but
    counted and logged.
+
+Before a merge step whose relation differs from the last one applied to the table, the
+table follows the relation (``evolution.evolve``; renames and type changes stop here,
+before any row of the new shape is written). New columns without a fast default are
+appended with ``mergeSchema`` and an empty DataFrame (a metadata-only commit). New
+columns with one - the value PostgreSQL shows in every row that existed before, read from
+the source catalog - are added by overwriting the table with itself plus the filled
+columns (``sql.render_added_columns_select``): one commit adds and backfills, so a crash
+cannot separate them, and after a restart the column is simply there. A dropped column
+whose name came back is reset in the rows written before the step.
+
+Tables whose relation gives no key (REPLICA IDENTITY FULL, NOTHING) are matched on the
+configured key, else on the primary key the source catalog reports (looked up once per
+Relation message), else on every column (FULL) or the insert's position (NOTHING).
 
 Every statement is one Delta commit. ``apply`` returns after the last one, so the whole
 batch is durable (invariant 1). A failure part-way leaves earlier commits in place; the
@@ -47,10 +61,12 @@ import pyarrow as pa
 import structlog
 
 from decoder.changes import MessageChange
-from decoder.lsn import Lsn, pg_timestamp_to_datetime
+from decoder.lsn import Lsn, format_lsn, pg_timestamp_to_datetime
+from decoder.messages import ColumnKind, Relation
 from decoder.values import ValueDecoder
 from sink.base import Batch, BatchResult, SinkDataError
-from sink.plan import MergePlan, MergeStep, TruncateStep, plan_batch
+from sink.evolution import CatalogTable, SourceCatalog, delta_type_name, evolve
+from sink.plan import MergePlan, MergeStep, PlanColumn, TruncateStep, convert_value, plan_batch
 from sink.settings import SinkSettings
 from sink.spark import engine_errors
 from sink.sql import (
@@ -64,6 +80,8 @@ from sink.sql import (
     keep_flag,
     moved_from_column,
     quote,
+    render_added_columns_select,
+    render_column_reset,
     render_merge,
     render_messages_merge,
     render_snapshot_marker_merge,
@@ -123,19 +141,49 @@ def _ddl(columns: Sequence[_Column]) -> str:
     return ", ".join(f"{quote(c.name)} {c.spark_sql}" for c in columns)
 
 
+def _plan_column(column: PlanColumn) -> _Column:
+    return _Column(column.name, column.delta.spark_sql, column.delta.arrow)
+
+
+@dataclass(slots=True)
+class _TableState:
+    """What this sink knows of one Delta table.
+
+    Attributes:
+        columns: every column (data and metadata) in Delta order, with its type as
+            ``evolution.delta_type_name`` normalises it.
+        relation: the columns of the last merge step applied in this process; None until
+            one was.
+    """
+
+    columns: dict[str, str]
+    relation: tuple[PlanColumn, ...] | None = None
+
+
 class DeltaSink:
     """Applies batches to Delta tables at ``settings.path`` through ``spark``.
 
     The session belongs to the caller (``create_spark_session``); ``close`` does not stop
     it. One sink instance is used by one thread at a time (the sink worker).
+
+    ``catalog`` (optional) reads the source catalog: fast defaults of added columns, the
+    evidence that tells a renamed last column from a dropped one, and primary keys for
+    REPLICA IDENTITY FULL and NOTHING tables. Without it, added columns are NULL in
+    existing rows, only renames of a column that is not the last are detected, and such
+    tables match on every column (FULL) or on the insert's position (NOTHING) unless
+    ``settings.keys`` names a key. The catalog is the caller's to close.
     """
 
-    def __init__(self, spark: SparkSession, settings: SinkSettings) -> None:
+    def __init__(
+        self, spark: SparkSession, settings: SinkSettings, catalog: SourceCatalog | None = None
+    ) -> None:
         self._spark = spark
         self._settings = settings
+        self._catalog = catalog
         self._meta = MetadataColumns.from_settings(settings)
         self._decoder = ValueDecoder()
-        self._columns: dict[str, set[str]] = {}
+        self._tables: dict[str, _TableState] = {}
+        self._primary_keys: dict[Relation, tuple[str, ...]] = {}
         self._view_numbers = itertools.count(1)
 
     # --- Sink protocol ---------------------------------------------------------------------
@@ -155,6 +203,8 @@ class DeltaSink:
             keys=self._settings.keys,
             reserved_columns=self._meta.reserved,
             decoder=self._decoder,
+            primary_key=self._primary_key if self._catalog is not None else None,
+            on_missing_key=self._settings.on_missing_key,
         )
         anomalies = 0
         seconds: dict[str, float] = {}
@@ -177,8 +227,18 @@ class DeltaSink:
         )
 
     def close(self) -> None:
-        """Forget cached table schemas; the Spark session stays open."""
-        self._columns.clear()
+        """Forget cached table schemas; the Spark session and the catalog stay open."""
+        self._tables.clear()
+        self._primary_keys.clear()
+
+    def _primary_key(self, relation: Relation) -> tuple[str, ...]:
+        """The table's primary key from the catalog, once per Relation message."""
+        key = self._primary_keys.get(relation)
+        if key is None:
+            assert self._catalog is not None
+            described = self._catalog.table(relation.schema_name, relation.relation_name)
+            key = self._primary_keys[relation] = described.primary_key if described else ()
+        return key
 
     # --- snapshot markers (capture.snapshot.SnapshotMarkerStore) ---------------------------
 
@@ -239,14 +299,27 @@ class DeltaSink:
                     "without '/' or dot-only names"
                 )
         path = table_path(self._settings.path, plan.schema, plan.table)
-        self._ensure_columns(path, plan.qualified_name, self._table_columns(plan))
+        state = self._tables.get(path)
+        if state is None:
+            first = next((s for s in plan.steps if isinstance(s, MergeStep)), None)
+            data = [_plan_column(c) for c in first.columns] if first is not None else []
+            wanted = data + self._metadata_columns(ordinal=plan.uses_ordinal)
+            state = self._load(path, plan.qualified_name, wanted)
         target = delta_table(path)
         anomalies = 0
         for step in plan.steps:
             if isinstance(step, TruncateStep):
                 self._truncate(plan.qualified_name, target, step)
             elif step.rows:
+                self._follow_relation(plan, path, state, step)
                 anomalies += self._merge(plan.qualified_name, path, step)
+        if plan.skipped:
+            log.warning(
+                "changes without identity skipped",
+                table=plan.qualified_name,
+                change_count=plan.skipped,
+                reason="on_missing_key is skip",
+            )
         return anomalies
 
     def _metadata_columns(self, *, ordinal: bool) -> list[_Column]:
@@ -261,30 +334,158 @@ class DeltaSink:
             columns.append(_Column(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow))
         return columns
 
-    def _table_columns(self, plan: MergePlan) -> list[_Column]:
-        data = [_Column(c.name, c.delta.spark_sql, c.delta.arrow) for c in plan.columns]
-        return data + self._metadata_columns(ordinal=plan.uses_ordinal)
+    def _load(self, path: str, table: str, wanted: Sequence[_Column]) -> _TableState:
+        """Create the table with ``wanted`` unless it exists; read and cache its schema."""
+        with engine_errors(f"creating or reading the Delta table of {table}"):
+            self._empty_frame(wanted).write.format("delta").mode("ignore").save(path)
+            schema = self._spark.read.format("delta").load(path).schema
+        state = self._tables[path] = _TableState(
+            {field.name: delta_type_name(field.dataType.simpleString()) for field in schema.fields}
+        )
+        return state
 
     def _ensure_columns(self, path: str, table: str, wanted: Sequence[_Column]) -> None:
-        """Create the table, or add the columns it lacks; cached per path."""
-        known = self._columns.get(path)
-        if known is None:
-            with engine_errors(f"creating or reading the Delta table of {table}"):
-                self._empty_frame(wanted).write.format("delta").mode("ignore").save(path)
-                schema = self._spark.read.format("delta").load(path).schema
-            known = self._columns[path] = {field.name for field in schema.fields}
-        missing = [column for column in wanted if column.name not in known]
-        if not missing:
+        """Create the table, or add the columns it lacks (NULL in existing rows)."""
+        state = self._tables.get(path)
+        if state is None:
+            state = self._load(path, table, wanted)
+        self._add_columns(path, table, state, [c for c in wanted if c.name not in state.columns])
+
+    def _add_columns(
+        self, path: str, table: str, state: _TableState, columns: Sequence[_Column]
+    ) -> None:
+        """Append ``columns`` to the table's schema; a metadata-only Delta commit."""
+        if not columns:
             return
-        with engine_errors(f"adding columns {', '.join(c.name for c in missing)} to {table}"):
+        with engine_errors(f"adding columns {', '.join(c.name for c in columns)} to {table}"):
             (
-                self._empty_frame(missing)
+                self._empty_frame(columns)
                 .write.format("delta")
                 .mode("append")
                 .option("mergeSchema", "true")
                 .save(path)
             )
-        known.update(column.name for column in missing)
+        state.columns.update((c.name, delta_type_name(c.spark_sql)) for c in columns)
+
+    # --- schema evolution ------------------------------------------------------------------
+
+    def _follow_relation(
+        self, plan: MergePlan, path: str, state: _TableState, step: MergeStep
+    ) -> None:
+        """Make the table ready for ``step``'s relation (see the module docstring)."""
+        meta = self._meta
+        needs_ordinal = step.identity == "ordinal" and meta.ordinal not in state.columns
+        if step.columns == state.relation and not needs_ordinal:
+            return
+        reserved = set(meta.reserved)
+        data = {name: typ for name, typ in state.columns.items() if name not in reserved}
+        before = {c.name for c in state.relation} if state.relation is not None else set(data)
+        catalog: CatalogTable | None = None
+        if self._catalog is not None and any(c.name not in before for c in step.columns):
+            catalog = self._catalog.table(plan.schema, plan.table)
+        change = evolve(plan.qualified_name, step.columns, data, state.relation, catalog)
+        values = self._missing_values(plan, (*change.added, *change.returned), catalog)
+        table = plan.qualified_name
+        plain = [_plan_column(c) for c in change.added if c.name not in values]
+        if needs_ordinal:
+            plain.append(_Column(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow))
+        self._add_columns(path, table, state, plain)
+        defaulted = [c for c in change.added if c.name in values]
+        if defaulted:
+            self._add_filled_columns(path, table, state, defaulted, values, lsn=step.first_lsn)
+        if change.returned:
+            self._reset_columns(path, table, change.returned, values, lsn=step.first_lsn)
+        if change.added or change.returned:
+            log.info(
+                "delta table follows relation",
+                table=table,
+                added=[c.name for c in change.added],
+                returned=[c.name for c in change.returned],
+                backfilled=sorted(values),
+                lsn=format_lsn(step.first_lsn),
+            )
+        state.relation = step.columns
+
+    def _missing_values(
+        self, plan: MergePlan, columns: Sequence[PlanColumn], catalog: CatalogTable | None
+    ) -> dict[str, object]:
+        """The fast default of each of ``columns`` that has one, as a Delta value."""
+        values: dict[str, object] = {}
+        if catalog is None:
+            return values
+        for column in columns:
+            described = catalog.columns.get(column.name)
+            if described is None or described.missing_value is None:
+                continue
+            try:
+                values[column.name] = convert_value(
+                    column, ColumnKind.TEXT, described.missing_value.encode(), self._decoder
+                )
+            except Exception as exc:
+                raise SinkDataError(
+                    f"cannot store the default of column {column.name!r} of "
+                    f"{plan.qualified_name}, which existing rows show, as "
+                    f"{column.delta.spark_sql} ({type(exc).__name__}); see the chained error"
+                ) from exc
+        return values
+
+    def _default_view_data(
+        self, columns: Sequence[PlanColumn], values: dict[str, object]
+    ) -> tuple[list[_Column], pa.Table]:
+        specs = [_plan_column(c) for c in columns]
+        arrow = pa.table(
+            {c.name: pa.array([values.get(c.name)], c.arrow) for c in specs},
+        )
+        return specs, arrow
+
+    def _add_filled_columns(
+        self,
+        path: str,
+        table: str,
+        state: _TableState,
+        columns: Sequence[PlanColumn],
+        values: dict[str, object],
+        *,
+        lsn: Lsn,
+    ) -> None:
+        """Add ``columns`` and fill them in the rows up to ``lsn``, in one Delta commit."""
+        names = [c.name for c in columns]
+        specs, arrow = self._default_view_data(columns, values)
+        with (
+            engine_errors(f"adding columns {', '.join(names)} with their defaults to {table}"),
+            self._view(arrow, specs) as view,
+        ):
+            query = render_added_columns_select(
+                names, self._meta, target=delta_table(path), view=view, lsn=lsn
+            )
+            (
+                self._spark.sql(query)
+                .write.format("delta")
+                .mode("overwrite")
+                .option("mergeSchema", "true")
+                .save(path)
+            )
+        state.columns.update((c.name, delta_type_name(c.spark_sql)) for c in specs)
+
+    def _reset_columns(
+        self,
+        path: str,
+        table: str,
+        columns: Sequence[PlanColumn],
+        values: dict[str, object],
+        *,
+        lsn: Lsn,
+    ) -> None:
+        """Set returned ``columns`` to their default (or NULL) in the rows up to ``lsn``."""
+        names = [c.name for c in columns]
+        specs, arrow = self._default_view_data(columns, values)
+        with (
+            engine_errors(f"resetting returned columns {', '.join(names)} of {table}"),
+            self._view(arrow, specs) as view,
+        ):
+            self._sql(
+                render_column_reset(names, self._meta, target=delta_table(path), view=view, lsn=lsn)
+            )
 
     def _empty_frame(self, columns: Sequence[_Column]) -> DataFrame:
         schema = pa.schema([pa.field(c.name, c.arrow) for c in columns])
@@ -334,9 +535,10 @@ class DeltaSink:
         target = delta_table(path)
         columns, arrow = self._source_table(table, step)
         step_columns = {c.name for c in step.columns}
+        state = self._tables.get(path)
         unpublished = sorted(
             name
-            for name in self._columns.get(path, ())
+            for name in (state.columns if state is not None else ())
             if name not in step_columns and name not in self._meta.reserved
         )
         anomalies = 0

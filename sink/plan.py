@@ -38,24 +38,32 @@ placeholder.
 
 Identity (``Identity``):
 
-* ``key``: the columns the relation flags as key (REPLICA IDENTITY DEFAULT / INDEX), or
-  the configured key (``SinkSettings.keys``) when the relation flags none.
-* ``all_columns``: REPLICA IDENTITY FULL without a configured key (pgoutput flags every
-  column then). Rows are matched on every column, so identical duplicate rows in the
-  source table collapse into one Delta row.
+* ``key``: the columns the relation flags as key (REPLICA IDENTITY DEFAULT / INDEX). When
+  the relation flags none - or is REPLICA IDENTITY FULL, where pgoutput flags *every*
+  column, so the flags say nothing - the configured key (``SinkSettings.keys``) is used,
+  else the table's primary key as the source catalog reports it (``primary_key``), when
+  the relation publishes all of its columns.
+* ``all_columns``: REPLICA IDENTITY FULL without a configured key or primary key. Rows are
+  matched on every column of the old tuple, so identical duplicate rows in the source
+  table collapse into one Delta row.
 * ``ordinal``: no key at all (REPLICA IDENTITY NOTHING, or DEFAULT on a table without
-  primary key) and none configured. PostgreSQL only publishes inserts for such tables;
-  each insert is identified by its commit LSN and its ordinal in the transaction, which
-  makes a replayed insert recognisable. UPDATE and DELETE there are an error.
+  primary key) and none configured. PostgreSQL only publishes inserts for such tables
+  (it refuses UPDATE and DELETE on a table that publishes them without an identity); each
+  insert is identified by its commit LSN and its ordinal in the transaction, which makes a
+  replayed insert recognisable. An UPDATE or DELETE there is an error, or is dropped and
+  counted when ``on_missing_key`` is ``skip``.
 
 Every planned row carries the commit LSN and commit time of its last change; the MERGE
-compares them with the target's to make replays harmless (invariant 2).
+compares them with the target's to make replays harmless (invariant 2). Every merge step
+also records the commit LSN of its first change (``first_lsn``): the rows the table held
+before that change were written under earlier relations, which is what schema evolution
+(``evolution.py``) needs to know to backfill a column added with a default.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal, TypeVar
@@ -65,6 +73,7 @@ from decoder.lsn import Lsn, format_lsn, pg_timestamp_to_datetime
 from decoder.messages import ColumnKind, Relation, TupleData
 from decoder.values import UNCHANGED_TOAST, ValueDecoder
 from sink.base import Batch, SinkDataError
+from sink.settings import MissingKeyPolicy
 from sink.typemap import (
     DeltaType,
     UnrepresentableValueError,
@@ -76,6 +85,8 @@ from sink.typemap import (
 
 Identity = Literal["key", "all_columns", "ordinal"]
 RowOperation = Literal["insert", "update", "delete"]
+PrimaryKeyLookup = Callable[[Relation], Sequence[str]]
+"""Relation -> its table's primary key columns (empty when none), from the source catalog."""
 
 HELPER_PREFIX: Final = "__w2d_"
 """Prefix of the source-only helper columns of a MERGE; no table column may start with it."""
@@ -125,12 +136,15 @@ class MergeStep:
         match_indexes: indexes into ``columns`` of the identity columns (empty for
             ``ordinal``, which matches on the LSN and ordinal metadata columns).
         rows: at most one row per identity value.
+        first_lsn: commit LSN of the step's first change. Target rows written before the
+            step and under another relation have an LSN at or below it.
     """
 
     columns: tuple[PlanColumn, ...]
     identity: Identity
     match_indexes: tuple[int, ...]
     rows: tuple[PlannedRow, ...]
+    first_lsn: Lsn
 
     @property
     def match_columns(self) -> tuple[PlanColumn, ...]:
@@ -174,6 +188,8 @@ class MergePlan:
         uses_ordinal: some step matches on the ordinal metadata column.
         steps: applied in order.
         counts: row changes of the batch for this table by operation.
+        skipped: UPDATE and DELETE changes dropped because the table has no identity and
+            ``on_missing_key`` is ``skip``; not in ``counts``.
     """
 
     schema: str
@@ -182,6 +198,7 @@ class MergePlan:
     uses_ordinal: bool
     steps: tuple[Step, ...]
     counts: Mapping[str, int]
+    skipped: int = 0
 
     @property
     def qualified_name(self) -> str:
@@ -203,28 +220,37 @@ def plan_batch(
     keys: Mapping[str, Sequence[str]] | None = None,
     reserved_columns: Iterable[str] = (),
     decoder: ValueDecoder | None = None,
+    primary_key: PrimaryKeyLookup | None = None,
+    on_missing_key: MissingKeyPolicy = "error",
 ) -> BatchPlan:
     """Plan a batch.
 
     Args:
         batch: the changes, in commit then ordinal order.
         keys: configured identity columns per qualified table name, used when the relation
-            flags no key column.
+            flags no key column (or is REPLICA IDENTITY FULL).
         reserved_columns: metadata column names no source column may use.
         decoder: the value decoder to reuse (one per sink keeps its loader cache warm).
+        primary_key: looks up a table's primary key in the source catalog; used, once per
+            relation, when neither the relation nor ``keys`` give a key.
+        on_missing_key: ``skip`` drops (and counts) an UPDATE or DELETE on a table without
+            any identity instead of raising.
 
     Returns:
         One ``MergePlan`` per table in order of first appearance, and the messages.
 
     Raises:
         SinkDataError: a change cannot be applied as the table's identity stands (update
-            or delete without identity, a key column missing), a column name collides
+            or delete without identity and ``on_missing_key`` is ``error``, a configured
+            key column missing), a column name collides
             with a metadata column, or a value cannot be stored in its Delta type.
     """
     planner = _Planner(
         keys=keys or {},
         reserved=frozenset(reserved_columns),
         decoder=decoder or ValueDecoder(),
+        primary_key=primary_key,
+        on_missing_key=on_missing_key,
     )
     messages: list[MessageChange] = []
     for change in batch.changes:
@@ -275,6 +301,7 @@ class _Row:
 @dataclass(slots=True)
 class _OpenStep:
     shape: _Shape
+    first_lsn: Lsn
     rows: dict[tuple[object, ...], _Row] = field(default_factory=dict)
 
     def freeze(self) -> MergeStep:
@@ -283,6 +310,7 @@ class _OpenStep:
             identity=self.shape.identity,
             match_indexes=self.shape.match_indexes,
             rows=tuple(row.freeze() for row in self.rows.values()),
+            first_lsn=self.first_lsn,
         )
 
 
@@ -292,12 +320,13 @@ class _TablePlan:
     table: str
     steps: list[Step | _OpenStep] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: {"insert": 0, "update": 0, "delete": 0})
+    skipped: int = 0
 
-    def open_step(self, shape: _Shape) -> _OpenStep:
+    def open_step(self, shape: _Shape, lsn: Lsn) -> _OpenStep:
         last = self.steps[-1] if self.steps else None
         if isinstance(last, _OpenStep) and last.shape == shape:
             return last
-        step = _OpenStep(shape)
+        step = _OpenStep(shape, lsn)
         self.steps.append(step)
         return step
 
@@ -315,6 +344,7 @@ class _TablePlan:
             uses_ordinal=any(isinstance(s, MergeStep) and s.identity == "ordinal" for s in steps),
             steps=steps,
             counts=dict(self.counts),
+            skipped=self.skipped,
         )
 
 
@@ -325,10 +355,14 @@ class _Planner:
         keys: Mapping[str, Sequence[str]],
         reserved: frozenset[str],
         decoder: ValueDecoder,
+        primary_key: PrimaryKeyLookup | None = None,
+        on_missing_key: MissingKeyPolicy = "error",
     ) -> None:
         self._keys = keys
         self._reserved = reserved
         self._decoder = decoder
+        self._primary_key = primary_key
+        self._skip_keyless = on_missing_key == "skip"
         self._tables: dict[tuple[str, str], _TablePlan] = {}
         self._shapes: dict[Relation, _Shape] = {}
         self._last_relation: Relation | None = None
@@ -391,6 +425,8 @@ class _Planner:
                         f"table does not publish: {', '.join(missing)}; fix sink.keys"
                     )
                 identity, match = "key", tuple(names.index(name) for name in configured)
+            elif (primary := self._catalog_key(relation, names)) is not None:
+                identity, match = "key", primary
             elif relation.replica_identity == "f":
                 identity, match = "all_columns", tuple(range(len(columns)))
             else:
@@ -398,6 +434,16 @@ class _Planner:
         else:
             identity, match = "key", tuple(flagged)
         return _Shape(columns, identity, match)
+
+    def _catalog_key(self, relation: Relation, names: Sequence[str]) -> tuple[int, ...] | None:
+        """Indexes of the table's primary key columns, when the relation publishes them all."""
+        if self._primary_key is None:
+            return None
+        primary = self._primary_key(relation)
+        if not primary or any(name not in names for name in primary):
+            # A column list that leaves out part of the primary key cannot match on it.
+            return None
+        return tuple(names.index(name) for name in primary)
 
     # --- values ----------------------------------------------------------------------------
 
@@ -423,16 +469,7 @@ class _Planner:
         self, change: RowChange, column: PlanColumn, kind: ColumnKind, data: bytes | None
     ) -> object:
         try:
-            if column.delta.form is ValueForm.TEXT:
-                assert data is not None
-                if kind is ColumnKind.TEXT:
-                    # The text protocol already sends PostgreSQL's text form: keep it exactly.
-                    return data.decode("utf-8")
-                text = binary_text_form(column.type_oid, data)
-                if text is not None:
-                    return text
-            loaded = self._decoder.decode_value(column.type_oid, kind, data)
-            return to_delta_value(column.delta, loaded)
+            return convert_value(column, kind, data, self._decoder)
         except UnrepresentableValueError as exc:
             raise SinkDataError(f"cannot store a value of {_where(change, column)}: {exc}") from exc
         except Exception as exc:
@@ -447,9 +484,12 @@ class _Planner:
     def _add_row(self, change: RowChange) -> None:
         relation = change.relation
         table = self._table(relation)
-        table.counts[change.op] += 1
         shape = self._shape(relation)
-        step = table.open_step(shape)
+        if change.op != "insert" and shape.identity == "ordinal" and self._skip_keyless:
+            table.skipped += 1
+            return
+        table.counts[change.op] += 1
+        step = table.open_step(shape, change.commit_lsn)
         commit_time = self._commit_time(change.commit_time)
         if change.op == "insert":
             new = self._decode(change, shape, _required(change.new, change, "new"))
@@ -459,10 +499,13 @@ class _Planner:
             )
             return
         if shape.identity == "ordinal":
+            named = _IDENTITY_NAMES.get(relation.replica_identity, relation.replica_identity)
             raise SinkDataError(
                 f"{change.op.upper()} on {relation.qualified_name}, which has no replica "
-                "identity key: configure its key in sink.keys or give the table a primary key "
-                "or REPLICA IDENTITY FULL"
+                f"identity key (REPLICA IDENTITY {named}, commit "
+                f"{format_lsn(change.commit_lsn)}): configure its key in sink.keys, "
+                "give the table a primary key or REPLICA IDENTITY FULL, or set "
+                "source.on_missing_key: skip to drop such changes"
             )
         old = self._decode(change, shape, change.old) if change.old is not None else None
         if change.op == "delete":
@@ -530,6 +573,39 @@ class _Planner:
                 )
             out.append(hashable(value))
         return tuple(out)
+
+
+_IDENTITY_NAMES: Final = {"d": "DEFAULT", "n": "NOTHING", "f": "FULL", "i": "USING INDEX"}
+
+
+def convert_value(
+    column: PlanColumn, kind: ColumnKind, data: bytes | None, decoder: ValueDecoder
+) -> object:
+    """Convert one sent column value (text or binary, not NULL) to its Delta value.
+
+    Args:
+        column: the column, with its PostgreSQL and Delta types.
+        kind: ``ColumnKind.TEXT`` or ``ColumnKind.BINARY``.
+        data: the value's bytes as pgoutput sends them.
+        decoder: the value decoder (psycopg loaders by type OID).
+
+    Returns:
+        A value of ``column.delta``'s Arrow type.
+
+    Raises:
+        UnrepresentableValueError: the value exists but the Delta type cannot hold it.
+        Exception: whatever the loader raises for bytes it cannot read; callers wrap it.
+    """
+    if column.delta.form is ValueForm.TEXT:
+        assert data is not None
+        if kind is ColumnKind.TEXT:
+            # The text protocol already sends PostgreSQL's text form: keep it exactly.
+            return data.decode("utf-8")
+        text = binary_text_form(column.type_oid, data)
+        if text is not None:
+            return text
+    loaded = decoder.decode_value(column.type_oid, kind, data)
+    return to_delta_value(column.delta, loaded)
 
 
 _DELTA_INVALID_CHARACTERS: Final = frozenset(" ,;{}()\n\t=")

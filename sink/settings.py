@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 SparkMode = Literal["embedded", "connect", "classic"]
+MissingKeyPolicy = Literal["error", "skip"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,10 @@ class SinkSettings:
         ordinal_column: metadata column holding the change's position in its transaction;
             only tables without any key carry it, because only there it is the identity
             that makes a replayed insert recognisable.
+        on_missing_key: what an UPDATE or DELETE on a table without any identity (no key
+            flagged, configured or in the catalog) does: ``error`` stops with a
+            ``SinkDataError``, ``skip`` drops the change and logs how many were dropped
+            (``source.on_missing_key``).
     """
 
     path: str
@@ -40,6 +45,7 @@ class SinkSettings:
     messages_table: bool = False
     keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     ordinal_column: str = "_wal2delta_ordinal"
+    on_missing_key: MissingKeyPolicy = "error"
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,8 @@ and targets a path-based table (``delta.`/lake/schema/table```). That subset run
 unchanged on Sail and on Spark 4 with Delta (ARCHITECTURE, Spark). Statements that Sail
 does not run (``CREATE TABLE delta.`path```, ``ALTER TABLE ... ADD COLUMNS``, correlated
 ``NOT EXISTS``) are not used; table creation and column addition go through the
-DataFrame writer in ``delta.py``.
+DataFrame writer in ``delta.py`` (``render_added_columns_select`` is the query whose result
+it writes when new columns need values).
 
 The source of a MERGE is a temporary view holding one row per ``PlannedRow``: the step's
 columns, the LSN and commit time metadata columns, and helper columns whose names start
@@ -288,6 +289,50 @@ def render_truncate(lsn: int, meta: MetadataColumns, *, target: str, view: str) 
 def truncate_columns(meta: MetadataColumns) -> tuple[str, str]:
     """Columns of the one-row view a soft TRUNCATE reads."""
     return (meta.lsn, meta.commit_time)
+
+
+def render_added_columns_select(
+    columns: Sequence[str], meta: MetadataColumns, *, target: str, view: str, lsn: int
+) -> str:
+    """Every target row, plus new ``columns`` holding the view's value in rows up to ``lsn``.
+
+    The executor writes the result over the table with schema merging, which adds the
+    columns and fills them in one Delta commit. That is how a column added with a fast
+    default reaches the rows that existed before it: PostgreSQL shows the default there
+    although no WAL record carries it. Rows written after ``lsn`` (none exist when the
+    columns are new) keep NULL.
+
+    Args:
+        columns: the new columns; the one-row ``view`` holds their values.
+        meta: metadata column names.
+        target: the target table reference.
+        view: a one-row view with the values, typed as the new columns.
+        lsn: commit LSN of the first change that carries the new columns.
+    """
+    guard = f"{_col('t', meta.lsn)} <= {int(lsn)}"
+    added = ", ".join(
+        f"CASE WHEN {guard} THEN {_col('s', name)} END AS {quote(name)}" for name in columns
+    )
+    return f"SELECT t.*, {added}\nFROM {target} AS t\nCROSS JOIN {quote(view)} AS s"
+
+
+def render_column_reset(
+    columns: Sequence[str], meta: MetadataColumns, *, target: str, view: str, lsn: int
+) -> str:
+    """Set ``columns`` to the one-row view's values in every target row up to ``lsn``.
+
+    For a dropped column whose name came back: PostgreSQL shows the new column's default
+    (or NULL) in every row that existed before, while Delta still holds the old column's
+    values. Rows are not stamped with a new LSN: replaying the statement is harmless,
+    because every row at or below ``lsn`` predates the new column.
+    """
+    assignments = ", ".join(f"{_col('t', name)} = {_col('s', name)}" for name in columns)
+    return (
+        f"MERGE INTO {target} AS t\n"
+        f"USING {quote(view)} AS s\n"
+        f"ON {_col('t', meta.lsn)} <= {int(lsn)}\n"
+        f"WHEN MATCHED THEN UPDATE SET {assignments}"
+    )
 
 
 MESSAGE_COLUMNS: Final = ("message_lsn", "prefix", "content", "transactional")

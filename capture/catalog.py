@@ -1,0 +1,158 @@
+"""The source catalog as the sink needs it: ``PostgresCatalog`` implements ``SourceCatalog``.
+
+Theory of operation
+-------------------
+pgoutput's Relation message tells a client the column names, types and key flags of a
+table, and nothing else. Three things the Delta sink must get right need more, and only
+the catalog has them:
+
+* **Fast defaults.** ``ALTER TABLE ... ADD COLUMN c ... DEFAULT <constant>`` does not
+  rewrite the table: PostgreSQL stores the default once, in ``pg_attribute.attmissingval``
+  (``atthasmissing``), and shows it in every row stored before. No WAL record carries
+  those values, so the sink backfills existing Delta rows with the value read here. It is
+  returned in PostgreSQL's text form (``(attmissingval::text::text[])[1]``: the one
+  element of the array, exactly as the type's output function writes it, which is what
+  pgoutput's text mode sends), and converted by the sink like any sent value.
+* **Renames of the last column.** A dropped column leaves an ``attisdropped`` attribute
+  behind for ever; a renamed one does not. The sink compares the number of dropped
+  attributes with the columns Delta holds that the table no longer has.
+* **Primary keys** of REPLICA IDENTITY FULL (and NOTHING) tables, whose Relation message
+  flags every (or no) column: the sink matches on the primary key rather than on every
+  column when the configuration names no key.
+
+``PostgresCatalog`` opens one regular (non-replication) connection lazily, on the sink
+worker thread that calls it, and is asked only when a relation changes or a key is
+missing - never per row. Answers describe the catalog *now*, which may be later than the
+change being applied; the sink's documentation lists what that can miss.
+
+Errors: a lost connection becomes ``ReplicationConnectionLostError`` (retryable: the
+service reconnects and replays from the last durable LSN, and the catalog reconnects on
+its next use); any other database error is a terminal ``SinkError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+from typing import Self
+
+import psycopg
+
+from capture.errors import map_psycopg_errors
+from sink import CatalogColumn, CatalogTable, SinkError
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+_TABLE = """
+SELECT c.oid FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relname = %s
+"""
+
+# attmissingval is an anyarray holding the one missing value; its text form is an array
+# literal whose single element, read back as text[], is the value's own text form.
+_COLUMNS = """
+SELECT a.attname, a.attnum, a.attisdropped,
+       CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END
+FROM pg_catalog.pg_attribute a
+WHERE a.attrelid = %s AND a.attnum > 0
+ORDER BY a.attnum
+"""
+
+_PRIMARY_KEY = """
+SELECT a.attname
+FROM pg_catalog.pg_index i
+CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, position)
+JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = %s AND i.indisprimary
+ORDER BY k.position
+"""
+
+
+def describe_table(conn: Conn, schema: str, table: str) -> CatalogTable | None:
+    """Read what the sink needs about ``schema.table`` from the catalog.
+
+    Args:
+        conn: a regular connection to the source database.
+        schema: exact schema name.
+        table: exact table name.
+
+    Returns:
+        Live columns with their ``attnum`` and fast default, the number of dropped
+        attributes and the primary key; None when the table does not exist.
+    """
+    row = conn.execute(_TABLE, (schema, table)).fetchone()
+    if row is None:
+        return None
+    oid = row[0]
+    columns: dict[str, CatalogColumn] = {}
+    dropped = 0
+    for name, attnum, is_dropped, missing in conn.execute(_COLUMNS, (oid,)).fetchall():
+        if is_dropped:
+            dropped += 1
+            continue
+        columns[str(name)] = CatalogColumn(
+            name=str(name),
+            attnum=int(str(attnum)),
+            missing_value=None if missing is None else str(missing),
+        )
+    primary_key = tuple(str(r[0]) for r in conn.execute(_PRIMARY_KEY, (oid,)).fetchall())
+    return CatalogTable(columns=columns, dropped_columns=dropped, primary_key=primary_key)
+
+
+class PostgresCatalog:
+    """``sink.SourceCatalog`` over a lazily opened regular connection to the source.
+
+    Args:
+        conninfo: the source DSN, or a function returning it (``SourceConfig.conninfo``,
+            which re-reads a password file on every connect).
+    """
+
+    def __init__(self, conninfo: str | Callable[[], str]) -> None:
+        self._conninfo = conninfo
+        self._conn: Conn | None = None
+
+    def _connection(self) -> Conn:
+        if self._conn is None or self._conn.closed:
+            conninfo = self._conninfo() if callable(self._conninfo) else self._conninfo
+            self._conn = psycopg.connect(
+                conninfo, autocommit=True, application_name="wal2delta catalog"
+            )
+        return self._conn
+
+    def table(self, schema: str, table: str) -> CatalogTable | None:
+        """Describe ``schema.table`` as the catalog shows it now; None when it is gone.
+
+        Raises:
+            ReplicationConnectionLostError: the connection to PostgreSQL was lost
+                (retryable); the next call reconnects.
+            SinkError: the catalog query failed otherwise.
+        """
+        what = f"reading the catalog entry of {schema}.{table}"
+        try:
+            with map_psycopg_errors(what):
+                return describe_table(self._connection(), schema, table)
+        except BaseException as exc:
+            # Whatever went wrong, start the next call from a fresh connection.
+            self.close()
+            if isinstance(exc, psycopg.Error):
+                problem = exc.diag.message_primary or type(exc).__name__
+                raise SinkError(f"{what} failed: {problem}") from exc
+            raise
+
+    def close(self) -> None:
+        """Close the connection, if one is open."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
