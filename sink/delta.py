@@ -415,7 +415,16 @@ class DeltaSink:
             return values
         for column in columns:
             described = catalog.columns.get(column.name)
-            if described is None or described.missing_value is None:
+            if described is None:
+                # Dropping a column clears its missing value: the default is gone with it.
+                log.warning(
+                    "added column no longer in the source catalog",
+                    table=plan.qualified_name,
+                    column=column.name,
+                    consequence="rows older than the column keep NULL if it had a default",
+                )
+                continue
+            if described.missing_value is None:
                 continue
             try:
                 values[column.name] = convert_value(
