@@ -185,14 +185,15 @@ def test_renaming_the_last_column_is_told_from_drop_and_add_by_the_catalog(
         before_insert = current_wal_lsn(conn)
         conn.execute("INSERT INTO docs VALUES (11, 'renamed', 'c')")
         endpos = current_wal_lsn(conn)
-    with pytest.raises(SinkDataError, match="column 'content' of public.docs was renamed") as caught:
+    with pytest.raises(SinkDataError) as caught:
         run_daemon(pg18_dsn, config, spark_session, endpos)
-    assert "fewer dropped columns" in str(caught.value)
-    assert "'body'" in str(caught.value)
+    message = str(caught.value)
+    assert "column 'content' of public.docs was renamed or replaced" in message
+    assert "fewer dropped columns" in message
+    assert "'body'" in message
     assert confirmed_flush(pg18_dsn, config.source.slot) <= before_insert
-    assert sorted(r["id"] for r in read_delta(table_path(str(lake), "public", "docs"))) == list(
-        range(1, 11)
-    )
+    rows = read_delta(table_path(str(lake), "public", "docs"))
+    assert {r["id"] for r in rows} == set(range(1, 11))
 
 
 def test_a_type_change_delta_cannot_hold_stops_naming_both_types_while_a_longer_varchar_goes_on(
