@@ -50,7 +50,7 @@ class SlotNotFoundError(CaptureError):
 class ServerCapabilityError(CaptureError):
     """The server cannot do what the configuration asks (version, wal_level, options)."""
 
-    exit_code: ClassVar[int] = 2
+    exit_code: ClassVar[int] = EXIT_CONFIG
 
 
 @contextmanager
