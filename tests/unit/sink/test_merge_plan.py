@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from decoder import Lsn, RowChange, TruncateChange
+from decoder import Lsn, Relation, RowChange, TruncateChange
 from sink import Batch, SinkDataError
 from sink.plan import MergeStep, PlannedRow, TruncateStep, plan_batch
 from tests.unit.sink.sink_changes import (
@@ -260,6 +260,120 @@ def test_nothing_identity_with_configured_key_upserts_by_that_key() -> None:
     (step,) = plan.tables[0].steps
     assert isinstance(step, MergeStep)
     assert [r.values for r in step.rows] == [(1, "b")]
+
+
+class PrimaryKeys:
+    """A fake catalog lookup that records which relations it was asked about."""
+
+    def __init__(self, keys: dict[str, tuple[str, ...]]) -> None:
+        self.keys = keys
+        self.asked: list[str] = []
+
+    def __call__(self, relation: Relation) -> tuple[str, ...]:
+        self.asked.append(relation.qualified_name)
+        return self.keys.get(relation.qualified_name, ())
+
+
+def test_full_identity_matches_on_the_catalog_primary_key_although_every_column_is_flagged() -> (
+    None
+):
+    lookup = PrimaryKeys({"public.full": ("id",)})
+    plan = plan_batch(
+        batch(
+            update(FULL, "1", "new", "3", old=["1", "old", "2"], old_kind="O", lsn=10),
+            delete(FULL, "2", "x", "1", old_kind="O", lsn=10, ordinal=1),
+        ),
+        primary_key=lookup,
+    )
+    (step,) = plan.tables[0].steps
+    assert isinstance(step, MergeStep)
+    assert all(c.is_key for c in FULL.columns)
+    assert (step.identity, step.match_indexes) == ("key", (0,))
+    assert {(r.values[0], r.delete) for r in step.rows} == {(1, False), (2, True)}
+    assert lookup.asked == ["public.full"], "looked up once per relation"
+
+
+def test_a_configured_key_wins_over_the_catalog_primary_key() -> None:
+    lookup = PrimaryKeys({"public.full": ("id",)})
+    plan = plan_batch(
+        batch(insert(FULL, "1", "a", "1", lsn=10)),
+        keys={"public.full": ("body",)},
+        primary_key=lookup,
+    )
+    (step,) = plan.tables[0].steps
+    assert isinstance(step, MergeStep)
+    assert step.match_indexes == (1,)
+    assert lookup.asked == []
+
+
+def test_a_primary_key_the_publication_does_not_fully_publish_falls_back_to_every_column() -> None:
+    lookup = PrimaryKeys({"public.full": ("id", "tenant")})
+    step_plan = plan_batch(batch(insert(FULL, "1", "a", "1", lsn=10)), primary_key=lookup)
+    (step,) = step_plan.tables[0].steps
+    assert isinstance(step, MergeStep)
+    assert step.identity == "all_columns"
+
+
+def test_a_flagged_replica_identity_key_is_used_without_asking_the_catalog() -> None:
+    lookup = PrimaryKeys({"public.docs": ("body",)})
+    plan = plan_batch(batch(insert(DOCS, "1", "a", "1", lsn=10)), primary_key=lookup)
+    (step,) = plan.tables[0].steps
+    assert isinstance(step, MergeStep)
+    assert step.match_indexes == (0,)
+    assert lookup.asked == []
+
+
+def test_nothing_identity_with_a_catalog_primary_key_upserts_by_it() -> None:
+    plan = plan_batch(
+        batch(insert(NOTHING, "1", "a", lsn=10), insert(NOTHING, "1", "b", lsn=20)),
+        primary_key=PrimaryKeys({"public.log": ("id",)}),
+    )
+    (step,) = plan.tables[0].steps
+    assert isinstance(step, MergeStep)
+    assert [r.values for r in step.rows] == [(1, "b")]
+
+
+def test_updates_and_deletes_without_identity_are_dropped_and_counted_when_told_to_skip() -> None:
+    plan = plan_batch(
+        batch(
+            insert(NOTHING, "1", "a", lsn=10),
+            update(NOTHING, "1", "b", lsn=20),
+            delete(NOTHING, "1", "a", lsn=30, old_kind="O"),
+            insert(NOTHING, "2", "c", lsn=30, ordinal=1),
+        ),
+        on_missing_key="skip",
+    )
+    (table,) = plan.tables
+    assert table.skipped == 2
+    assert table.counts == {"insert": 2, "update": 0, "delete": 0}
+    (step,) = table.steps
+    assert isinstance(step, MergeStep)
+    assert [r.values for r in step.rows] == [(1, "a"), (2, "c")]
+
+
+def test_the_missing_identity_error_names_the_replica_identity_and_the_skip_setting() -> None:
+    with pytest.raises(SinkDataError) as caught:
+        plan_batch(batch(update(NOTHING, "1", "b", lsn=16)))
+    message = str(caught.value)
+    assert "REPLICA IDENTITY NOTHING" in message
+    assert "commit 0/10" in message
+    assert "source.on_missing_key: skip" in message
+
+
+def test_each_step_records_the_commit_lsn_of_its_first_change() -> None:
+    wider = rel("public.docs", col("id", INT4, key=True), col("body"), col("rev", INT4), col("tag"))
+    plan = plan_batch(
+        batch(
+            insert(DOCS, "1", "a", "1", lsn=10),
+            insert(wider, "2", "b", "1", "t", lsn=20),
+            update(wider, "2", "b", "2", "t", lsn=30),
+        )
+    )
+    first, second = plan.tables[0].steps
+    assert isinstance(first, MergeStep)
+    assert isinstance(second, MergeStep)
+    assert (first.first_lsn, second.first_lsn) == (10, 20)
+    assert [r.lsn for r in second.rows] == [30]
 
 
 def test_relation_gaining_a_column_starts_a_new_step_and_the_plan_lists_every_column() -> None:

@@ -9,6 +9,8 @@ from sink.sql import (
     MetadataColumns,
     delta_table,
     quote,
+    render_added_columns_select,
+    render_column_reset,
     render_merge,
     render_messages_merge,
     render_snapshot_marker_merge,
@@ -241,3 +243,24 @@ def test_target_columns_the_relation_no_longer_has_become_null_on_update() -> No
         "  t.`_wal2delta_lsn` = s.`_wal2delta_lsn`," in text
     )
     assert "`gone`" not in text.split("WHEN NOT MATCHED")[1]
+
+
+def test_added_columns_are_filled_in_rows_up_to_the_first_change_of_the_new_relation() -> None:
+    assert render_added_columns_select(
+        ["colour", "size"], META, target=TARGET, view="defaults", lsn=4096
+    ) == (
+        "SELECT t.*, "
+        "CASE WHEN t.`_wal2delta_lsn` <= 4096 THEN s.`colour` END AS `colour`, "
+        "CASE WHEN t.`_wal2delta_lsn` <= 4096 THEN s.`size` END AS `size`\n"
+        "FROM delta.`/lake/public/docs` AS t\n"
+        "CROSS JOIN `defaults` AS s"
+    )
+
+
+def test_returned_columns_are_reset_in_rows_up_to_the_first_change_of_the_new_relation() -> None:
+    assert render_column_reset(["qty"], META, target=TARGET, view="defaults", lsn=4096) == (
+        "MERGE INTO delta.`/lake/public/docs` AS t\n"
+        "USING `defaults` AS s\n"
+        "ON t.`_wal2delta_lsn` <= 4096\n"
+        "WHEN MATCHED THEN UPDATE SET t.`qty` = s.`qty`"
+    )
