@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from capture.slots import current_wal_lsn
 from capture.verify import compare_table
 from decoder import format_lsn
 from sink import table_path
+from tests.support.harness import start_daemon
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -151,19 +151,6 @@ class Workload:
             conn.execute("DELETE FROM crash.notes WHERE id = %s", (rng.randrange(300),))
 
 
-def _daemon(config: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
-    # The log goes to a file: a pipe nobody reads would block the daemon when full.
-    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    with log.open("ab") as stderr:
-        return subprocess.Popen(
-            [sys.executable, "-m", "capture.cli", "run", "-c", str(config), *extra],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": path},
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-
-
 @pytest.mark.timeout(1500)
 def test_sigkill_at_random_points_loses_and_duplicates_nothing(
     pg18_dsn: str, tmp_path: Path
@@ -198,7 +185,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
         kills = 0
         log = tmp_path / "daemon.log"
         while kills < KILLS:
-            daemon = _daemon(config, log)
+            daemon = start_daemon(config, log)
             deadline = time.monotonic() + rng.uniform(0.5, 6.0)
             try:
                 while time.monotonic() < deadline and daemon.poll() is None:
@@ -226,7 +213,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
         endpos = format_lsn(current_wal_lsn(conn))
         print(f"final run to {endpos}", file=sys.stderr)
         for _ in range(20):
-            final = _daemon(config, log, "--endpos", endpos)
+            final = start_daemon(config, log, "--endpos", endpos)
             try:
                 final.wait(600)
             finally:

@@ -18,13 +18,14 @@ import yaml
 
 from capture.cli import run_service
 from capture.service import prepare_source
-from capture.slots import current_wal_lsn, slot_state
+from capture.slots import current_wal_lsn
 from capture.verify import compare_table
 from capture.workload import DEMO_TABLES, Workload, create_schema
 from config import AppConfig
 from decoder import format_lsn
 from sink import table_path
 from tests.support.configs import make_config
+from tests.support.harness import confirmed_flush
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -42,14 +43,6 @@ def assert_all_tables_match(
     assert not mismatches, "\n".join(mismatches)
 
 
-def _confirmed_flush(dsn: str, slot: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        state = slot_state(conn, slot)
-    assert state is not None
-    assert state.confirmed_flush_lsn is not None
-    return state.confirmed_flush_lsn
-
-
 def test_demo_workload_lands_in_delta_equal_to_source(pg18_dsn: str, tmp_path: Path) -> None:
     config = make_config(pg18_dsn, tmp_path / "lake", list(DEMO_TABLES))
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
@@ -60,7 +53,7 @@ def test_demo_workload_lands_in_delta_equal_to_source(pg18_dsn: str, tmp_path: P
             workload.run_round(conn)
         endpos = current_wal_lsn(conn)
         assert run_service(config, endpos=endpos, install_signal_handlers=False) == 0
-        assert _confirmed_flush(pg18_dsn, config.source.slot) >= endpos
+        assert confirmed_flush(pg18_dsn, config.source.slot) >= endpos
         assert_all_tables_match(conn, config)
 
 
@@ -148,12 +141,12 @@ def test_restart_after_some_batches_loses_and_duplicates_nothing(
             )
         )
         daemon.start()
-        before = _confirmed_flush(pg18_dsn, config.source.slot)
+        before = confirmed_flush(pg18_dsn, config.source.slot)
         for _ in range(8):
             workload.run_round(conn)
         # Stop once some, not necessarily all, batches are durable.
         for _ in range(600):
-            if _confirmed_flush(pg18_dsn, config.source.slot) > before:
+            if confirmed_flush(pg18_dsn, config.source.slot) > before:
                 break
             stop.wait(0.1)
         stop.set()

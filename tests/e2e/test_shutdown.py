@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,22 +18,11 @@ from capture.workload import DEMO_TABLES, Workload, create_schema
 from config import load_config
 from decoder import format_lsn
 from sink import table_path
+from tests.support.harness import start_daemon
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _run(config: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
-    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    with log.open("ab") as stderr:
-        return subprocess.Popen(
-            [sys.executable, "-m", "capture.cli", "run", "-c", str(config), *extra],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": path},
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
 
 
 def _events(log: Path) -> list[dict[str, object]]:
@@ -70,7 +56,7 @@ def test_sigterm_drains_acknowledges_and_exits_zero(pg18_dsn: str, tmp_path: Pat
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         create_schema(conn)
         prepare_source(config)
-        daemon = _run(config_path, log)
+        daemon = start_daemon(config_path, log)
         deadline = time.monotonic() + 120
         while not any(e.get("event") == "replication started" for e in _events(log)):
             assert time.monotonic() < deadline, log.read_text()[-2000:]
@@ -91,7 +77,7 @@ def test_sigterm_drains_acknowledges_and_exits_zero(pg18_dsn: str, tmp_path: Pat
         assert state is not None
         assert state.active_pid is None
         endpos = format_lsn(current_wal_lsn(conn))
-        rest = _run(config_path, log, "--endpos", endpos)
+        rest = start_daemon(config_path, log, "--endpos", endpos)
         assert rest.wait(300) == 0, log.read_text()[-3000:]
         for name in DEMO_TABLES:
             schema, _, table = name.partition(".")

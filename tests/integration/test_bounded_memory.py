@@ -8,20 +8,17 @@ against a 1 MiB spill limit, each in its own process; their peak RSS must be wit
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.harness import child_environment
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _python_path() -> str:
-    return os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
 
 
 def _probe(dsn: str, rows: int, workdir: Path) -> dict[str, int]:
@@ -33,10 +30,7 @@ def _probe(dsn: str, rows: int, workdir: Path) -> dict[str, int]:
         timeout=900,
         check=False,
         cwd=ROOT,
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        },
+        env=child_environment(),
     )
     assert result.returncode == 0, result.stderr[-4000:]
     measured: dict[str, int] = json.loads(result.stdout.strip().splitlines()[-1])

@@ -16,9 +16,10 @@ import pytest
 
 from capture.errors import SlotInUseError
 from capture.service import CaptureService, prepare_source
-from capture.slots import current_wal_lsn, slot_state
+from capture.slots import current_wal_lsn
 from decoder import RowChange
 from tests.support.configs import make_config
+from tests.support.harness import confirmed_flush, wait_until
 from tests.support.sinks import FaultySink, InjectedFaultError, MemorySink
 
 pytestmark = pytest.mark.integration
@@ -28,14 +29,6 @@ def _setup(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
         conn.execute("CREATE TABLE public.unpublished (id serial PRIMARY KEY, filler text)")
-
-
-def _confirmed_flush(dsn: str, slot: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        state = slot_state(conn, slot)
-    assert state is not None
-    assert state.confirmed_flush_lsn is not None
-    return state.confirmed_flush_lsn
 
 
 def test_committed_rows_reach_the_sink_in_commit_order_and_flush_reaches_endpos(
@@ -60,15 +53,15 @@ def test_committed_rows_reach_the_sink_in_commit_order_and_flush_reaches_endpos(
     ] * 5
     commit_lsns = [c.commit_lsn for c in changes]
     assert commit_lsns == sorted(commit_lsns)
-    assert _confirmed_flush(pg18_dsn, config.source.slot) >= endpos
-    assert max(sink.durable_lsns) <= _confirmed_flush(pg18_dsn, config.source.slot)
+    assert confirmed_flush(pg18_dsn, config.source.slot) >= endpos
+    assert max(sink.durable_lsns) <= confirmed_flush(pg18_dsn, config.source.slot)
 
 
 def test_idle_slot_advances_past_wal_of_unpublished_tables(pg18_dsn: str, tmp_path: Path) -> None:
     _setup(pg18_dsn)
     config = make_config(pg18_dsn, tmp_path / "lake", ["public.items"])
     prepare_source(config)
-    before = _confirmed_flush(pg18_dsn, config.source.slot)
+    before = confirmed_flush(pg18_dsn, config.source.slot)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         for _ in range(50):
             conn.execute("INSERT INTO unpublished (filler) SELECT repeat('x', 1000)")
@@ -76,7 +69,7 @@ def test_idle_slot_advances_past_wal_of_unpublished_tables(pg18_dsn: str, tmp_pa
     sink = MemorySink()
     CaptureService(config, sink, endpos=endpos).run()
     assert not [c for b in sink.batches for c in b.changes]
-    after = _confirmed_flush(pg18_dsn, config.source.slot)
+    after = confirmed_flush(pg18_dsn, config.source.slot)
     assert after >= endpos > before
 
 
@@ -86,7 +79,7 @@ def test_flush_lsn_never_passes_a_batch_the_sink_failed(pg18_dsn: str, tmp_path:
         pg18_dsn, tmp_path / "lake", ["public.items"], sink={"batch": {"max_rows": 1}}
     )
     prepare_source(config)
-    start = _confirmed_flush(pg18_dsn, config.source.slot)
+    start = confirmed_flush(pg18_dsn, config.source.slot)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         for i in range(1, 4):
             conn.execute("INSERT INTO items VALUES (%s, 'x')", (i,))
@@ -95,7 +88,7 @@ def test_flush_lsn_never_passes_a_batch_the_sink_failed(pg18_dsn: str, tmp_path:
     faulty = FaultySink(memory, deque(["ok", "fail_before"]))
     with pytest.raises(InjectedFaultError):
         CaptureService(config, faulty, endpos=endpos).run()
-    confirmed = _confirmed_flush(pg18_dsn, config.source.slot)
+    confirmed = confirmed_flush(pg18_dsn, config.source.slot)
     durable = max(memory.durable_lsns, default=start)
     assert confirmed <= durable < endpos
 
@@ -121,11 +114,7 @@ def test_a_second_daemon_on_the_same_slot_is_refused(pg18_dsn: str, tmp_path: Pa
     runner = threading.Thread(target=first.run)
     runner.start()
     try:
-        for _ in range(100):
-            if first.state.connected:
-                break
-            stop.wait(0.1)
-        assert first.state.connected
+        wait_until(lambda: first.state.connected, 10, "the first daemon to connect")
         with pytest.raises(SlotInUseError, match="is active for PID"):
             CaptureService(config, MemorySink()).run()
     finally:

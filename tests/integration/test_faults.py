@@ -6,7 +6,6 @@ Each test here owns its PostgreSQL server, because it stops or breaks it.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from capture.slots import current_wal_lsn, slot_state
 from capture.verify import normalise, read_source
 from tests.conftest import TEST_SERVER_SETTINGS
 from tests.support.configs import make_config
+from tests.support.harness import confirmed_flush, wait_until
 from tests.support.model_sink import ModelSink
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -33,26 +33,6 @@ def own_server(tmp_path: Path) -> Iterator[LocalPostgres]:
     server.start()
     yield server
     server.destroy()
-
-
-def _confirmed_flush(dsn: str, slot: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        state = slot_state(conn, slot)
-    assert state is not None
-    assert state.confirmed_flush_lsn is not None
-    return state.confirmed_flush_lsn
-
-
-def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except psycopg.OperationalError:
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
 
 
 def _source_rows(dsn: str) -> dict[str, list[object]]:
@@ -103,8 +83,8 @@ def test_daemon_reconnects_after_server_restart_and_loses_nothing(
             conn.execute("UPDATE items SET label = 'updated' WHERE id % 7 = 0")
             conn.execute("DELETE FROM items WHERE id % 11 = 0")
             endpos = current_wal_lsn(conn)
-        _wait_for(
-            lambda: _confirmed_flush(dsn, config.source.slot) >= endpos, 60, "flush to reach endpos"
+        wait_until(
+            lambda: confirmed_flush(dsn, config.source.slot) >= endpos, 60, "flush to reach endpos"
         )
     finally:
         stop.set()
@@ -190,19 +170,19 @@ def test_quiet_publication_does_not_make_the_slot_retain_wal(
                 conn.execute("CHECKPOINT")
                 end = current_wal_lsn(conn)
             generated += end - start
-            _wait_for(
-                lambda end=end: _confirmed_flush(dsn, config.source.slot) >= end,
+            wait_until(
+                lambda end=end: confirmed_flush(dsn, config.source.slot) >= end,
                 60,
                 "the idle slot to confirm WAL of unpublished tables",
             )
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CHECKPOINT")
-        _wait_for(
+        wait_until(
             lambda: _retained_wal(dsn, config.source.slot) < generated / 3,
             60,
             "retained WAL to shrink",
         )
-        _wait_for(lambda: _heartbeats(dsn) >= 2, 30, "heartbeat statements to run")
+        wait_until(lambda: _heartbeats(dsn) >= 2, 30, "heartbeat statements to run")
     finally:
         stop.set()
         runner.join(60)

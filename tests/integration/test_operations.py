@@ -7,10 +7,7 @@ the single list the Prometheus rules and the Grafana dashboard are tested agains
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -27,6 +24,7 @@ from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn
 from decoder import format_lsn
 from tests.support.configs import make_config
+from tests.support.harness import run_cli, wait_until
 from tests.support.model_sink import ModelSink
 
 pytestmark = pytest.mark.integration
@@ -106,10 +104,7 @@ def test_running_daemon_exposes_exactly_the_listed_metrics_and_health(
     runner = threading.Thread(target=service.run)
     runner.start()
     try:
-        for _ in range(100):
-            if service.state.connected:
-                break
-            time.sleep(0.1)
+        wait_until(lambda: service.state.connected, 10, "the daemon to connect")
         with psycopg.connect(pg18_dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO items VALUES (1, 'x')")
         time.sleep(1.5)
@@ -126,19 +121,6 @@ def test_running_daemon_exposes_exactly_the_listed_metrics_and_health(
     assert 'wal2delta_changes_total{operation="insert",table="public.items"} 1.0' in text
     used = set().union(*(_promql_names(e) for e in _dashboard_and_rule_expressions()))
     assert used <= set(exposed), f"dashboards/alerts use unknown metrics: {used - set(exposed)}"
-
-
-def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    return subprocess.run(
-        [sys.executable, "-m", "capture.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": path, **env},
-    )
 
 
 def _config_file(tmp_path: Path, dsn: str, **source: Any) -> Path:
@@ -168,7 +150,7 @@ def test_logs_are_json_and_never_show_the_password(pg18_dsn: str, tmp_path: Path
         endpos = format_lsn(current_wal_lsn(conn))
     secret = "S3cret-Pa55word"
     config = _config_file(tmp_path, pg18_dsn, password="${W2D_TEST_PASSWORD}")
-    result = _cli(
+    result = run_cli(
         "capture",
         "-c",
         str(config),
@@ -189,7 +171,7 @@ def test_logs_are_json_and_never_show_the_password(pg18_dsn: str, tmp_path: Path
     bad = _config_file(
         tmp_path, pg18_dsn.replace("host=127.0.0.1", "host=127.0.0.1 password=" + secret)
     )
-    check = _cli("check-config", str(bad))
+    check = run_cli("check-config", str(bad))
     assert secret not in check.stdout + check.stderr
 
 
@@ -197,18 +179,20 @@ def test_status_reports_slot_lag_and_tables(pg18_dsn: str, tmp_path: Path) -> No
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
     config = _config_file(tmp_path, pg18_dsn)
-    human = _cli("status", "-c", str(config))
+    human = run_cli("status", "-c", str(config))
     assert human.returncode == 0, human.stderr
     assert "does not exist" in human.stdout
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         endpos = format_lsn(current_wal_lsn(conn))
     assert (
-        _cli("capture", "-c", str(config), "-o", str(tmp_path / "r"), "--endpos", endpos).returncode
+        run_cli(
+            "capture", "-c", str(config), "-o", str(tmp_path / "r"), "--endpos", endpos
+        ).returncode
         == 0
     )
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO items SELECT g, 'x' FROM generate_series(1, 1000) g")
-    result = _cli("status", "-c", str(config), "--json")
+    result = run_cli("status", "-c", str(config), "--json")
     assert result.returncode == 0, result.stderr
     status = json.loads(result.stdout)
     assert status["slot"] == "w2d_ops"
@@ -230,11 +214,8 @@ def test_second_daemon_on_the_same_slot_exits_with_code_3(pg18_dsn: str, tmp_pat
     runner = threading.Thread(target=first.run)
     runner.start()
     try:
-        for _ in range(100):
-            if first.state.connected:
-                break
-            time.sleep(0.1)
-        second = _cli("capture", "-c", str(config_path), "-o", str(tmp_path / "rec"))
+        wait_until(lambda: first.state.connected, 10, "the first daemon to connect")
+        second = run_cli("capture", "-c", str(config_path), "-o", str(tmp_path / "rec"))
     finally:
         stop.set()
         runner.join(30)

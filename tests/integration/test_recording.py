@@ -8,9 +8,6 @@ another origin.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +18,7 @@ import yaml
 from capture.recording import RECORD_HEADER, read_records
 from capture.slots import current_wal_lsn
 from decoder import format_lsn, parse_lsn
+from tests.support.harness import run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -29,21 +27,6 @@ SCHEMA = """
 CREATE TABLE public.docs (id int PRIMARY KEY, title text, body text);
 ALTER TABLE public.docs ALTER COLUMN body SET STORAGE EXTERNAL;
 """
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "capture.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        },
-    )
 
 
 def _write_config(path: Path, dsn: str, lake: Path, **source: Any) -> Path:
@@ -95,18 +78,18 @@ def _record_and_decode(
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
     config = _write_config(tmp_path / "source.yaml", dsn, tmp_path / "lake", **source)
-    created = _cli(
+    created = run_cli(
         "capture", "-c", str(config), "-o", str(tmp_path / "empty.rec"), "--endpos", "0/1"
     )
     assert created.returncode == 0, created.stderr
     endpos = _workload(dsn, origin_name)
     recording = tmp_path / "stream.rec"
-    captured = _cli("capture", "-c", str(config), "-o", str(recording), "--endpos", endpos)
+    captured = run_cli("capture", "-c", str(config), "-o", str(recording), "--endpos", endpos)
     assert captured.returncode == 0, captured.stderr
     records = list(read_records(recording))
     assert records
     assert recording.stat().st_size == sum(RECORD_HEADER.size + len(p) for _, p in records)
-    decoded = _cli("decode", str(recording), "--proto", "4")
+    decoded = run_cli("decode", str(recording), "--proto", "4")
     assert decoded.returncode == 0, decoded.stderr
     return [json.loads(line) for line in decoded.stdout.splitlines()]
 

@@ -1,0 +1,73 @@
+"""Small helpers the integration and end-to-end tests share: the CLI, the slot, waiting."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from capture.slots import slot_state
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def child_environment(**extra: str) -> dict[str, str]:
+    """The environment for a child Python process that must import this checkout."""
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def run_cli(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``wal2delta ARGS`` to completion and capture its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "capture.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=ROOT,
+        env=child_environment(**env),
+    )
+
+
+def start_daemon(config: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+    """Start ``wal2delta run -c CONFIG`` in the background, its log appended to ``log``.
+
+    The log goes to a file: a pipe nobody reads would block the daemon when full.
+    """
+    with log.open("ab") as stderr:
+        return subprocess.Popen(
+            [sys.executable, "-m", "capture.cli", "run", "-c", str(config), *extra],
+            cwd=ROOT,
+            env=child_environment(),
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+
+
+def confirmed_flush(dsn: str, slot: str) -> int:
+    """The slot's ``confirmed_flush_lsn`` as the server records it."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        state = slot_state(conn, slot)
+    assert state is not None
+    assert state.confirmed_flush_lsn is not None
+    return state.confirmed_flush_lsn
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``predicate`` until true; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except psycopg.OperationalError:
+            pass  # the server may be restarting
+        time.sleep(0.1)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}")
