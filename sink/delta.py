@@ -393,14 +393,17 @@ class DeltaSink:
         defaulted = [c for c in change.added if c.name in values]
         if defaulted:
             self._add_filled_columns(path, table, state, defaulted, values, lsn=step.first_lsn)
-        if change.returned:
-            self._reset_columns(path, table, change.returned, values, lsn=step.first_lsn)
+        # A column the catalog no longer has lost its default with it: resetting would
+        # replace what an earlier run backfilled with NULL, so it is left alone.
+        reset = [c for c in change.returned if catalog is None or c.name in catalog.columns]
+        if reset:
+            self._reset_columns(path, table, reset, values, lsn=step.first_lsn)
         if change.added or change.returned:
             log.info(
                 "delta table follows relation",
                 table=table,
                 added=[c.name for c in change.added],
-                returned=[c.name for c in change.returned],
+                reset=[c.name for c in reset],
                 backfilled=sorted(values),
                 lsn=format_lsn(step.first_lsn),
             )
@@ -485,7 +488,12 @@ class DeltaSink:
         *,
         lsn: Lsn,
     ) -> None:
-        """Set returned ``columns`` to their default (or NULL) in the rows up to ``lsn``."""
+        """Set ``columns`` to their default (or NULL) in the rows up to ``lsn``.
+
+        Every row at or below ``lsn`` predates the relation that brought the columns
+        (back), so PostgreSQL shows the default there; setting it again when a restarted
+        sink replays the step is harmless.
+        """
         names = [c.name for c in columns]
         specs, arrow = self._default_view_data(columns, values)
         with (

@@ -16,7 +16,10 @@ table (``previous``; unknown after a restart), and decides:
   the column (``delta.py``), so a crash cannot leave the column added but not backfilled.
 * **Returned column** (in Delta, but not in ``previous``): a dropped column whose name
   came back. Delta still holds the values of the dropped one; the executor resets the rows
-  written before the step to the new column's default (or NULL).
+  written before the step to the new column's default (or NULL). A restarted daemon that
+  replays a step adding a column, after an older step without it, sees the same thing;
+  the reset then writes the backfill again, which is harmless: every row at or below the
+  step's first LSN predates the column.
 * **Dropped column** (in Delta, not in the relation): stays in Delta; rows the MERGE
   writes from now on get NULL there (``sql.render_merge``'s ``unpublished``), rows not
   changed since keep their last value. Nothing to do here.

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from deltalake import DeltaTable
 from psycopg import sql
 from structlog.testing import capture_logs
 
@@ -33,6 +34,8 @@ from decoder import (
 )
 from sink import (
     BatchResult,
+    CatalogColumn,
+    CatalogTable,
     DeltaSink,
     SinkDataError,
     SinkSettings,
@@ -288,6 +291,141 @@ def test_a_dropped_column_stays_in_delta_and_is_null_in_rows_changed_afterwards(
         ],
         key=["id"],
     )
+
+
+class FakeCatalog:
+    """A ``SourceCatalog`` answering from dictionaries (column -> fast default text)."""
+
+    def __init__(
+        self,
+        columns: dict[str, dict[str, str | None]],
+        *,
+        dropped: int = 0,
+        primary_key: tuple[str, ...] = (),
+    ) -> None:
+        self.columns = columns
+        self.dropped = dropped
+        self.primary_key = primary_key
+
+    def table(self, schema: str, table: str) -> CatalogTable | None:
+        described = self.columns.get(f"{schema}.{table}")
+        if described is None:
+            return None
+        return CatalogTable(
+            columns={
+                name: CatalogColumn(name, attnum, missing)
+                for attnum, (name, missing) in enumerate(described.items(), start=1)
+            },
+            dropped_columns=self.dropped,
+            primary_key=self.primary_key,
+        )
+
+
+TAGGED = rel(
+    "public.docs",
+    col("id", INT4, key=True),
+    col("body"),
+    col("rev", INT4),
+    col("tag"),
+    col("n", INT4),
+)
+
+
+def test_columns_added_with_a_fast_default_are_backfilled_in_older_rows_in_the_same_commit(
+    spark_session: Any, lake: Path
+) -> None:
+    catalog = FakeCatalog(
+        {"public.docs": {"id": None, "body": None, "rev": None, "tag": "red", "n": None}}
+    )
+    settings = SinkSettings(path=str(lake))
+    sink = DeltaSink(spark_session, settings, catalog=catalog)
+    sink.apply(batch(insert(DOCS, "1", "one", "1", lsn=10), insert(DOCS, "2", "two", "1", lsn=10)))
+    version_before = DeltaTable(docs_path(lake)).version()
+    evolving = batch(
+        insert(DOCS, "3", "three", "1", lsn=20),
+        insert(TAGGED, "4", "four", "1", "blue", "4", lsn=30),
+        update(TAGGED, "1", "one", "2", None, None, lsn=30, ordinal=1),
+    )
+    sink.apply(evolving)
+    expected = [
+        {**doc(1, "one", 2), "tag": None, "n": None},
+        {**doc(2, "two", 1), "tag": "red", "n": None},
+        {**doc(3, "three", 1), "tag": "red", "n": None},
+        {**doc(4, "four", 1), "tag": "blue", "n": 4},
+    ]
+    assert_delta_matches(docs_path(lake), expected, key=["id"])
+    # No Delta version shows the new column without its default in the older rows.
+    for version in range(version_before + 1, DeltaTable(docs_path(lake)).version() + 1):
+        rows = DeltaTable(docs_path(lake), version=version).to_pyarrow_table().to_pylist()
+        assert all(r.get("tag", "red") == "red" for r in rows if r["id"] == 2), version
+    # A restarted sink replays the batch: the same table again.
+    DeltaSink(spark_session, settings, catalog=catalog).apply(evolving)
+    assert_delta_matches(docs_path(lake), expected, key=["id"])
+
+
+def test_a_dropped_column_whose_name_returns_is_reset_in_the_rows_that_predate_it(
+    spark_session: Any, lake: Path
+) -> None:
+    catalog = FakeCatalog({"public.docs": {"id": None, "body": None, "rev": "99"}})
+    sink = DeltaSink(spark_session, SinkSettings(path=str(lake)), catalog=catalog)
+    without_rev = rel("public.docs", col("id", INT4, key=True), col("body"))
+    sink.apply(
+        batch(
+            insert(DOCS, "1", "one", "5", lsn=10),
+            insert(DOCS, "2", "two", "5", lsn=10, ordinal=1),
+            update(without_rev, "1", "one*", lsn=20),
+            insert(DOCS, "3", "three", "7", lsn=30),
+        )
+    )
+    assert_delta_matches(
+        docs_path(lake), [doc(1, "one*", 99), doc(2, "two", 99), doc(3, "three", 7)], key=["id"]
+    )
+
+
+def test_a_renamed_column_stops_the_sink_before_any_row_of_the_new_shape_is_written(
+    make_sink: SinkFactory, lake: Path
+) -> None:
+    renamed = rel("public.docs", col("id", INT4, key=True), col("title"), col("rev", INT4))
+    sink = make_sink()
+    with pytest.raises(SinkDataError, match=r"column 'title' of public\.docs was renamed"):
+        sink.apply(
+            batch(insert(DOCS, "1", "one", "1", lsn=10), insert(renamed, "2", "two", "1", lsn=20))
+        )
+    rows = delta_rows(docs_path(lake))
+    assert rows == [doc(1, "one", 1)]
+
+
+def test_replica_identity_full_matches_on_the_catalog_primary_key_when_delta_lags_a_column(
+    spark_session: Any, lake: Path
+) -> None:
+    full = rel("public.pairs", col("id", INT4), col("b"), col("r"), identity="f")
+    narrow = rel("public.pairs", col("id", INT4), col("b"), identity="f")
+    catalog = FakeCatalog({"public.pairs": {"id": None, "b": None, "r": None}}, primary_key=("id",))
+    sink = DeltaSink(spark_session, SinkSettings(path=str(lake)), catalog=catalog)
+    sink.apply(batch(insert(narrow, "1", "x", lsn=10)))
+    # A table rewrite filled r in PostgreSQL without any WAL record: Delta holds NULL.
+    sink.apply(batch(update(full, "1", "y", "0.5", old=["1", "x", "0.5"], old_kind="O", lsn=20)))
+    assert_delta_matches(
+        table_path(str(lake), "public", "pairs"), [{"id": 1, "b": "y", "r": "0.5"}]
+    )
+
+
+def test_updates_without_any_identity_are_skipped_and_logged_when_configured(
+    make_sink: SinkFactory, lake: Path
+) -> None:
+    log_table = rel("public.log", col("id", INT4), col("body"), identity="n")
+    sink = make_sink(on_missing_key="skip")
+    with capture_logs() as logs:
+        sink.apply(
+            batch(
+                insert(log_table, "1", "a", lsn=10),
+                update(log_table, "1", "b", lsn=20),
+                delete(log_table, "1", "a", lsn=30, old_kind="O"),
+            )
+        )
+    assert_delta_matches(table_path(str(lake), "public", "log"), [{"id": 1, "body": "a"}])
+    skipped = [e for e in logs if e["event"] == "changes without identity skipped"]
+    assert [(e["table"], e["change_count"]) for e in skipped] == [("public.log", 2)]
 
 
 def test_replica_identity_full_matches_on_every_column(make_sink: SinkFactory, lake: Path) -> None:
