@@ -304,7 +304,7 @@ class DeltaSink:
             first = next((s for s in plan.steps if isinstance(s, MergeStep)), None)
             data = [_plan_column(c) for c in first.columns] if first is not None else []
             wanted = data + self._metadata_columns(ordinal=plan.uses_ordinal)
-            state = self._load(path, plan.qualified_name, wanted)
+            state = self._load(path, plan.qualified_name, wanted, data=True)
         target = delta_table(path)
         anomalies = 0
         for step in plan.steps:
@@ -334,10 +334,21 @@ class DeltaSink:
             columns.append(_Column(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow))
         return columns
 
-    def _load(self, path: str, table: str, wanted: Sequence[_Column]) -> _TableState:
-        """Create the table with ``wanted`` unless it exists; read and cache its schema."""
+    def _load(
+        self, path: str, table: str, wanted: Sequence[_Column], *, data: bool = False
+    ) -> _TableState:
+        """Create the table with ``wanted`` unless it exists; read and cache its schema.
+
+        A data table is created with the ``timestampNtz`` table feature even when it has
+        no ``TIMESTAMP_NTZ`` column yet: Delta refuses to add such a column (a PostgreSQL
+        ``timestamp`` added later) to a table whose protocol lacks the feature, and the
+        protocol cannot be upgraded through Sail afterwards.
+        """
+        writer = self._empty_frame(wanted).write.format("delta").mode("ignore")
+        if data:
+            writer = writer.option("delta.feature.timestampNtz", "supported")
         with engine_errors(f"creating or reading the Delta table of {table}"):
-            self._empty_frame(wanted).write.format("delta").mode("ignore").save(path)
+            writer.save(path)
             schema = self._spark.read.format("delta").load(path).schema
         state = self._tables[path] = _TableState(
             {field.name: delta_type_name(field.dataType.simpleString()) for field in schema.fields}

@@ -715,6 +715,36 @@ def test_every_type_of_the_mapping_round_trips_exactly(
     assert first["a_nf"] == ["1.5", "NaN", "-0.000001"]
 
 
+def test_fast_defaults_of_every_mapped_type_reach_the_older_delta_rows_exactly(
+    pg18_dsn: str, spark_session: Any, lake: Path
+) -> None:
+    from capture.catalog import PostgresCatalog
+
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TYPE mood AS ENUM ('sad', 'happy');"
+            "CREATE TABLE public.every_type (id int PRIMARY KEY);"
+            "INSERT INTO public.every_type VALUES (1), (2)"
+        )
+        narrow = catalog_relation(conn, "public.every_type", frozenset())
+        before = wire_inserts(conn, narrow, binary=False, lsn=10)
+        # Constant defaults do not rewrite the table: rows 1 and 2 show them from the
+        # catalog (attmissingval), not from any WAL record.
+        adds = ", ".join(f"ADD COLUMN {n} {t} DEFAULT {first}" for n, t, first, _ in EVERY_TYPE)
+        conn.execute(f"ALTER TABLE public.every_type {adds}".encode())
+        row = ", ".join(["3", *(second for _, _, _, second in EVERY_TYPE)])
+        conn.execute(f"INSERT INTO public.every_type VALUES ({row})".encode())
+        wide = catalog_relation(conn, "public.every_type", frozenset())
+        after = wire_inserts(conn, wide, binary=False, lsn=20)[-1]
+        expected = postgres_rows(conn, "public.every_type")
+    with PostgresCatalog(pg18_dsn) as catalog:
+        sink = DeltaSink(spark_session, SinkSettings(path=str(lake)), catalog=catalog)
+        sink.apply(batch(*before))
+        sink.apply(batch(after))
+    assert_delta_matches(table_path(str(lake), "public", "every_type"), expected, key=["id"])
+    assert next(r for r in expected if r["id"] == 2)["a_nf"] == ["1.5", "NaN", "-0.000001"]
+
+
 def test_binary_value_without_a_known_text_form_is_a_data_error_naming_text_mode(
     pg18_dsn: str, make_sink: SinkFactory
 ) -> None:
