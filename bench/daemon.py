@@ -60,6 +60,7 @@ def bench_config(
     tables: list[str],
     spool_memory_limit: str = "64MiB",
     max_rows: int | None = None,
+    max_rows_ceiling: int | None = None,
 ) -> AppConfig:
     """A daemon configuration that reads an existing slot and publication.
 
@@ -72,10 +73,14 @@ def bench_config(
         spool_memory_limit: ``spool.memory_limit``; the production default unless the
             benchmark is about spilling.
         max_rows: ``sink.batch.max_rows``; the production default when None.
+        max_rows_ceiling: ``sink.batch.max_rows_ceiling``; the production default when
+            None.
     """
     batch: dict[str, object] = {}
     if max_rows is not None:
         batch["max_rows"] = max_rows
+    if max_rows_ceiling is not None:
+        batch["max_rows_ceiling"] = max_rows_ceiling
     return parse_config(
         {
             "source": {

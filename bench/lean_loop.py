@@ -10,8 +10,9 @@ running the real ``CaptureService`` with its private ``_Session`` class swapped 
   counted in plain integers and added to the counters once per read burst, in
   ``_update_gauges``), and the received position is recorded once per burst;
 * ``_on_committed``: replayed changes go to the batcher a slice at a time (one clock
-  reading per slice instead of per change), and the per-table change counters are
-  incremented once per transaction and table instead of once per change;
+  reading and one sink-busy check per slice instead of per change), and the per-table
+  change counters are incremented once per transaction and table instead of once per
+  change;
 * ``_update_gauges``: also flushes the counts above.
 
 Everything else (feedback, endpos, hand-off, sink worker) is the daemon's own code, and
@@ -119,22 +120,23 @@ class LeanSession(capture.service._Session):
         ):
             changes = self.assembler.replay(txn)
             while True:
-                # A slice never larger than the room left in the open batch, so batches
-                # are exactly as the per-change path makes them, and memory stays bounded.
-                room = max(1, batcher.max_rows - batcher.row_count)
-                chunk = list(itertools.islice(changes, room))
+                # A slice never larger than the room left in the open batch (adaptive
+                # batching included), so batches close where the per-change path closes
+                # them, and memory stays bounded.
+                busy = self._sink_busy()
+                limit = batcher.max_rows_ceiling if busy else batcher.max_rows
+                chunk = list(itertools.islice(changes, max(1, limit - batcher.row_count)))
                 if not chunk:
                     break
                 _count_chunk(chunk, counts, names)
                 now = clock()
-                for change in chunk[:-1]:
-                    batcher._changes.append(change)
                 batcher._touch(now)
-                self._hand_off(batcher.add(chunk[-1], now))
+                batcher._changes.extend(chunk[:-1])
+                self._hand_off(batcher.add(chunk[-1], now, backlog=busy))
         for key, count in counts.items():
             self._change_counter(names[key], key[1]).inc(count)
         batcher.end_transaction(txn.end_lsn, txn.commit_time, clock())
-        if batcher.row_count == 0 and batcher.due(clock()):
+        if batcher.row_count == 0 and batcher.due(clock(), backlog=self._sink_busy()):
             self._hand_off(batcher.take())
 
 

@@ -64,15 +64,25 @@ class MemorySettings:
     name: str
     spool_memory_limit: str
     max_rows: int | None
-    """``sink.batch.max_rows``; None keeps the production default."""
+    """``sink.batch.max_rows``; None keeps the production default (50k)."""
+    max_rows_ceiling: int | None
+    """``sink.batch.max_rows_ceiling``; None keeps the production default (500k)."""
+
+    def describe(self) -> str:
+        """The settings in words, for the report."""
+        rows = f"{self.max_rows or 50_000:,}"
+        ceiling = f"{self.max_rows_ceiling or 500_000:,}"
+        return f"{self.spool_memory_limit} spool, batches of {rows} growing to {ceiling}"
 
 
 SETTINGS = {
-    "production": MemorySettings("production", "64MiB", None),
-    "bounded": MemorySettings("bounded", "1MiB", 5000),
+    "production": MemorySettings("production", "64MiB", None, None),
+    "bounded": MemorySettings("bounded", "1MiB", 5000, None),
+    "fixed-batches": MemorySettings("fixed-batches", "1MiB", 5000, 5000),
 }
-"""``production``: the configuration defaults (64MiB spool limit, 50k-change batches);
-``bounded``: what the bounded-memory test uses (1MiB, 5k-change batches)."""
+"""``production``: the configuration defaults; ``bounded``: what the bounded-memory test
+uses (1MiB spool, 5k-change batches, default ceiling); ``fixed-batches``: the same
+without adaptive batching (ceiling = ``max_rows``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +115,7 @@ def probe(dsn: str, slot: str, endpos: Lsn, workdir: Path, settings: MemorySetti
         tables=[f"public.{TABLE}"],
         spool_memory_limit=settings.spool_memory_limit,
         max_rows=settings.max_rows,
+        max_rows_ceiling=settings.max_rows_ceiling,
     )
     start_rss = _rss_kib()
     run = run_daemon(config, endpos)
@@ -165,7 +176,7 @@ def _measure(
         )
     results = {}
     for setting in settings:
-        slot = f"{source}_{setting.name}"
+        slot = f"{source}_{setting.name.replace('-', '_')}"
         with psycopg.connect(dsn, autocommit=True) as conn:
             copy_slot(conn, source, slot)
         print(f"  streaming it through the daemon ({setting.name} settings) ...", flush=True)
@@ -193,14 +204,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large-rows", type=int, default=5_000_000)
     parser.add_argument(
         "--settings",
-        choices=[*SETTINGS, "both"],
-        default="both",
-        help="spool limit and batch size to run with (default: both)",
+        choices=[*SETTINGS, "all"],
+        default="all",
+        help="spool limit and batch sizes to run with (default: all)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON line at the end")
     parser.add_argument("--workdir", type=Path, help="keep the server here (default: tmp)")
     args = parser.parse_args(argv)
-    chosen = list(SETTINGS.values()) if args.settings == "both" else [SETTINGS[args.settings]]
+    chosen = list(SETTINGS.values()) if args.settings == "all" else [SETTINGS[args.settings]]
 
     with contextlib.ExitStack() as stack:
         workdir: Path = args.workdir or Path(
@@ -217,8 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios = []
     for setting in chosen:
         one, big = small[setting.name], large[setting.name]
-        label = f"{setting.name} ({setting.spool_memory_limit} spool"
-        label += f", {setting.max_rows or 50_000:,}-change batches)"
+        label = setting.name
         figures += [
             median_figure(f"{label}: {args.small_rows:,} rows", [one.peak_rss_kib / 1024], "MiB"),
             median_figure(f"{label}: {args.large_rows:,} rows", [big.peak_rss_kib / 1024], "MiB"),
@@ -239,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     first = small[chosen[0].name]
     figures.append(median_figure("RSS before streaming", [first.start_rss_kib / 1024], "MiB"))
     facts: dict[str, object] = {
+        **{f"settings {setting.name}": setting.describe() for setting in chosen},
         "cpus": os.cpu_count(),
         "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
