@@ -154,10 +154,12 @@ class _TableState:
             ``evolution.delta_type_name`` normalises it.
         relation: the columns of the last merge step applied in this process; None until
             one was.
+        stale: a statement failed; ``columns`` must be read from the table again.
     """
 
     columns: dict[str, str]
     relation: tuple[PlanColumn, ...] | None = None
+    stale: bool = False
 
 
 class DeltaSink:
@@ -300,19 +302,30 @@ class DeltaSink:
                 )
         path = table_path(self._settings.path, plan.schema, plan.table)
         state = self._tables.get(path)
-        if state is None:
+        if state is None or state.stale:
             first = next((s for s in plan.steps if isinstance(s, MergeStep)), None)
             data = [_plan_column(c) for c in first.columns] if first is not None else []
             wanted = data + self._metadata_columns(ordinal=plan.uses_ordinal)
+            relation = state.relation if state is not None else None
             state = self._load(path, plan.qualified_name, wanted, data=True)
+            state.relation = relation
+            # A table written before soft deletes were switched on lacks their flag.
+            missing = [c for c in wanted if c.name not in state.columns and c not in data]
+            self._add_columns(path, plan.qualified_name, state, missing)
         target = delta_table(path)
         anomalies = 0
-        for step in plan.steps:
-            if isinstance(step, TruncateStep):
-                self._truncate(plan.qualified_name, target, step)
-            elif step.rows:
-                self._follow_relation(plan, path, state, step)
-                anomalies += self._merge(plan.qualified_name, path, step)
+        try:
+            for step in plan.steps:
+                if isinstance(step, TruncateStep):
+                    self._truncate(plan.qualified_name, target, step)
+                elif step.rows:
+                    self._follow_relation(plan, path, state, step)
+                    anomalies += self._merge(plan.qualified_name, path, step)
+        except BaseException:
+            # A failed schema change may or may not have committed: read the schema again
+            # before the batch is replayed.
+            state.stale = True
+            raise
         if plan.skipped:
             log.warning(
                 "changes without identity skipped",
@@ -385,8 +398,14 @@ class DeltaSink:
     ) -> None:
         """Make the table ready for ``step``'s relation (see the module docstring)."""
         meta = self._meta
-        needs_ordinal = step.identity == "ordinal" and meta.ordinal not in state.columns
-        if step.columns == state.relation and not needs_ordinal:
+        # Metadata columns a table created earlier may lack: the ordinal once a step has
+        # no identity, the soft-delete flag once soft deletes are switched on.
+        metadata = [
+            c
+            for c in self._metadata_columns(ordinal=step.identity == "ordinal")
+            if c.name not in state.columns
+        ]
+        if step.columns == state.relation and not metadata:
             return
         reserved = set(meta.reserved)
         data = {name: typ for name, typ in state.columns.items() if name not in reserved}
@@ -397,9 +416,7 @@ class DeltaSink:
         change = evolve(plan.qualified_name, step.columns, data, state.relation, catalog)
         values = self._missing_values(plan, (*change.added, *change.returned), catalog)
         table = plan.qualified_name
-        plain = [_plan_column(c) for c in change.added if c.name not in values]
-        if needs_ordinal:
-            plain.append(_Column(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow))
+        plain = [_plan_column(c) for c in change.added if c.name not in values] + metadata
         self._add_columns(path, table, state, plain)
         defaulted = [c for c in change.added if c.name in values]
         if defaulted:

@@ -486,6 +486,21 @@ def test_soft_delete_keeps_tombstones_for_deletes_and_truncates(
     assert {r["id"] for r in flagged if r["_wal2delta_deleted"]} == {0, 1, 3, 8}
 
 
+def test_soft_deletes_switched_on_for_an_existing_table_add_their_flag_column(
+    make_sink: SinkFactory, lake: Path
+) -> None:
+    make_sink().apply(
+        batch(insert(DOCS, "1", "one", "1", lsn=10), insert(DOCS, "2", "two", "1", lsn=10))
+    )
+    make_sink(soft_delete=True).apply(batch(delete(DOCS, "1", None, None, lsn=20)))
+    flags = {
+        r["id"]: r["_wal2delta_deleted"]
+        for r in delta_rows(docs_path(lake), include_metadata=True, live_only=False)
+    }
+    assert flags == {1: True, 2: None}
+    assert_delta_matches(docs_path(lake), [doc(2, "two", 1)], key=["id"])
+
+
 def test_logical_messages_go_to_the_messages_table_once(make_sink: SinkFactory, lake: Path) -> None:
     sink = make_sink(messages_table=True)
     messages = batch(
