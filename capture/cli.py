@@ -18,6 +18,7 @@ from types import FrameType
 
 import structlog
 
+from capture.catalog import PostgresCatalog
 from capture.errors import EXIT_CONFIG, EXIT_FATAL, EXIT_OK, CaptureError
 from capture.health import HealthServer, loop_alive_check
 from capture.logging import configure_logging
@@ -41,6 +42,7 @@ def sink_settings(config: AppConfig) -> SinkSettings:
         soft_delete=sink.soft_delete,
         messages_table=sink.messages == "table",
         keys=configured_keys(config),
+        on_missing_key=config.source.on_missing_key,
     )
 
 
@@ -108,7 +110,10 @@ def run_service(
     from sink import DeltaSink, create_spark_session, stop_spark_session  # noqa: PLC0415
 
     spark = create_spark_session(spark_settings(config))
-    sink = DeltaSink(spark, sink_settings(config))
+    # The sink asks the source catalog about fast defaults, renames and primary keys;
+    # the callable re-reads a password file on every (re)connect.
+    catalog = PostgresCatalog(config.source.conninfo)
+    sink = DeltaSink(spark, sink_settings(config), catalog=catalog)
     service = CaptureService(config, sink, metrics=metrics, endpos=endpos, stop_event=stop)
     health: HealthServer | None = None
     if config.metrics.enabled:
@@ -144,6 +149,7 @@ def run_service(
         if health is not None:
             health.stop()
         sink.close()
+        catalog.close()
         stop_spark_session(spark)
     return EXIT_OK
 

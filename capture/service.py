@@ -315,7 +315,12 @@ class CaptureService:
                 try:
                     self._run_session()
                     return
-                except ReplicationConnectionLostError as exc:
+                except Wal2DeltaError as exc:
+                    # Retryable: connection loss (also the sink's catalog connection), an
+                    # unreachable engine, a concurrent Delta commit. Everything after the
+                    # last durable LSN is sent again by the server and replayed safely.
+                    if not exc.retryable:
+                        raise
                     self.state.connected = False
                     self.metrics.record_error("capture", exc, time.time())
                     attempts += 1
@@ -324,13 +329,17 @@ class CaptureService:
                     wait = min(delay, reconnect.max_delay.total_seconds())
                     wait = wait * (0.5 + random.random() / 2)  # jitter
                     log.warning(
-                        "replication connection lost; reconnecting",
+                        "retryable error; reconnecting",
                         attempt=attempts,
                         delay_seconds=round(wait, 2),
                         error=str(exc),
                     )
                     self.metrics.reconnects.inc()
-                    self._drain_worker()
+                    # The worker refuses everything after a failed batch (order is an
+                    # invariant); the retry starts with a fresh one.
+                    self._drain_worker(raise_failures=False)
+                    self._worker.stop()
+                    self._worker = SinkWorker(self.sink)
                     if self.stop_event.wait(wait):
                         return
                     delay = min(delay * 2, reconnect.max_delay.total_seconds())

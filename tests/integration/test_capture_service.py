@@ -121,3 +121,45 @@ def test_a_second_daemon_on_the_same_slot_is_refused(pg18_dsn: str, tmp_path: Pa
         stop.set()
         runner.join(30)
     assert not runner.is_alive()
+
+
+def test_a_retryable_sink_error_reconnects_and_replays_without_loss(
+    pg18_dsn: str, tmp_path: Path
+) -> None:
+    from sink import SinkRetryableError
+    from tests.support.model_sink import ModelSink
+
+    _setup(pg18_dsn)
+    config = make_config(
+        pg18_dsn,
+        tmp_path / "lake",
+        ["public.items"],
+        source={"reconnect": {"initial_delay": "100ms", "max_delay": "200ms"}},
+        sink={"batch": {"max_rows": 2}},
+    )
+    prepare_source(config)
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        for i in range(1, 11):
+            conn.execute("INSERT INTO items VALUES (%s, 'x')", (i,))
+        endpos = current_wal_lsn(conn)
+
+    class FlakyOnce(ModelSink):
+        calls = 0
+        failed = False
+
+        def apply(self, batch):  # type: ignore[no-untyped-def]
+            self.calls += 1
+            if self.calls == 2:
+                self.failed = True
+                raise SinkRetryableError("engine briefly unreachable")
+            return super().apply(batch)
+
+    model = FlakyOnce()
+    service = CaptureService(config, model, endpos=endpos)
+    service.run()
+    assert model.failed
+    assert service.metrics.reconnects._value.get() == 1
+    assert sorted(int(str(k[0]).strip("'")) for k in model.tables["public.items"]) == list(
+        range(1, 11)
+    )
+    assert confirmed_flush(pg18_dsn, config.source.slot) >= endpos
