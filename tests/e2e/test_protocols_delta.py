@@ -63,18 +63,6 @@ def test_postgresql_18_parallel_streaming_and_two_phase_land_in_delta(
     assert [bytes(m["content"]) for m in messages] == [b"transactional"]
 
 
-@pytest.mark.pg15
-def test_postgresql_15_streaming_and_two_phase_land_in_delta(
-    pg15_dsn: str, tmp_path: Path, spark_session: object
-) -> None:
-    run_into_delta(
-        pg15_dsn,
-        tmp_path / "lake",
-        spark_session,
-        {"protocol_version": 3, "streaming": "on", "two_phase": True},
-    )
-
-
 def test_binary_mode_gives_the_same_delta_contents_as_text_mode(
     pg18_dsn: str, tmp_path: Path, spark_session: object
 ) -> None:

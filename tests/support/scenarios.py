@@ -113,6 +113,8 @@ def truncates(conn: Conn) -> None:
         conn.execute("COMMIT")
     with transaction(conn):
         conn.execute("INSERT INTO proto.parent VALUES (21, 'before truncate')")
+        # Enough changes before the TRUNCATE that the transaction is streamed.
+        insert_events(conn, "streamed-with-truncate", 1500)
         conn.execute("TRUNCATE proto.parent RESTART IDENTITY CASCADE")
         conn.execute("INSERT INTO proto.parent VALUES (1, 'after truncate')")
         conn.execute("INSERT INTO proto.child (parent_id) VALUES (1)")

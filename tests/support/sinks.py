@@ -53,3 +53,26 @@ class FaultySink:
 
     def close(self) -> None:
         self.inner.close()
+
+
+@dataclass
+class TeeSink:
+    """Applies every batch to a real sink, then to a shadow (e.g. a reference model)."""
+
+    primary: Sink
+    shadow: Sink
+
+    def apply(self, batch: Batch) -> BatchResult:
+        result = self.primary.apply(batch)
+        self.shadow.apply(batch)
+        return result
+
+    def close(self) -> None:
+        self.primary.close()
+        self.shadow.close()
+
+    def load_snapshot_marker(self, slot: str) -> object:
+        return self.primary.load_snapshot_marker(slot)  # type: ignore[attr-defined]
+
+    def save_snapshot_marker(self, marker: object) -> None:
+        self.primary.save_snapshot_marker(marker)  # type: ignore[attr-defined]
