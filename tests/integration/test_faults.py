@@ -13,15 +13,18 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from capture.cli import sink_settings
 from capture.errors import SlotInvalidatedError
 from capture.pgserver import LocalPostgres
 from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn, slot_state
-from capture.verify import normalise, read_source
+from capture.verify import compare_table, normalise, read_source
+from sink import DeltaSink, table_path
 from tests.conftest import TEST_SERVER_SETTINGS, server_dir
 from tests.support.configs import make_config
 from tests.support.harness import confirmed_flush, wait_until
 from tests.support.model_sink import ModelSink
+from tests.support.sinks import TeeSink
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -51,7 +54,7 @@ def _model_rows(model: ModelSink) -> dict[str, list[object]]:
 
 
 def test_daemon_reconnects_after_server_restart_and_loses_nothing(
-    own_server: LocalPostgres, tmp_path: Path
+    own_server: LocalPostgres, tmp_path: Path, spark_session: object
 ) -> None:
     dsn = own_server.dsn()
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -64,8 +67,9 @@ def test_daemon_reconnects_after_server_restart_and_loses_nothing(
     )
     prepare_source(config)
     model = ModelSink()
+    delta = DeltaSink(spark_session, sink_settings(config))  # type: ignore[arg-type]
     stop = threading.Event()
-    service = CaptureService(config, model, stop_event=stop)
+    service = CaptureService(config, TeeSink(delta, model), stop_event=stop)
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -94,6 +98,11 @@ def test_daemon_reconnects_after_server_restart_and_loses_nothing(
     assert not errors
     assert service.metrics.reconnects._value.get() >= 1
     assert _model_rows(model) == _source_rows(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        comparison = compare_table(
+            conn, "public.items", table_path(str(config.sink.path), "public", "items")
+        )
+    assert comparison.matches, comparison.describe()
 
 
 def test_invalidated_slot_stops_the_daemon_with_a_clear_error(
