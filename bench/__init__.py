@@ -49,9 +49,24 @@ BENCHMARKS: Final = (
         "receive + decode + assemble over a 1M-change backlog vs pg_recvlogical",
         "bench.capture",
     ),
-    Benchmark(2, "part2", "issue 6 part 2 (Delta apply path)", None, blocked_by=_NEEDS_SINK),
-    Benchmark(3, "part3", "issue 6 part 3 (Delta apply path)", None, blocked_by=_NEEDS_SINK),
-    Benchmark(4, "part4", "issue 6 part 4 (Delta apply path)", None, blocked_by=_NEEDS_SINK),
+    Benchmark(
+        2,
+        "e2e",
+        "PostgreSQL -> Delta (embedded Sail) over the backlog vs PostgreSQL's native apply",
+        "bench.e2e",
+    ),
+    Benchmark(
+        3,
+        "sink",
+        "MERGE of a 10k-change batch into 1M- vs 10M-row Delta tables, keys clustered/random",
+        "bench.sink_scaling",
+    ),
+    Benchmark(
+        4,
+        "lag",
+        "p50/p99 commit-to-durable-in-Delta lag at a steady 5k changes/s",
+        "bench.lag",
+    ),
     Benchmark(
         5,
         "memory",
