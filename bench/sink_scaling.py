@@ -141,16 +141,45 @@ def make_batch(
     )
 
 
-def build_table(spark: SparkSession, sink: DeltaSink, path: str, rows: int, per_file: int) -> None:
-    """Create the table through ``sink``, then append keys ``1..rows`` with Spark."""
-    sink.apply(make_batch([], [0], lsn=1, revision=0))
+def build_table(
+    spark: SparkSession, sink: DeltaSink, path: str, *, keys: tuple[int, int], per_file: int
+) -> None:
+    """Create the table through ``sink``, then append rows ``keys[0]..keys[1]`` with Spark.
+
+    The rows hold what ``bench.workload`` writes into PostgreSQL for the same keys, so a
+    Delta table seeded here equals a source table seeded there; their LSN is 2, below any
+    real commit.
+    """
+    # A batch whose only change deletes an absent row creates the table and writes nothing.
+    creation = make_batch([keys[1] + 1], [], lsn=1, revision=0)
+    only = creation.changes[0]
+    assert isinstance(only, RowChange)
+    deletion = RowChange(
+        op="delete",
+        relation=RELATION,
+        new=None,
+        old=_key_only(keys[1] + 1),
+        old_kind="K",
+        commit_lsn=only.commit_lsn,
+        commit_time=only.commit_time,
+        ordinal=0,
+    )
+    sink.apply(
+        Batch(
+            changes=(deletion,),
+            durable_lsn=creation.durable_lsn,
+            transaction_count=1,
+            last_commit_time=creation.last_commit_time,
+        )
+    )
     schema = spark.read.format("delta").load(path).schema
+    rows = keys[1] - keys[0] + 1
     files = max(1, rows // per_file)
     values = (
         "id",
         "id % 1000",
         "id % 100000 / 100.0",
-        "TIMESTAMP '2025-01-01 00:00:00'",
+        "timestamp_seconds(1735689600 + id)",
         "md5(CAST(id AS STRING))",
         "2",
         "TIMESTAMP '2025-01-01 00:00:00'",
@@ -159,7 +188,7 @@ def build_table(spark: SparkSession, sink: DeltaSink, path: str, rows: int, per_
     # commit time); a layout the sink changes shows up here as an error, not as bad data.
     if len(schema.fields) != len(values):
         raise RuntimeError(f"unexpected table schema {schema.simpleString()}")
-    frame = spark.range(1, rows + 1, 1, files).selectExpr(
+    frame = spark.range(keys[0], keys[1] + 1, 1, files).selectExpr(
         *[
             f"CAST({value} AS {field.dataType.simpleString()}) AS `{field.name}`"
             for value, field in zip(values, schema.fields, strict=True)
@@ -230,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             sink = DeltaSink(spark, SinkSettings(path=lake))
             path = table_path(lake, RELATION.namespace, RELATION.relation_name)
             started = time.perf_counter()
-            build_table(spark, sink, path, size, args.rows_per_file)
+            build_table(spark, sink, path, keys=(1, size), per_file=args.rows_per_file)
             print(f"built {size:,}-row table in {time.perf_counter() - started:.1f} s", flush=True)
             for seed, clustered in enumerate((True, False)):
                 layout = "clustered" if clustered else "random"
