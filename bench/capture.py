@@ -181,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run the capture-loop experiment of bench.lean_loop (not the daemon's code)",
     )
+    parser.add_argument(
+        "--batch-ceiling",
+        type=int,
+        help="sink.batch.max_rows_ceiling for every daemon run (default: the production one)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON line at the end")
     parser.add_argument("--workdir", type=Path, help="keep the server here (default: tmp)")
     args = parser.parse_args(argv)
@@ -226,7 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         def daemon_run(runs: list[DaemonRun], lean: bool = False, freeze: bool = False) -> None:
             slot = _fresh_slot(dsn, "bench_daemon")
             config = bench_config(
-                dsn, workdir, slot=slot, publication=PUBLICATION, tables=[f"public.{TABLE}"]
+                dsn,
+                workdir,
+                slot=slot,
+                publication=PUBLICATION,
+                tables=[f"public.{TABLE}"],
+                max_rows_ceiling=args.batch_ceiling,
             )
             with lean_session(freeze_gc=freeze) if lean else contextlib.nullcontext():
                 result = run_daemon(config, backlog.end_lsn)
@@ -257,7 +267,12 @@ def main(argv: list[str] | None = None) -> int:
             print("profiling one daemon run ...", flush=True)
             slot = _fresh_slot(dsn, "bench_profile")
             config = bench_config(
-                dsn, workdir, slot=slot, publication=PUBLICATION, tables=[f"public.{TABLE}"]
+                dsn,
+                workdir,
+                slot=slot,
+                publication=PUBLICATION,
+                tables=[f"public.{TABLE}"],
+                max_rows_ceiling=args.batch_ceiling,
             )
             profiler = cProfile.Profile()
             profiler.runcall(run_daemon, config, backlog.end_lsn)
@@ -312,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{backlog.wal_bytes / 2**20:,.0f} MiB of WAL"
         ),
         "options": pgoutput_options(),
+        "sink.batch.max_rows_ceiling": args.batch_ceiling or "production default",
         "cpus": os.cpu_count(),
         "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
