@@ -1,0 +1,301 @@
+"""Benchmark 4 of issue 6: commit-to-durable-in-Delta lag under a steady write rate.
+
+Run: ``python -m bench.lag`` (``python -m bench lag``; ``--help`` for the knobs). The
+default (5k changes/s for 2 minutes on a 1M-row table) takes about four minutes;
+``--seconds 30 --table-rows 100000`` takes one.
+
+Method
+------
+1. Start PostgreSQL 18 (``bench.postgres``) with the benchmark table holding
+   ``--table-rows`` seed rows and its publication (``bench.workload``), and a Delta table
+   with the same rows (``bench.sink_scaling.build_table``); create the daemon's slot.
+2. Start the daemon (``CaptureService`` + ``DeltaSink`` on embedded Sail, production
+   batching settings) in a thread. One warm-up transaction is written and waited for,
+   so Sail's first-query start-up is not counted.
+3. A writer commits one transaction of ``--per-transaction`` changes (the backlog's mix:
+   60% insert, 30% update and 10% delete of the previous transaction's rows) every
+   ``per_transaction / rate`` seconds, on a fixed schedule, for ``--seconds``.
+4. The sink is wrapped: when a batch is durable (``apply`` returned), every transaction
+   that ends in it gets ``now - commit time`` as its lag. That is commit-to-visible for
+   each transaction, which is what a reader of Delta sees; the daemon's own metric
+   (``wal2delta_batch_apply_lag_seconds``) observes only the newest transaction of each
+   batch, so it is printed too, as the ``per batch`` figures.
+5. Print p50/p99 lag (target: p99 <= 2 s), the rate actually written, and the batch sizes
+   over time, which show adaptive batching: batches grow while the sink is busy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import psycopg
+from psycopg import sql
+
+from bench.daemon import bench_config
+from bench.postgres import bench_server
+from bench.report import Ratio, median_figure, print_report
+from bench.sink_scaling import build_table
+from bench.workload import PUBLICATION, TABLE, create_source_slot, create_table
+from capture.logging import configure_logging
+from capture.service import CaptureService
+from capture.slots import current_wal_lsn
+from decoder import Lsn, RowChange, pg_timestamp_to_datetime
+from sink import (
+    Batch,
+    BatchResult,
+    DeltaSink,
+    SinkSettings,
+    SparkSettings,
+    create_spark_session,
+    stop_spark_session,
+    table_path,
+)
+
+LAG_TARGET: Final = 2.0
+SLOT: Final = "bench_lag"
+
+
+@dataclass(slots=True)
+class LagSink:
+    """Wraps a sink; records each transaction's commit-to-durable lag and each batch."""
+
+    inner: DeltaSink
+    measure_after: float = float("inf")
+    """Only transactions committed at or after this UNIX time are counted."""
+    transaction_lags: list[float] = field(default_factory=list)
+    batch_lags: list[float] = field(default_factory=list)
+    batches: list[tuple[float, int, float]] = field(default_factory=list)
+    """(time applied, changes, apply seconds) of every batch."""
+    durable_lsn: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def apply(self, batch: Batch) -> BatchResult:
+        """Apply through the wrapped sink, then record the lags."""
+        started = time.perf_counter()
+        result = self.inner.apply(batch)
+        now = time.time()
+        commits: dict[int, float] = {}
+        for change in batch.changes:
+            if isinstance(change, RowChange):
+                commits[change.commit_lsn] = pg_timestamp_to_datetime(
+                    change.commit_time
+                ).timestamp()
+        with self.lock:
+            self.batches.append((now, len(batch.changes), time.perf_counter() - started))
+            counted = [t for t in commits.values() if t >= self.measure_after]
+            self.transaction_lags += [now - t for t in counted]
+            if counted:
+                self.batch_lags.append(now - max(counted))
+            if batch.durable_lsn is not None:
+                self.durable_lsn = max(self.durable_lsn, batch.durable_lsn)
+        return result
+
+    def close(self) -> None:
+        """Close the wrapped sink."""
+        self.inner.close()
+
+    def wait_durable(self, lsn: int, timeout: float) -> None:
+        """Block until a batch durable at or past ``lsn`` was applied."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.lock:
+                if self.durable_lsn >= lsn:
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError("the daemon did not catch up in time")
+            time.sleep(0.05)
+
+
+class SteadyWriter:
+    """Commits the backlog's transactions one by one on a fixed schedule."""
+
+    def __init__(self, dsn: str, per_transaction: int) -> None:
+        self._conn = psycopg.connect(dsn, autocommit=True)
+        self.inserts = per_transaction * 6 // 10
+        self.updates = per_transaction * 3 // 10
+        self.deletes = per_transaction - self.inserts - self.updates
+        self.transactions = 0
+        table = sql.Identifier("public", TABLE)
+        # Transaction k inserts its own keys and updates/deletes those of k - 1 (the
+        # seed rows up to 0 for k = 0), as bench.workload's backlog does.
+        self._statements = (
+            sql.SQL(
+                "INSERT INTO {} SELECT g, (g %% 1000)::int, (g %% 100000) / 100.0, "
+                "'2025-01-01'::timestamptz + g * interval '1 second', md5(g::text) "
+                "FROM generate_series(%(base)s::bigint + 1, %(base)s::bigint + %(inserts)s::bigint) g"
+            ).format(table),
+            sql.SQL(
+                "UPDATE {} SET amount = amount + 1, updated_at = updated_at + interval '1 day' "
+                "WHERE id BETWEEN %(prev)s::bigint + 1 AND %(prev)s::bigint + %(updates)s::bigint"
+            ).format(table),
+            sql.SQL(
+                "DELETE FROM {} WHERE id BETWEEN %(prev)s::bigint + %(updates)s::bigint + 1 "
+                "AND %(prev)s::bigint + %(updates)s::bigint + %(deletes)s::bigint"
+            ).format(table),
+        )
+
+    def write_one(self) -> None:
+        """Commit the next transaction."""
+        base = self.transactions * self.inserts
+        params = {
+            "base": base,
+            "prev": base - self.inserts,
+            "inserts": self.inserts,
+            "updates": self.updates,
+            "deletes": self.deletes,
+        }
+        with self._conn.transaction():
+            for statement in self._statements:
+                self._conn.execute(statement, params)
+        self.transactions += 1
+
+    def run(self, *, rate: float, seconds: float) -> float:
+        """Write at ``rate`` changes/s for ``seconds``; return the rate achieved."""
+        interval = (self.inserts + self.updates + self.deletes) / rate
+        started = time.perf_counter()
+        written = 0
+        while (due := started + written * interval) < started + seconds:
+            delay = due - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            self.write_one()
+            written += 1
+        elapsed = time.perf_counter() - started
+        return written * (self.inserts + self.updates + self.deletes) / elapsed
+
+    def end_lsn(self) -> Lsn:
+        """The WAL insert position now (after the last commit)."""
+        return current_wal_lsn(self._conn)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; 0 when it measured."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m bench.lag", description=__doc__)
+    parser.add_argument("--rate", type=float, default=5000.0, help="changes per second")
+    parser.add_argument("--seconds", type=float, default=120.0, help="how long to write")
+    parser.add_argument("--table-rows", type=int, default=1_000_000, help="rows before it")
+    parser.add_argument("--per-transaction", type=int, default=1000)
+    parser.add_argument("--max-rows", type=int, help="sink.batch.max_rows (default: config)")
+    parser.add_argument(
+        "--max-rows-ceiling", type=int, help="sink.batch.max_rows_ceiling (default: config)"
+    )
+    parser.add_argument("--rows-per-file", type=int, default=100_000, help="seed file size")
+    parser.add_argument("--json", action="store_true", help="print a JSON line at the end")
+    parser.add_argument("--workdir", type=Path, help="keep server and lake here (default: tmp)")
+    args = parser.parse_args(argv)
+    seed = args.table_rows
+
+    with contextlib.ExitStack() as stack:
+        workdir: Path = args.workdir or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="w2d-bench-lag-"))
+        )
+        server = stack.enter_context(bench_server(workdir))
+        spark = create_spark_session(SparkSettings())
+        stack.callback(stop_spark_session, spark)
+        lake = workdir / "lake"
+        dsn = server.dsn()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            create_table(conn, seed_rows=seed)
+            create_source_slot(conn, SLOT)
+        build_table(
+            spark,
+            DeltaSink(spark, SinkSettings(path=str(lake))),
+            table_path(str(lake), "public", TABLE),
+            keys=(1 - seed, 0),
+            per_file=args.rows_per_file,
+        )
+        config = bench_config(
+            dsn,
+            workdir,
+            slot=SLOT,
+            publication=PUBLICATION,
+            tables=[f"public.{TABLE}"],
+            max_rows=args.max_rows,
+            max_rows_ceiling=args.max_rows_ceiling,
+        )
+        configure_logging("console", "warning")
+        sink = LagSink(DeltaSink(spark, SinkSettings(path=str(lake))))
+        stop = threading.Event()
+        service = CaptureService(config, sink, stop_event=stop)
+        failures: list[BaseException] = []
+
+        def serve() -> None:
+            try:
+                service.run()
+            except BaseException as exc:  # reported after the run; the thread must not die silently
+                failures.append(exc)
+
+        thread = threading.Thread(target=serve, name="daemon", daemon=True)
+        thread.start()
+        stack.callback(thread.join, 60)
+        stack.callback(stop.set)
+        writer = SteadyWriter(dsn, args.per_transaction)
+        stack.callback(writer.close)
+        writer.write_one()
+        sink.wait_durable(writer.end_lsn(), timeout=300)
+        print("daemon warmed up; writing", flush=True)
+        sink.measure_after = time.time()
+        measured_from = time.time()
+        achieved = writer.run(rate=args.rate, seconds=args.seconds)
+        sink.wait_durable(writer.end_lsn(), timeout=600)
+        stop.set()
+        thread.join(60)
+        if failures:
+            raise failures[0]
+
+    lags = sink.transaction_lags
+    batch_lags = sink.batch_lags
+    sizes = [size for at, size, _ in sink.batches if at >= measured_from]
+    seconds = [took for at, _, took in sink.batches if at >= measured_from]
+    p99 = _percentile(lags, 0.99)
+    figures = [
+        median_figure("per transaction: p50 lag", [_percentile(lags, 0.5)], "s"),
+        median_figure("per transaction: p99 lag", [p99], "s"),
+        median_figure("per transaction: max lag", [max(lags)], "s"),
+        median_figure("per batch (daemon metric): p50 lag", [_percentile(batch_lags, 0.5)], "s"),
+        median_figure("per batch (daemon metric): p99 lag", [_percentile(batch_lags, 0.99)], "s"),
+        median_figure("apply seconds per batch", seconds, "s"),
+    ]
+    ratios = [Ratio("p99 lag / 2 s", p99 / LAG_TARGET, target=1.0, higher_is_better=False)]
+    facts: dict[str, object] = {
+        "rate": f"{achieved:,.0f} changes/s written (asked {args.rate:,.0f}) for {args.seconds} s",
+        "table": f"{seed:,} rows before",
+        "transactions measured": len(lags),
+        "batches": f"{len(sizes)}, changes per batch: min {min(sizes)}, "
+        f"median {statistics.median(sizes):.0f}, max {max(sizes)}",
+        "batch sizes in order": " ".join(str(size) for size in sizes),
+        "cpus": os.cpu_count(),
+        "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
+    print_report(
+        "Benchmark 4: commit-to-durable lag at a steady rate (embedded Sail)",
+        figures,
+        ratios,
+        facts=facts,
+        as_json=args.json,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
