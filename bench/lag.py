@@ -40,6 +40,7 @@ from typing import Final
 
 import psycopg
 from psycopg import sql
+from psycopg.types.numeric import Int8
 
 from bench.daemon import bench_config
 from bench.postgres import bench_server
@@ -132,27 +133,28 @@ class SteadyWriter:
             sql.SQL(
                 "INSERT INTO {} SELECT g, (g %% 1000)::int, (g %% 100000) / 100.0, "
                 "'2025-01-01'::timestamptz + g * interval '1 second', md5(g::text) "
-                "FROM generate_series(%(base)s::bigint + 1, %(base)s::bigint + %(inserts)s::bigint) g"
+                "FROM generate_series(%(base)s + 1, %(base)s + %(inserts)s) g"
             ).format(table),
             sql.SQL(
                 "UPDATE {} SET amount = amount + 1, updated_at = updated_at + interval '1 day' "
-                "WHERE id BETWEEN %(prev)s::bigint + 1 AND %(prev)s::bigint + %(updates)s::bigint"
+                "WHERE id BETWEEN %(prev)s + 1 AND %(prev)s + %(updates)s"
             ).format(table),
             sql.SQL(
-                "DELETE FROM {} WHERE id BETWEEN %(prev)s::bigint + %(updates)s::bigint + 1 "
-                "AND %(prev)s::bigint + %(updates)s::bigint + %(deletes)s::bigint"
+                "DELETE FROM {} WHERE id BETWEEN %(prev)s + %(updates)s + 1 "
+                "AND %(prev)s + %(updates)s + %(deletes)s"
             ).format(table),
         )
 
     def write_one(self) -> None:
         """Commit the next transaction."""
         base = self.transactions * self.inserts
+        # Int8: psycopg would send small numbers as int2, and int2 arithmetic overflows.
         params = {
-            "base": base,
-            "prev": base - self.inserts,
-            "inserts": self.inserts,
-            "updates": self.updates,
-            "deletes": self.deletes,
+            "base": Int8(base),
+            "prev": Int8(base - self.inserts),
+            "inserts": Int8(self.inserts),
+            "updates": Int8(self.updates),
+            "deletes": Int8(self.deletes),
         }
         with self._conn.transaction():
             for statement in self._statements:
