@@ -26,8 +26,15 @@ Method
    included), the ratios to ``pg_recvlogical`` (target for the daemon: >= 0.90), and the
    daemon's CPU seconds.
 
+``--lean-loop`` adds three experiments (``bench.lean_loop``) that measure what the
+changes proposed for ``capture/`` in ``docs/performance.md`` would gain: the daemon with
+a tuned garbage collector, the daemon with a capture loop that does its bookkeeping per
+read burst instead of per message, and both. ``--batch-ceiling`` runs every daemon
+variant without adaptive batch growth.
+
 ``--profile FILE`` runs the daemon once more under cProfile and writes the stats there
-(``python -m pstats FILE``), with the top functions printed.
+(``python -m pstats FILE``), with the top functions printed; with ``--lean-loop`` also
+the lean loop into ``FILE.lean``.
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ from pathlib import Path
 import psycopg
 
 from bench.daemon import DaemonRun, bench_config, run_daemon
-from bench.lean_loop import lean_session
+from bench.lean_loop import experiment
 from bench.postgres import bench_server
 from bench.report import Figure, Ratio, median_figure, print_report
 from bench.workload import (
@@ -179,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lean-loop",
         action="store_true",
-        help="also run the capture-loop experiment of bench.lean_loop (not the daemon's code)",
+        help="also run the experiments of bench.lean_loop (not the daemon's code as it is)",
     )
     parser.add_argument(
         "--batch-ceiling",
@@ -215,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         read_loop_cpu: list[float] = []
         daemon: list[DaemonRun] = []
         lean: list[DaemonRun] = []
-        lean_frozen: list[DaemonRun] = []
+        lean_tuned: list[DaemonRun] = []
+        tuned: list[DaemonRun] = []
 
         def one_recvlogical() -> None:
             wall, _ = run_pg_recvlogical(server, _fresh_slot(dsn, "bench_recvlogical"), backlog)
@@ -228,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             read_loop_cpu.append(cpu)
             _drop(dsn, "bench_read_loop")
 
-        def daemon_run(runs: list[DaemonRun], lean: bool = False, freeze: bool = False) -> None:
+        def daemon_run(runs: list[DaemonRun], lean: bool = False, tune: bool = False) -> None:
             slot = _fresh_slot(dsn, "bench_daemon")
             config = bench_config(
                 dsn,
@@ -238,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                 tables=[f"public.{TABLE}"],
                 max_rows_ceiling=args.batch_ceiling,
             )
-            with lean_session(freeze_gc=freeze) if lean else contextlib.nullcontext():
+            with experiment(lean=lean, tune_gc=tune):
                 result = run_daemon(config, backlog.end_lsn)
             if result.rows != backlog.changes:
                 raise RuntimeError(
@@ -254,8 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         ]
         if args.lean_loop:
             contenders += [
+                ("daemon + tuned gc", lambda: daemon_run(tuned, tune=True)),
                 ("lean loop", lambda: daemon_run(lean, lean=True)),
-                ("lean loop + gc.freeze", lambda: daemon_run(lean_frozen, lean=True, freeze=True)),
+                ("lean loop + tuned gc", lambda: daemon_run(lean_tuned, lean=True, tune=True)),
             ]
         for repetition in range(args.repeat):
             shift = repetition % len(contenders)
@@ -283,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"profiling one lean-loop run into {lean_profile} ...", flush=True)
                 slot = _fresh_slot(dsn, "bench_profile")
                 profiler = cProfile.Profile()
-                with lean_session(freeze_gc=True):
+                with experiment(lean=True, tune_gc=True):
                     profiler.runcall(run_daemon, config, backlog.end_lsn)
                 profiler.dump_stats(str(lean_profile))
                 _drop(dsn, slot)
@@ -301,8 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     ratios = [Ratio("read loop / pg_recvlogical", loop.value / baseline.value)]
     variants = (
         ("daemon", daemon, "receive + decode + assemble + batch, counting sink", DAEMON_TARGET),
+        ("daemon + tuned gc", tuned, "experiment, see bench/lean_loop.py", None),
         ("lean loop", lean, "experiment, see bench/lean_loop.py", None),
-        ("lean loop + gc.freeze", lean_frozen, "experiment, see bench/lean_loop.py", None),
+        ("lean loop + tuned gc", lean_tuned, "experiment, see bench/lean_loop.py", None),
     )
     for name, runs, note, target in variants:
         if not runs:

@@ -1,4 +1,4 @@
-"""An experiment: the capture loop without its per-message bookkeeping (``--lean-loop``).
+"""Experiments: the capture loop without per-message bookkeeping, a tuned collector.
 
 This is *not* how the daemon runs. It measures what ``capture/service.py`` would gain
 from the changes proposed in ``docs/performance.md`` ("Work left in capture/"), by
@@ -160,22 +160,34 @@ def _count_chunk(
                 counts[key] = counts.get(key, 0) + 1
 
 
-@contextlib.contextmanager
-def lean_session(*, freeze_gc: bool) -> Iterator[None]:
-    """Run ``CaptureService`` with ``LeanSession``; ``freeze_gc`` also calls ``gc.freeze()``.
+GC_THRESHOLDS = (100_000, 20, 100)
+"""The collector thresholds of the ``tune_gc`` experiment (CPython's default: 700, 10, 10)."""
 
-    ``gc.freeze()`` moves every object alive at start-up (imported modules, Spark's and
-    psycopg's objects) out of the collector's reach, so the full collections triggered
-    by the batches in flight no longer walk them.
+
+@contextlib.contextmanager
+def experiment(*, lean: bool, tune_gc: bool) -> Iterator[None]:
+    """Run ``CaptureService`` with ``LeanSession`` (``lean``) and/or a tuned collector.
+
+    Every replayed change leaves two container objects (``RowChange``, ``TupleData``)
+    alive until its batch is applied, so with CPython's default thresholds the cyclic
+    collector runs a young collection every 350 changes and a full one each time the
+    batches in flight have grown the heap by a quarter, walking every change of every
+    batch in flight. None of these objects is part of a reference cycle. ``tune_gc``
+    calls ``gc.freeze()`` (start-up objects leave the collector's reach) and raises the
+    thresholds to ``GC_THRESHOLDS``, so collections run a hundred times less often.
     """
     original = capture.service._Session
-    capture.service._Session = LeanSession  # type: ignore[misc]
-    if freeze_gc:
+    thresholds = gc.get_threshold()
+    if lean:
+        capture.service._Session = LeanSession  # type: ignore[misc]
+    if tune_gc:
         gc.collect()
         gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
     try:
         yield
     finally:
         capture.service._Session = original  # type: ignore[misc]
-        if freeze_gc:
+        if tune_gc:
+            gc.set_threshold(*thresholds)
             gc.unfreeze()

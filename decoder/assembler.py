@@ -956,7 +956,7 @@ class Assembler:
         schema_seen = 0
         ordinal = 0
         finished = False
-        known_relation = self._relations.relation
+        known_relation = self._relations.lookup
         # Row messages were validated when they arrived. The common ones (INSERT, DELETE,
         # UPDATE without an old tuple) are read right here: relation id, marker, and the
         # tuple left unsplit for whoever reads it (TupleData.from_wire). This loop runs

@@ -653,9 +653,23 @@ def row_message_is_valid(buf: bytes, in_stream: bool) -> bool:
                 return False
         else:
             return False
-        return _tuple_end(buf, pos + 1) == len(buf)
+        # The last tuple of the message, walked here rather than by ``_tuple_end``: this
+        # runs once per row message of the stream.
+        pos += 1
+        count = (buf[pos] << 8) | buf[pos + 1]
+        pos += 2
+        unpack = _U32_FAST.unpack_from
+        for _ in range(count):
+            kind = buf[pos]
+            if kind in {0x74, 0x62}:  # 't', 'b'
+                pos += 5 + unpack(buf, pos + 1)[0]
+            elif kind in {0x6E, 0x75}:  # 'n', 'u'
+                pos += 1
+            else:
+                return False
     except (IndexError, struct.error):
         return False
+    return pos == len(buf)
 
 
 RowParts = tuple[int, RowOperation, Literal["K", "O"] | None, TupleData | None, TupleData | None]

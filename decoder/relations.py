@@ -15,6 +15,7 @@ identical schemas compare unequal.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from decoder.lsn import Oid
 from decoder.messages import Relation, Type
@@ -39,6 +40,11 @@ class RelationCache:
     def relation(self, relation_id: int) -> Relation | None:
         """Return the relation with this OID, or None if no RELATION message named it."""
         return self._relations.get(relation_id)
+
+    @property
+    def lookup(self) -> Callable[[int], Relation | None]:
+        """``relation`` without the method call: the replay loop asks once per change."""
+        return self._relations.get
 
     def type(self, type_oid: int) -> Type | None:
         """Return the user type with this OID, or None if no TYPE message named it."""
