@@ -29,6 +29,7 @@ from decoder import (
     MessageChange,
     NonTransactionalMessage,
     ProtocolOptions,
+    Relation,
     RowChange,
     StreamAborted,
     TransactionRolledBack,
@@ -37,7 +38,6 @@ from decoder import (
     format_lsn,
     pg_timestamp_to_datetime,
 )
-from decoder.messages import Relation
 from sink import Batch, BatchResult
 
 RECORD_HEADER: Final = struct.Struct(">QI")

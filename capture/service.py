@@ -73,6 +73,7 @@ from decoder import (
     CommittedTransaction,
     Lsn,
     NonTransactionalMessage,
+    PrimaryKeepalive,
     ProtocolOptions,
     RowChange,
     StreamAborted,
@@ -80,6 +81,8 @@ from decoder import (
     TransactionRolledBack,
     TruncateChange,
     Wal2DeltaError,
+    XLogData,
+    datetime_to_pg_timestamp,
     encode_standby_status_update,
     format_lsn,
     message_type_name,
@@ -87,8 +90,6 @@ from decoder import (
     pg_timestamp_to_datetime,
     spilling_buffers,
 )
-from decoder.frames import PrimaryKeepalive, XLogData
-from decoder.lsn import datetime_to_pg_timestamp
 from sink import Batch, Sink
 
 log = structlog.get_logger("wal2delta.service")

@@ -19,9 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
-from decoder.changes import Change
-from decoder.errors import Wal2DeltaError
-from decoder.lsn import Lsn, PgTimestamp
+from decoder import Change, Lsn, PgTimestamp, Wal2DeltaError
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,10 +60,15 @@ from typing import TYPE_CHECKING, Final, Protocol
 import pyarrow as pa
 import structlog
 
-from decoder.changes import MessageChange
-from decoder.lsn import Lsn, format_lsn, pg_timestamp_to_datetime
-from decoder.messages import ColumnKind, Relation
-from decoder.values import ValueDecoder
+from decoder import (
+    ColumnKind,
+    Lsn,
+    MessageChange,
+    Relation,
+    ValueDecoder,
+    format_lsn,
+    pg_timestamp_to_datetime,
+)
 from sink.base import Batch, BatchResult, SinkDataError
 from sink.evolution import CatalogTable, SourceCatalog, delta_type_name, evolve
 from sink.plan import MergePlan, MergeStep, PlanColumn, TruncateStep, convert_value, plan_batch

@@ -68,10 +68,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal, TypeVar
 
-from decoder.changes import Change, MessageChange, RowChange, TruncateChange
-from decoder.lsn import Lsn, format_lsn, pg_timestamp_to_datetime
-from decoder.messages import ColumnKind, Relation, TupleData
-from decoder.values import UNCHANGED_TOAST, ValueDecoder
+from decoder import (
+    UNCHANGED_TOAST,
+    Change,
+    ColumnKind,
+    Lsn,
+    MessageChange,
+    Relation,
+    RowChange,
+    TruncateChange,
+    TupleData,
+    ValueDecoder,
+    format_lsn,
+    pg_timestamp_to_datetime,
+)
 from sink.base import Batch, SinkDataError
 from sink.settings import MissingKeyPolicy
 from sink.typemap import (
