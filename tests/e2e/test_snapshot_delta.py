@@ -10,7 +10,6 @@ publication's row filter and column list applied to the copy.
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +18,12 @@ import pytest
 
 from capture.cli import sink_settings
 from capture.service import CaptureService
-from capture.slots import current_wal_lsn, slot_state
+from capture.slots import current_wal_lsn
 from capture.verify import compare_table, read_delta
 from config import AppConfig
 from sink import Batch, BatchResult, DeltaSink, table_path
 from tests.support.configs import make_config
+from tests.support.harness import wait_for_flush
 from tests.support.sinks import InjectedFaultError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -60,18 +60,6 @@ def _assert_matches(dsn: str, source: str, lake: Path, key: list[str] | None = N
     assert comparison.matches, comparison.describe()
 
 
-def _wait_flush(dsn: str, slot: str, target: int, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            state = slot_state(conn, slot)
-        flushed = state.confirmed_flush_lsn if state is not None else None
-        if flushed is not None and flushed >= target:
-            return
-        time.sleep(0.2)
-    pytest.fail("the daemon did not reach the end position")
-
-
 def _writer(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for n in range(1, 201):
@@ -100,7 +88,7 @@ def test_snapshot_and_stream_meet_in_delta_without_gaps_or_duplicates(
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         endpos = current_wal_lsn(conn)
     try:
-        _wait_flush(pg18_dsn, config.source.slot, endpos)
+        wait_for_flush(pg18_dsn, config.source.slot, endpos)
     finally:
         stop.set()
         runner.join(60)

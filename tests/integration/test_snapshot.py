@@ -8,7 +8,6 @@ consistent point does. An interrupted snapshot restarts cleanly.
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from capture.slots import current_wal_lsn, slot_state
 from capture.verify import normalise, read_source
 from sink import Batch, BatchResult
 from tests.support.configs import make_config
+from tests.support.harness import wait_for_flush
 from tests.support.model_sink import ModelSink
 from tests.support.sinks import InjectedFaultError
 
@@ -44,18 +44,6 @@ def _config(dsn: str, tmp_path: Path, table: Any = "public.accounts", **override
         sink={"batch": {"max_rows": 1000}},
         **overrides,
     )
-
-
-def _wait_flush(dsn: str, slot: str, target: int, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            state = slot_state(conn, slot)
-        flushed = state.confirmed_flush_lsn if state is not None else None
-        if flushed is not None and flushed >= target:
-            return
-        time.sleep(0.2)
-    pytest.fail("the daemon did not reach the end position")
 
 
 def _source(
@@ -104,7 +92,7 @@ def test_snapshot_and_stream_meet_without_gaps_or_duplicates(pg18_dsn: str, tmp_
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         endpos = current_wal_lsn(conn)
     try:
-        _wait_flush(pg18_dsn, config.source.slot, endpos)
+        wait_for_flush(pg18_dsn, config.source.slot, endpos)
     finally:
         stop.set()
         runner.join(60)

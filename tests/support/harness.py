@@ -71,3 +71,15 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
             pass  # the server may be restarting
         time.sleep(0.1)
     pytest.fail(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_for_flush(dsn: str, slot: str, target: int, timeout: float = 180) -> None:
+    """Wait until the slot exists and its confirmed flush position reaches ``target``."""
+
+    def reached() -> bool:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            state = slot_state(conn, slot)
+        flushed = state.confirmed_flush_lsn if state is not None else None
+        return flushed is not None and flushed >= target
+
+    wait_until(reached, timeout, f"slot {slot} to confirm its flush position")
