@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import shutil
 import tempfile
 import threading
 import time
@@ -215,6 +216,7 @@ class CaptureService:
         self._spool_dir: Path | None = None
         self._fatal: Wal2DeltaError | None = None
         self._shutdown_deadline: float | None = None
+        self._spool_is_temporary = False
 
     def fail(self, error: Wal2DeltaError) -> None:
         """Stop the loop with ``error`` (called from other threads, e.g. the monitor)."""
@@ -274,6 +276,7 @@ class CaptureService:
             configured = self.config.spool.dir
             if configured is None:
                 self._spool_dir = Path(tempfile.mkdtemp(prefix="wal2delta-spool-"))
+                self._spool_is_temporary = True
             else:
                 self._spool_dir = Path(configured)
                 self._spool_dir.mkdir(parents=True, exist_ok=True)
@@ -348,6 +351,10 @@ class CaptureService:
             monitor.stop()
             self._drain_worker(raise_failures=False)
             self._worker.stop()
+            if self._spool_is_temporary and self._spool_dir is not None:
+                # Spilled transactions are only ever replayed within one run.
+                shutil.rmtree(self._spool_dir, ignore_errors=True)
+                self._spool_dir = None
 
     def _run_session(self) -> None:
         source = self.config.source
