@@ -79,10 +79,12 @@ SETTINGS = {
     "production": MemorySettings("production", "64MiB", None, None),
     "bounded": MemorySettings("bounded", "1MiB", 5000, None),
     "fixed-batches": MemorySettings("fixed-batches", "1MiB", 5000, 5000),
+    "production-fixed": MemorySettings("production-fixed", "64MiB", None, 50_000),
 }
 """``production``: the configuration defaults; ``bounded``: what the bounded-memory test
 uses (1MiB spool, 5k-change batches, default ceiling); ``fixed-batches``: the same
-without adaptive batching (ceiling = ``max_rows``)."""
+without adaptive batching (ceiling = ``max_rows``); ``production-fixed``: the defaults
+without adaptive batching."""
 
 
 @dataclass(frozen=True, slots=True)
