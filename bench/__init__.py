@@ -7,8 +7,8 @@ whatever else runs on it, so they are printed but never judged. A benchmark exit
 it measured, whatever the ratio, and non-zero only when it could not measure (the
 server did not start, the daemon lost rows...).
 
-``python -m bench`` lists the benchmarks; each runs as ``python -m bench.<name>``. The
-shared building blocks are meant for the benchmarks still to come:
+``python -m bench`` lists the benchmarks; ``python -m bench NAME`` or
+``python -m <module>`` runs one. The shared building blocks:
 
 * ``bench.postgres``: the server, with the settings every benchmark uses;
 * ``bench.workload``: the issue's backlog (insert/update/delete mix in fixed-size
@@ -35,12 +35,6 @@ class Benchmark:
     """``python -m <module>`` runs it; None while it cannot be written yet."""
     blocked_by: str | None = None
 
-
-_NEEDS_SINK: Final = (
-    "needs sink.DeltaSink (Delta apply path), which is still being written; add it as "
-    "bench/<name>.py with a main(argv) -> int, reusing bench.postgres, bench.workload, "
-    "bench.daemon (pass a real sink instead of CountingSink) and bench.report"
-)
 
 BENCHMARKS: Final = (
     Benchmark(
