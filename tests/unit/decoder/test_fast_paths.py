@@ -9,6 +9,7 @@ its general counterpart, on real payloads, damaged payloads and generated messag
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import pickle
 import struct
 
@@ -39,7 +40,8 @@ from decoder import (
     parse_message,
     read_xlog_data,
 )
-from decoder.changes import new_row_change
+from decoder.changes import RowChangeBuilder, new_row_change
+from decoder.frames import XLogDataBuilder
 from decoder.parser import row_message_is_valid, row_parts, scan_row_message
 from tests.support.pgoutput_builder import INT4_OID, TEXT_OID, encode_message, relation
 from tests.unit.decoder.test_parser_properties import ROW_PAYLOADS, tuples
@@ -286,3 +288,18 @@ def test_a_spool_file_shorter_than_its_records_is_an_os_error(tmp_path):
     with pytest.raises(OSError, match="shorter than expected"):
         list(buffer)
     buffer.close()
+
+
+@pytest.mark.parametrize(
+    ("builder", "target"),
+    [
+        (RowChangeBuilder, RowChange),
+        (XLogDataBuilder, XLogData),
+    ],
+)
+def test_each_fast_builder_fills_every_field_of_its_dataclass(builder, target):
+    """A field added to the dataclass must be added to its builder too."""
+    fields = tuple(field.name for field in dataclasses.fields(target))
+    assert builder.__slots__ == target.__slots__ == fields
+    parameters = tuple(inspect.signature(builder.__init__).parameters)[1:]
+    assert parameters == fields
