@@ -247,8 +247,13 @@ class CaptureService:
         markers.save_snapshot_marker(
             SnapshotMarker(slot=source.slot, status="in_progress", consistent_point=Lsn(0))
         )
+        # Created without two-phase on purpose, as PostgreSQL's own subscriber does: the
+        # START_REPLICATION that follows enables it with two_phase_at at the consistent
+        # point, so a transaction prepared before the snapshot (invisible to the copy) is
+        # sent whole at its COMMIT PREPARED. A slot created with two-phase would place
+        # two_phase_at earlier and send only the COMMIT PREPARED of such a transaction.
         exported = stream.create_slot_with_snapshot(
-            source.slot, two_phase=source.two_phase, server_version_num=info.server_version
+            source.slot, two_phase=False, server_version_num=info.server_version
         )
         log.info(
             "snapshot started",

@@ -154,11 +154,8 @@ def ensure_slot(conn: Conn, slot: str, *, create: bool, two_phase: bool) -> Slot
             f"Replication slot {slot!r} is active for PID {state.active_pid}; stop the other "
             "consumer or choose another slot."
         )
-    if two_phase and not state.two_phase:
-        raise ServerCapabilityError(
-            f"source.two_phase is true but slot {slot!r} was created without two-phase "
-            "support; drop and re-create the slot, or set two_phase: false."
-        )
+    # A slot without two-phase gets it enabled by START_REPLICATION (two_phase 'on'),
+    # with two_phase_at at the position streaming starts from (PostgreSQL 15+).
     return state
 
 
