@@ -9,6 +9,7 @@ on the last line, for scripts that track results over time.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 from collections.abc import Sequence
@@ -51,8 +52,6 @@ def median_figure(name: str, runs: Sequence[float], unit: str, note: str = "") -
 
 def machine() -> dict[str, object]:
     """What the figures were measured on."""
-    import os
-
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
