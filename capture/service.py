@@ -595,9 +595,14 @@ class _Session:
                 pass
 
     def _sink_busy(self) -> bool:
-        """The sink still works on an earlier batch: let the open batch grow instead."""
+        """The sink still works on an earlier batch: let the open batch grow instead.
+
+        Asked of the worker itself, not of the reports collected so far: during the
+        replay of a large transaction reports are collected only at hand-offs, and a
+        finished sink must not look busy (the batch would grow to the ceiling).
+        """
         assert self.worker is not None
-        return self.worker.in_flight > 0
+        return self.worker.busy
 
     def _update_gauges(self) -> None:
         """Gauges are refreshed once per read burst, not per message (hot path)."""

@@ -44,6 +44,8 @@ class SinkWorker:
         self._outbox: queue.Queue[AppliedBatch | FailedBatch] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="wal2delta-sink", daemon=True)
         self._in_flight = 0
+        self._busy = 0
+        self._busy_lock = threading.Lock()
         self._failed = False
         self._thread.start()
 
@@ -52,11 +54,21 @@ class SinkWorker:
         """Batches handed over and not yet reported back."""
         return self._in_flight
 
+    @property
+    def busy(self) -> bool:
+        """The worker still has a batch queued or being applied (updated by the worker)."""
+        with self._busy_lock:
+            return self._busy > 0
+
     def offer(self, batch: Batch, timeout: float) -> bool:
         """Hand a batch over; False when the queue stayed full for ``timeout`` seconds."""
+        with self._busy_lock:
+            self._busy += 1
         try:
             self._inbox.put(batch, timeout=max(timeout, 0.0))
         except queue.Full:
+            with self._busy_lock:
+                self._busy -= 1
             return False
         self._in_flight += 1
         return True
@@ -88,6 +100,7 @@ class SinkWorker:
                 return
             if self._failed:
                 # After a failure nothing later may be applied: order is an invariant.
+                self._done()
                 self._outbox.put(FailedBatch(batch, RuntimeError("an earlier batch failed")))
                 continue
             started = time.monotonic()
@@ -95,8 +108,10 @@ class SinkWorker:
                 result = self._sink.apply(batch)
             except BaseException as exc:  # reported to the loop, which decides
                 self._failed = True
+                self._done()
                 self._outbox.put(FailedBatch(batch, exc))
                 continue
+            self._done()
             duration = time.monotonic() - started
             log.debug(
                 "batch durable",
@@ -105,6 +120,10 @@ class SinkWorker:
                 duration_seconds=round(duration, 3),
             )
             self._outbox.put(AppliedBatch(batch, result, duration))
+
+    def _done(self) -> None:
+        with self._busy_lock:
+            self._busy -= 1
 
     def stop(self, timeout: float = 30.0) -> None:
         """Let the worker finish what it has and end the thread."""
