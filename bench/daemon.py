@@ -9,6 +9,7 @@ is therefore the receive + decode + assemble + batch path and nothing of Delta.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import time
 from dataclasses import dataclass
@@ -148,3 +149,14 @@ class _GcTimer:
 
     def __exit__(self, *exc: object) -> None:
         gc.callbacks.remove(self._callback)
+
+
+def add_delta_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by the benchmarks that run the daemon into a seeded Delta table."""
+    parser.add_argument("--table-rows", type=int, default=1_000_000, help="rows before it")
+    parser.add_argument("--per-transaction", type=int, default=1000)
+    parser.add_argument("--max-rows", type=int, help="sink.batch.max_rows (default: config)")
+    parser.add_argument(
+        "--max-rows-ceiling", type=int, help="sink.batch.max_rows_ceiling (default: config)"
+    )
+    parser.add_argument("--rows-per-file", type=int, default=100_000, help="seed file size")

@@ -47,7 +47,7 @@ from typing import Final
 import psycopg
 from deltalake import DeltaTable
 
-from bench.daemon import bench_config, run_daemon
+from bench.daemon import add_delta_run_arguments, bench_config, run_daemon
 from bench.postgres import bench_server
 from bench.report import Figure, Ratio, median_figure, print_report
 from bench.sink_scaling import build_table
@@ -156,13 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__)
     parser.add_argument("--changes", type=int, default=1_000_000, help="backlog size")
-    parser.add_argument("--table-rows", type=int, default=1_000_000, help="rows before it")
-    parser.add_argument("--per-transaction", type=int, default=1000)
-    parser.add_argument("--max-rows", type=int, help="sink.batch.max_rows (default: config)")
-    parser.add_argument(
-        "--max-rows-ceiling", type=int, help="sink.batch.max_rows_ceiling (default: config)"
-    )
-    parser.add_argument("--rows-per-file", type=int, default=100_000, help="seed file size")
+    add_delta_run_arguments(parser)
     parser.add_argument("--timeout", type=float, default=3600.0, help="per contender")
     parser.add_argument("--json", action="store_true", help="print a JSON line at the end")
     parser.add_argument("--workdir", type=Path, help="keep servers and lake here (default: tmp)")

@@ -42,7 +42,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.numeric import Int8
 
-from bench.daemon import bench_config
+from bench.daemon import add_delta_run_arguments, bench_config
 from bench.postgres import bench_server
 from bench.report import Ratio, median_figure, print_report
 from bench.sink_scaling import build_table
@@ -195,13 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.lag", description=__doc__)
     parser.add_argument("--rate", type=float, default=5000.0, help="changes per second")
     parser.add_argument("--seconds", type=float, default=120.0, help="how long to write")
-    parser.add_argument("--table-rows", type=int, default=1_000_000, help="rows before it")
-    parser.add_argument("--per-transaction", type=int, default=1000)
-    parser.add_argument("--max-rows", type=int, help="sink.batch.max_rows (default: config)")
-    parser.add_argument(
-        "--max-rows-ceiling", type=int, help="sink.batch.max_rows_ceiling (default: config)"
-    )
-    parser.add_argument("--rows-per-file", type=int, default=100_000, help="seed file size")
+    add_delta_run_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print a JSON line at the end")
     parser.add_argument("--workdir", type=Path, help="keep server and lake here (default: tmp)")
     args = parser.parse_args(argv)
