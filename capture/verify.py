@@ -162,7 +162,8 @@ def compare_table(
         return out
 
     source = keyed(dict(zip(names, row, strict=True)) for row in source_rows)
-    delta = keyed(_coerce_to_source(row, source_rows, names) for row in delta_rows)
+    coercions = _string_coercions(source_rows, names)
+    delta = keyed(_coerce_to_source(row, coercions) for row in delta_rows)
     missing = sorted(k for k in source if k not in delta)
     unexpected = sorted(k for k in delta if k not in source)
     different = [
@@ -178,16 +179,23 @@ def compare_table(
     )
 
 
-def _coerce_to_source(
-    row: dict[str, object], source_rows: Sequence[tuple[object, ...]], names: Sequence[str]
-) -> dict[str, object]:
-    """Delta keeps some source types as strings (uuid, unconstrained numeric): match them."""
-    out = dict(row)
+def _string_coercions(
+    source_rows: Sequence[tuple[object, ...]], names: Sequence[str]
+) -> dict[str, type]:
+    """Columns Delta keeps as strings (uuid, unconstrained numeric) and their source type."""
+    coercions: dict[str, type] = {}
     for index, name in enumerate(names):
-        value = out.get(name)
-        if not isinstance(value, str):
-            continue
         sample = next((r[index] for r in source_rows if r[index] is not None), None)
         if isinstance(sample, Decimal | UUID):
-            out[name] = type(sample)(value)
+            coercions[name] = type(sample)
+    return coercions
+
+
+def _coerce_to_source(row: dict[str, object], coercions: dict[str, type]) -> dict[str, object]:
+    """Turn a Delta row's strings back into the source's type where the sink keeps text."""
+    out = dict(row)
+    for name, kind in coercions.items():
+        value = out.get(name)
+        if isinstance(value, str):
+            out[name] = kind(value)
     return out
