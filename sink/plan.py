@@ -63,15 +63,22 @@ before that change were written under earlier relations, which is what schema ev
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, Literal, TypeVar
 
+from psycopg.adapt import AdaptersMap, Transformer
+from psycopg.postgres import adapters as _psycopg_adapters
+from psycopg.pq import Format
+
 from decoder import (
+    TEXT_KEPT_TYPE_OIDS,
     UNCHANGED_TOAST,
     Change,
     ColumnKind,
+    ColumnValue,
     Lsn,
     MessageChange,
     Relation,
@@ -88,7 +95,9 @@ from sink.typemap import (
     DeltaType,
     UnrepresentableValueError,
     ValueForm,
+    binary_text_decoder,
     binary_text_form,
+    checked_decimal,
     delta_type,
     to_delta_value,
 )
@@ -232,6 +241,7 @@ def plan_batch(
     decoder: ValueDecoder | None = None,
     primary_key: PrimaryKeyLookup | None = None,
     on_missing_key: MissingKeyPolicy = "error",
+    generic_values: bool = False,
 ) -> BatchPlan:
     """Plan a batch.
 
@@ -245,6 +255,9 @@ def plan_batch(
             relation, when neither the relation nor ``keys`` give a key.
         on_missing_key: ``skip`` drops (and counts) an UPDATE or DELETE on a table without
             any identity instead of raising.
+        generic_values: convert every value through ``convert_value`` instead of the
+            converters resolved once per relation (``column_converter``). The plan is the
+            same; this is the reference path that tests and ``bench.plan`` compare with.
 
     Returns:
         One ``MergePlan`` per table in order of first appearance, and the messages.
@@ -261,6 +274,7 @@ def plan_batch(
         decoder=decoder or ValueDecoder(),
         primary_key=primary_key,
         on_missing_key=on_missing_key,
+        generic_values=generic_values,
     )
     messages: list[MessageChange] = []
     for change in batch.changes:
@@ -273,9 +287,17 @@ def plan_batch(
 
 @dataclass(frozen=True, slots=True)
 class _Shape:
+    """Columns and identity of a relation, plus each column's text and binary converter.
+
+    Two shapes are equal when their columns and identity are, whatever their converters
+    (which follow from the columns anyway).
+    """
+
     columns: tuple[PlanColumn, ...]
     identity: Identity
     match_indexes: tuple[int, ...]
+    text: tuple[Converter, ...] = field(default=(), compare=False, repr=False)
+    binary: tuple[Converter, ...] = field(default=(), compare=False, repr=False)
 
 
 _NOTHING_KEPT: Final[frozenset[int]] = frozenset()
@@ -367,12 +389,14 @@ class _Planner:
         decoder: ValueDecoder,
         primary_key: PrimaryKeyLookup | None = None,
         on_missing_key: MissingKeyPolicy = "error",
+        generic_values: bool = False,
     ) -> None:
         self._keys = keys
         self._reserved = reserved
         self._decoder = decoder
         self._primary_key = primary_key
         self._skip_keyless = on_missing_key == "skip"
+        self._generic_values = generic_values
         self._tables: dict[tuple[str, str], _TablePlan] = {}
         self._shapes: dict[Relation, _Shape] = {}
         self._last_relation: Relation | None = None
@@ -443,7 +467,14 @@ class _Planner:
                 identity, match = "ordinal", ()
         else:
             identity, match = "key", tuple(flagged)
-        return _Shape(columns, identity, match)
+        decoder = self._decoder
+        return _Shape(
+            columns,
+            identity,
+            match,
+            text=tuple(column_converter(c, ColumnKind.TEXT, decoder) for c in columns),
+            binary=tuple(column_converter(c, ColumnKind.BINARY, decoder) for c in columns),
+        )
 
     def _catalog_key(self, relation: Relation, names: Sequence[str]) -> tuple[int, ...] | None:
         """Indexes of the table's primary key columns, when the relation publishes them all."""
@@ -458,12 +489,75 @@ class _Planner:
     # --- values ----------------------------------------------------------------------------
 
     def _decode(self, change: RowChange, shape: _Shape, data: TupleData) -> list[object]:
-        relation = change.relation
-        if len(data.values) != len(shape.columns):
-            raise SinkDataError(
-                f"a tuple of {relation.qualified_name} has {len(data.values)} columns but its "
-                f"relation has {len(shape.columns)} (commit {format_lsn(change.commit_lsn)})"
-            )
+        if self._generic_values:
+            return self._decode_generic(change, shape, data)
+        wire = data.wire
+        if wire is None:
+            return self._decode_columns(change, shape, data.values)
+        buf, start = wire
+        text, binary = shape.text, shape.binary
+        out: list[object] = []
+        append = out.append
+        unpack = _U32.unpack_from
+        try:
+            # One pass over the TupleData bytes, as ValueDecoder's own wire path does.
+            count = (buf[start] << 8) | buf[start + 1]
+            if count != len(text):
+                raise _Damaged
+            pos = start + 2
+            for index in range(count):
+                kind = buf[pos]
+                if kind == 0x74:  # 't'
+                    begin = pos + 5
+                    pos = begin + unpack(buf, pos + 1)[0]
+                    append(text[index](buf[begin:pos]))
+                elif kind == 0x6E:  # 'n'
+                    append(None)
+                    pos += 1
+                elif kind == 0x62:  # 'b'
+                    begin = pos + 5
+                    pos = begin + unpack(buf, pos + 1)[0]
+                    append(binary[index](buf[begin:pos]))
+                elif kind == 0x75:  # 'u'
+                    append(UNCHANGED_TOAST)
+                    pos += 1
+                else:
+                    raise _Damaged
+            if pos > len(buf):
+                raise _Damaged
+        except Exception:
+            # A value that does not convert, a column count that does not match or damaged
+            # bytes: the split path raises exactly what the generic path raises for them.
+            return self._decode_columns(change, shape, data.values)
+        return out
+
+    def _decode_columns(
+        self, change: RowChange, shape: _Shape, values: tuple[ColumnValue, ...]
+    ) -> list[object]:
+        """``_decode`` of a tuple already split into columns."""
+        self._check_count(change, shape, len(values))
+        out: list[object] = []
+        append = out.append
+        for index, value in enumerate(values):
+            kind = value.kind
+            data = value.data
+            if kind is ColumnKind.NULL:
+                append(None)
+            elif kind is ColumnKind.UNCHANGED_TOAST:
+                append(UNCHANGED_TOAST)
+            elif data is None:
+                append(self._convert(change, shape.columns[index], kind, data))
+            else:
+                convert = shape.text[index] if kind is ColumnKind.TEXT else shape.binary[index]
+                try:
+                    append(convert(data))
+                except Exception as exc:
+                    raise _value_error(change, shape.columns[index], exc) from exc
+        return out
+
+    def _decode_generic(self, change: RowChange, shape: _Shape, data: TupleData) -> list[object]:
+        """``_decode`` through ``convert_value`` for every value (``generic_values``)."""
+        self._check_count(change, shape, len(data.values))
         out: list[object] = []
         for column, value in zip(shape.columns, data.values, strict=True):
             kind = value.kind
@@ -475,19 +569,21 @@ class _Planner:
                 out.append(self._convert(change, column, kind, value.data))
         return out
 
+    @staticmethod
+    def _check_count(change: RowChange, shape: _Shape, count: int) -> None:
+        if count != len(shape.columns):
+            raise SinkDataError(
+                f"a tuple of {change.relation.qualified_name} has {count} columns but its "
+                f"relation has {len(shape.columns)} (commit {format_lsn(change.commit_lsn)})"
+            )
+
     def _convert(
         self, change: RowChange, column: PlanColumn, kind: ColumnKind, data: bytes | None
     ) -> object:
         try:
             return convert_value(column, kind, data, self._decoder)
-        except UnrepresentableValueError as exc:
-            raise SinkDataError(f"cannot store a value of {_where(change, column)}: {exc}") from exc
         except Exception as exc:
-            # The loader's message may quote the value; it stays in the chained exception.
-            raise SinkDataError(
-                f"cannot convert a value of {_where(change, column)} to "
-                f"{column.delta.spark_sql} ({type(exc).__name__}); see the chained error"
-            ) from exc
+            raise _value_error(change, column, exc) from exc
 
     # --- folding ---------------------------------------------------------------------------
 
@@ -586,6 +682,22 @@ class _Planner:
 
 
 _IDENTITY_NAMES: Final = {"d": "DEFAULT", "n": "NOTHING", "f": "FULL", "i": "USING INDEX"}
+_U32: Final = struct.Struct(">I")
+
+
+class _Damaged(Exception):  # noqa: N818 - internal signal, never raised out of _decode
+    """The wire walk met something the split path must handle (and report)."""
+
+
+def _value_error(change: RowChange, column: PlanColumn, exc: Exception) -> SinkDataError:
+    """The error for a value of ``column`` that did not convert, ``exc`` chained by caller."""
+    if isinstance(exc, UnrepresentableValueError):
+        return SinkDataError(f"cannot store a value of {_where(change, column)}: {exc}")
+    # The loader's message may quote the value; it stays in the chained exception.
+    return SinkDataError(
+        f"cannot convert a value of {_where(change, column)} to "
+        f"{column.delta.spark_sql} ({type(exc).__name__}); see the chained error"
+    )
 
 
 def convert_value(
@@ -616,6 +728,99 @@ def convert_value(
             return text
     loaded = decoder.decode_value(column.type_oid, kind, data)
     return to_delta_value(column.delta, loaded)
+
+
+Converter = Callable[[bytes], object]
+"""The sent bytes of one column (text or binary form, not NULL) -> its Delta value."""
+
+
+def column_converter(column: PlanColumn, kind: ColumnKind, decoder: ValueDecoder) -> Converter:
+    """The function that converts ``column``'s values sent as ``kind``, once per relation.
+
+    It returns exactly what ``convert_value`` returns for the same bytes and raises the
+    same exception classes, but skips the per-value dispatch (form, loader lookup by type
+    OID and format, ``to_delta_value``'s match): text-kept values sent as text are their
+    UTF-8 text, natively stored types are their psycopg loader's ``load``, ``DECIMAL``
+    columns check the loaded value as ``to_delta_value`` does. Anything else - a binary
+    value of a text-kept type that psycopg loads, such as uuid or jsonb - goes through
+    ``convert_value`` itself.
+
+    Args:
+        column: the column, with its PostgreSQL and Delta types.
+        kind: ``ColumnKind.TEXT`` or ``ColumnKind.BINARY``.
+        decoder: the value decoder ``convert_value`` falls back to.
+    """
+    delta = column.delta
+    if delta.form is ValueForm.TEXT:
+        if kind is ColumnKind.TEXT:
+            return _utf8
+        text_form = binary_text_decoder(column.type_oid)
+        if text_form is not None:
+            return text_form
+        return _generic_converter(column, kind, decoder)
+    if column.type_oid in TEXT_KEPT_TYPE_OIDS:
+        # The decoder loads these with loaders of its own; never the case for the types
+        # typemap stores natively, but the generic path is right for anything.
+        return _generic_converter(column, kind, decoder)
+    load = _loader(column.type_oid, Format.BINARY if kind is ColumnKind.BINARY else Format.TEXT)
+    if delta.form is ValueForm.NATIVE:
+        return load
+    if delta.form is ValueForm.DECIMAL:
+
+        def decimal(data: bytes) -> object:
+            return checked_decimal(delta, load(data))
+
+        return decimal
+
+    def array(data: bytes) -> object:
+        return to_delta_value(delta, load(data))
+
+    return array
+
+
+def _utf8(data: bytes) -> str:
+    # The text protocol already sends PostgreSQL's text form: keep it exactly.
+    return data.decode("utf-8")
+
+
+def _generic_converter(column: PlanColumn, kind: ColumnKind, decoder: ValueDecoder) -> Converter:
+    def convert(data: bytes) -> object:
+        return convert_value(column, kind, data, decoder)
+
+    return convert
+
+
+class _LoaderContext:
+    """A psycopg ``AdaptContext`` over a copy of psycopg's default adapters, no connection.
+
+    The same loaders ``ValueDecoder`` resolves for the natively stored types: it only
+    replaces those of the text-kept json, jsonb and interval, which ``column_converter``
+    leaves to ``convert_value``.
+    """
+
+    adapters_map: Final = AdaptersMap(_psycopg_adapters)
+
+    @property
+    def adapters(self) -> AdaptersMap:
+        return self.adapters_map
+
+    @property
+    def connection(self) -> None:
+        return None
+
+
+_TRANSFORMER: Final = Transformer(_LoaderContext())
+_LOADERS: dict[tuple[int, Format], Converter] = {}
+
+
+def _loader(type_oid: int, fmt: Format) -> Converter:
+    """psycopg's loader of ``type_oid`` in ``fmt``, cached for the process."""
+    key = (type_oid, fmt)
+    load = _LOADERS.get(key)
+    if load is None:
+        # Two threads may both resolve it; they find equal loaders, so the race is harmless.
+        load = _LOADERS[key] = _TRANSFORMER.get_loader(type_oid, fmt).load
+    return load
 
 
 _DELTA_INVALID_CHARACTERS: Final = frozenset(" ,;{}()\n\t=")

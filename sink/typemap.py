@@ -225,17 +225,7 @@ def to_delta_value(target: DeltaType, value: object) -> object:
         case ValueForm.NATIVE:
             return value
         case ValueForm.DECIMAL:
-            if not isinstance(value, Decimal):
-                raise UnrepresentableValueError(
-                    f"expected a numeric value, got {type(value).__name__}"
-                )
-            if not value.is_finite():
-                # Only NaN and the infinities get here, so naming them reveals no row data.
-                raise UnrepresentableValueError(
-                    f"{value} cannot be stored in {target.spark_sql}; declare the column as "
-                    "unconstrained numeric to keep it as text"
-                )
-            return value
+            return checked_decimal(target, value)
         case ValueForm.TEXT:
             return pg_text_form(value)
         case ValueForm.ARRAY:
@@ -251,6 +241,23 @@ def to_delta_value(target: DeltaType, value: object) -> object:
                     )
                 out.append(None if item is None else to_delta_value(element, item))
             return out
+
+
+def checked_decimal(target: DeltaType, value: object) -> Decimal:
+    """A loaded ``numeric`` value for the ``DECIMAL`` column ``target``, when it is finite.
+
+    Raises:
+        UnrepresentableValueError: ``value`` is not a ``Decimal``, or is NaN or infinite.
+    """
+    if not isinstance(value, Decimal):
+        raise UnrepresentableValueError(f"expected a numeric value, got {type(value).__name__}")
+    if not value.is_finite():
+        # Only NaN and the infinities get here, so naming them reveals no row data.
+        raise UnrepresentableValueError(
+            f"{value} cannot be stored in {target.spark_sql}; declare the column as "
+            "unconstrained numeric to keep it as text"
+        )
+    return value
 
 
 # --- PostgreSQL text forms -----------------------------------------------------------------
@@ -488,6 +495,11 @@ def binary_text_form(type_oid: int, data: bytes) -> str | None:
     """
     decode = _BINARY_TEXT_FORMS.get(type_oid)
     return None if decode is None else decode(data)
+
+
+def binary_text_decoder(type_oid: int) -> Callable[[bytes], str] | None:
+    """The function ``binary_text_form`` uses for ``type_oid``; None when psycopg loads it."""
+    return _BINARY_TEXT_FORMS.get(type_oid)
 
 
 def _multirange_text(value: object) -> str | None:
