@@ -18,7 +18,8 @@ Method
      per frame: what Python + psycopg cost before any decoding;
    * ``daemon``: ``CaptureService`` into a counting sink (``bench.daemon``): receive,
      frame parsing, assembler, replay into changes, batcher, sink worker hand-off,
-     feedback and metrics, i.e. everything but Delta.
+     feedback and metrics, i.e. everything but Delta; with the garbage-collector
+     settings ``wal2delta run`` applies (``capture.gc_tuning``).
 
    A warm-up ``pg_recvlogical`` run first makes sure the WAL is in the page cache for
    everybody. Repetitions rotate the order of the contenders, and the median is kept.
@@ -26,15 +27,12 @@ Method
    included), the ratios to ``pg_recvlogical`` (target for the daemon: >= 0.90), and the
    daemon's CPU seconds.
 
-``--lean-loop`` adds three experiments (``bench.lean_loop``) that measure what the
-changes proposed for ``capture/`` in ``docs/performance.md`` would gain: the daemon with
-a tuned garbage collector, the daemon with a capture loop that does its bookkeeping per
-read burst instead of per message, and both. ``--batch-ceiling`` runs every daemon
-variant without adaptive batch growth.
+``--default-gc`` adds the daemon with CPython's default collector settings, to show what
+the tuning is worth. ``--batch-ceiling`` runs every daemon variant without adaptive batch
+growth.
 
 ``--profile FILE`` runs the daemon once more under cProfile and writes the stats there
-(``python -m pstats FILE``), with the top functions printed; with ``--lean-loop`` also
-the lean loop into ``FILE.lean``.
+(``python -m pstats FILE``), with the top functions printed.
 """
 
 from __future__ import annotations
@@ -42,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import gc
 import os
 import pstats
 import resource
@@ -49,13 +48,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import psycopg
 
 from bench.daemon import DaemonRun, bench_config, run_daemon
-from bench.lean_loop import experiment
 from bench.postgres import bench_server
 from bench.report import Figure, Ratio, median_figure, print_report
 from bench.workload import (
@@ -68,6 +66,7 @@ from bench.workload import (
     drop_slot,
     write_mixed_backlog,
 )
+from capture.gc_tuning import tune_garbage_collector
 from capture.negotiation import start_replication_options
 from capture.pgserver import LocalPostgres
 from capture.stream import ReplicationStream
@@ -171,6 +170,20 @@ def _drop(dsn: str, name: str) -> None:
         drop_slot(conn, name)
 
 
+@contextlib.contextmanager
+def daemon_gc(enabled: bool) -> Iterator[None]:
+    """The daemon's collector settings (``capture.gc_tuning``) for one run, then undone."""
+    thresholds = gc.get_threshold()
+    if enabled:
+        tune_garbage_collector()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.set_threshold(*thresholds)
+            gc.unfreeze()
+
+
 def _print_profile(path: Path, limit: int = 30) -> None:
     stats = pstats.Stats(str(path))
     stats.sort_stats("tottime").print_stats(limit)
@@ -184,9 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per contender")
     parser.add_argument("--profile", type=Path, help="also profile one daemon run into FILE")
     parser.add_argument(
-        "--lean-loop",
+        "--default-gc",
         action="store_true",
-        help="also run the experiments of bench.lean_loop (not the daemon's code as it is)",
+        help="also run the daemon with CPython's default garbage-collector settings",
     )
     parser.add_argument(
         "--batch-ceiling",
@@ -221,9 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         read_loop: list[float] = []
         read_loop_cpu: list[float] = []
         daemon: list[DaemonRun] = []
-        lean: list[DaemonRun] = []
-        lean_tuned: list[DaemonRun] = []
-        tuned: list[DaemonRun] = []
+        default_gc: list[DaemonRun] = []
 
         def one_recvlogical() -> None:
             wall, _ = run_pg_recvlogical(server, _fresh_slot(dsn, "bench_recvlogical"), backlog)
@@ -236,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             read_loop_cpu.append(cpu)
             _drop(dsn, "bench_read_loop")
 
-        def daemon_run(runs: list[DaemonRun], lean: bool = False, tune: bool = False) -> None:
+        def daemon_run(runs: list[DaemonRun], tune: bool = True) -> None:
             slot = _fresh_slot(dsn, "bench_daemon")
             config = bench_config(
                 dsn,
@@ -246,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                 tables=[f"public.{TABLE}"],
                 max_rows_ceiling=args.batch_ceiling,
             )
-            with experiment(lean=lean, tune_gc=tune):
+            with daemon_gc(tune):
                 result = run_daemon(config, backlog.end_lsn)
             if result.rows != backlog.changes:
                 raise RuntimeError(
@@ -260,12 +271,8 @@ def main(argv: list[str] | None = None) -> int:
             ("read loop", one_read_loop),
             ("daemon", lambda: daemon_run(daemon)),
         ]
-        if args.lean_loop:
-            contenders += [
-                ("daemon + tuned gc", lambda: daemon_run(tuned, tune=True)),
-                ("lean loop", lambda: daemon_run(lean, lean=True)),
-                ("lean loop + tuned gc", lambda: daemon_run(lean_tuned, lean=True, tune=True)),
-            ]
+        if args.default_gc:
+            contenders.append(("daemon, default gc", lambda: daemon_run(default_gc, tune=False)))
         for repetition in range(args.repeat):
             shift = repetition % len(contenders)
             for name, run in contenders[shift:] + contenders[:shift]:
@@ -284,18 +291,10 @@ def main(argv: list[str] | None = None) -> int:
                 max_rows_ceiling=args.batch_ceiling,
             )
             profiler = cProfile.Profile()
-            profiler.runcall(run_daemon, config, backlog.end_lsn)
+            with daemon_gc(True):
+                profiler.runcall(run_daemon, config, backlog.end_lsn)
             profiler.dump_stats(str(args.profile))
             _drop(dsn, slot)
-            if args.lean_loop:
-                lean_profile = args.profile.with_name(args.profile.name + ".lean")
-                print(f"profiling one lean-loop run into {lean_profile} ...", flush=True)
-                slot = _fresh_slot(dsn, "bench_profile")
-                profiler = cProfile.Profile()
-                with experiment(lean=True, tune_gc=True):
-                    profiler.runcall(run_daemon, config, backlog.end_lsn)
-                profiler.dump_stats(str(lean_profile))
-                _drop(dsn, slot)
 
     changes = backlog.changes
     baseline = median_figure("pg_recvlogical", [changes / w for w in recvlogical], "changes/s")
@@ -310,9 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios = [Ratio("read loop / pg_recvlogical", loop.value / baseline.value)]
     variants = (
         ("daemon", daemon, "receive + decode + assemble + batch, counting sink", DAEMON_TARGET),
-        ("daemon + tuned gc", tuned, "experiment, see bench/lean_loop.py", None),
-        ("lean loop", lean, "experiment, see bench/lean_loop.py", None),
-        ("lean loop + tuned gc", lean_tuned, "experiment, see bench/lean_loop.py", None),
+        ("daemon, default gc", default_gc, "CPython's default collector settings", None),
     )
     for name, runs, note, target in variants:
         if not runs:

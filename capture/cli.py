@@ -20,6 +20,7 @@ import structlog
 
 from capture.catalog import PostgresCatalog
 from capture.errors import EXIT_CONFIG, EXIT_FATAL, EXIT_OK, CaptureError
+from capture.gc_tuning import tune_garbage_collector
 from capture.health import HealthServer, loop_alive_check
 from capture.logging import configure_logging
 from capture.metrics import Metrics
@@ -92,8 +93,13 @@ def run_service(
     endpos: Lsn | None = None,
     stop_event: threading.Event | None = None,
     install_signal_handlers: bool = True,
+    tune_gc: bool = False,
 ) -> int:
-    """Run the daemon with ``config`` until stopped; return the process exit code."""
+    """Run the daemon with ``config`` until stopped; return the process exit code.
+
+    ``tune_gc`` applies the daemon's garbage-collector settings (``capture.gc_tuning``),
+    process-wide: for the daemon's own process, not for a caller that embeds it.
+    """
     stop = stop_event if stop_event is not None else threading.Event()
     if install_signal_handlers:
         _install_stop_signals(stop)
@@ -136,6 +142,8 @@ def run_service(
             ready=ready,
         )
         health.start()
+    if tune_gc:
+        tune_garbage_collector()
     try:
         service.run()
     except Wal2DeltaError as exc:
@@ -159,7 +167,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if config is None:
         return EXIT_CONFIG
     configure_logging(config.logging.format, config.logging.level)
-    return run_service(config, endpos=args.endpos)
+    return run_service(config, endpos=args.endpos, tune_gc=True)
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:

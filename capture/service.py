@@ -28,6 +28,7 @@ and return 0.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 import shutil
 import tempfile
@@ -74,8 +75,8 @@ from decoder import (
     CommittedTransaction,
     Lsn,
     NonTransactionalMessage,
-    PrimaryKeepalive,
     ProtocolOptions,
+    Relation,
     RowChange,
     StreamAborted,
     TransactionPrepared,
@@ -89,6 +90,7 @@ from decoder import (
     message_type_name,
     parse_copy_data,
     pg_timestamp_to_datetime,
+    read_xlog_data,
     spilling_buffers,
 )
 from sink import Batch, Sink
@@ -503,8 +505,11 @@ class _Session:
         assert self.worker is not None
         self.endpos = service.endpos
         self.endpos_reached = False
-        self._message_counters: dict[int, Counter] = {}
+        self._message_counters: dict[str, Counter] = {}
         self._change_counters: dict[tuple[str, str], Counter] = {}
+        self._burst_bytes = 0
+        self._burst_tags = [0] * 256
+        self._burst_wal_start = 0
 
     def loop(self) -> None:
         clock = self.service.clock
@@ -561,23 +566,24 @@ class _Session:
     # ------------------------------------------------------------------ frames
 
     def _on_frame(self, frame: bytes) -> None:
-        message = parse_copy_data(frame)
-        if isinstance(message, PrimaryKeepalive):
-            self.metrics.messages_received.labels(message_type="keepalive").inc()
-            self.tracker.on_keepalive(message.wal_end)
-            if message.reply_requested:
-                self.policy.request_reply()
-            if self.endpos is not None and message.wal_end >= self.endpos and self.assembler.idle:
-                self.endpos_reached = True
+        xlog = read_xlog_data(frame)
+        if xlog is None:
+            self._on_other_frame(frame)
             return
-        assert isinstance(message, XLogData)
+        wal_start, payload = xlog
         if self.service.frame_tap is not None:
-            self.service.frame_tap(message.wal_start, message.payload)
-        self.metrics.bytes_received.inc(len(message.payload))
-        if message.payload:
-            self._count_message(message.payload[0])
-        self.tracker.on_data(message.wal_start)
-        for output in self.assembler.feed(message.wal_start, message.payload):
+            self.service.frame_tap(wal_start, payload)
+        # Counted in plain integers; ``_update_gauges`` adds them to the Prometheus
+        # counters once per read burst (a counter increment takes a lock).
+        self._burst_bytes += len(payload)
+        if payload:
+            self._burst_tags[payload[0]] += 1
+        self._burst_wal_start = wal_start
+        outputs = self.assembler.feed(wal_start, payload)
+        if not outputs:
+            return
+        self.tracker.on_data(wal_start)
+        for output in outputs:
             if isinstance(output, CommittedTransaction):
                 self._on_committed(output)
                 if self.endpos_reached:
@@ -594,6 +600,18 @@ class _Session:
             elif isinstance(output, NonTransactionalMessage):
                 pass
 
+    def _on_other_frame(self, frame: bytes) -> None:
+        """A keepalive (or a frame ``parse_copy_data`` rejects with the precise error)."""
+        message = parse_copy_data(frame)
+        if isinstance(message, XLogData):  # pragma: no cover - read_xlog_data took those
+            raise AssertionError("XLogData frame not split by read_xlog_data")
+        self._count_message_type("keepalive", 1)
+        self.tracker.on_keepalive(message.wal_end)
+        if message.reply_requested:
+            self.policy.request_reply()
+        if self.endpos is not None and message.wal_end >= self.endpos and self.assembler.idle:
+            self.endpos_reached = True
+
     def _sink_busy(self) -> bool:
         """The sink still works on an earlier batch: let the open batch grow instead.
 
@@ -605,18 +623,27 @@ class _Session:
         return self.worker.busy
 
     def _update_gauges(self) -> None:
-        """Gauges are refreshed once per read burst, not per message (hot path)."""
+        """Once per read burst, not per message (hot path): gauges and burst counts."""
+        self.tracker.on_data(self._burst_wal_start)
+        if self._burst_bytes:
+            self.metrics.bytes_received.inc(self._burst_bytes)
+            self._burst_bytes = 0
+        tags = self._burst_tags
+        for tag, count in enumerate(tags):
+            if count:
+                self._count_message_type(message_type_name(tag), count)
+                tags[tag] = 0
         self.metrics.open_streamed_transactions.set(self.assembler.open_streamed_transactions)
         self.metrics.prepared_transactions.set(self.assembler.prepared_transactions)
         self.metrics.spilled_bytes.set(self.assembler.spilled_bytes)
         self.metrics.received_lsn.set(self.tracker.received)
 
-    def _count_message(self, tag: int) -> None:
-        counter = self._message_counters.get(tag)
+    def _count_message_type(self, message_type: str, count: int) -> None:
+        counter = self._message_counters.get(message_type)
         if counter is None:
-            counter = self.metrics.messages_received.labels(message_type=message_type_name(tag))
-            self._message_counters[tag] = counter
-        counter.inc()
+            counter = self.metrics.messages_received.labels(message_type=message_type)
+            self._message_counters[message_type] = counter
+        counter.inc(count)
 
     def _on_committed(self, txn: CommittedTransaction) -> None:
         if self.endpos is not None and txn.commit_lsn > self.endpos:
@@ -628,25 +655,31 @@ class _Session:
             self.tracker.on_prepare_resolved(txn.gid)
         self.tracker.on_commit(txn.end_lsn)
         self.metrics.transactions.labels(outcome="committed").inc()
+        batcher = self.batcher
+        clock = self.service.clock
+        counts: dict[tuple[int, str], int] = {}
+        relations: dict[tuple[int, str], Relation] = {}
         with structlog.contextvars.bound_contextvars(
             xid=txn.xid, commit_lsn=format_lsn(txn.commit_lsn)
         ):
-            for change in self.assembler.replay(txn):
-                self._count(change)
-                batch = self.batcher.add(change, self.service.clock(), backlog=self._sink_busy())
-                self._hand_off(batch)
-        self.batcher.end_transaction(txn.end_lsn, txn.commit_time, self.service.clock())
-        if self.batcher.row_count == 0 and self.batcher.due(
-            self.service.clock(), backlog=self._sink_busy()
-        ):
-            self._hand_off(self.batcher.take())
-
-    def _count(self, change: Change) -> None:
-        if isinstance(change, RowChange):
-            self._change_counter(change.relation.qualified_name, change.op).inc()
-        elif isinstance(change, TruncateChange):
-            for relation in change.relations:
-                self._change_counter(relation.qualified_name, "truncate").inc()
+            changes = self.assembler.replay(txn)
+            while True:
+                # A slice never larger than the room left in the open batch, so batches
+                # close where adding one change at a time would close them, and small
+                # enough that the sink-busy answer (adaptive batching) stays fresh: one
+                # clock reading and busy check per slice instead of per change.
+                busy = self._sink_busy()
+                room = min(batcher.room(backlog=busy), _HAND_OFF_SLICE)
+                chunk = list(itertools.islice(changes, room))
+                if not chunk:
+                    break
+                _count_changes(chunk, counts, relations)
+                self._hand_off(batcher.add_many(chunk, clock(), backlog=busy))
+        for key, count in counts.items():
+            self._change_counter(relations[key].qualified_name, key[1]).inc(count)
+        batcher.end_transaction(txn.end_lsn, txn.commit_time, clock())
+        if batcher.row_count == 0 and batcher.due(clock(), backlog=self._sink_busy()):
+            self._hand_off(batcher.take())
 
     def _change_counter(self, table: str, operation: str) -> Counter:
         key = (table, operation)
@@ -705,6 +738,36 @@ class _Session:
         self.metrics.written_lsn.set(positions.write)
         self.metrics.flushed_lsn.set(positions.flush)
         self.service.state.flushed_lsn = positions.flush
+
+
+_HAND_OFF_SLICE = 512
+"""Most changes handed to the batcher between two sink-busy checks."""
+
+
+def _count_changes(
+    changes: list[Change],
+    counts: dict[tuple[int, str], int],
+    relations: dict[tuple[int, str], Relation],
+) -> None:
+    """Add ``changes`` per (relation object, operation) into ``counts``.
+
+    ``relations`` keeps each counted relation object, so its id is not reused while the
+    counts live.
+    """
+    key: tuple[int, str]
+    for change in changes:
+        if type(change) is RowChange:
+            key = (id(change.relation), change.op)
+            count = counts.get(key)
+            if count is None:
+                relations[key] = change.relation
+                count = 0
+            counts[key] = count + 1
+        elif isinstance(change, TruncateChange):
+            for relation in change.relations:
+                key = (id(relation), "truncate")
+                relations[key] = relation
+                counts[key] = counts.get(key, 0) + 1
 
 
 def _version() -> str:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from capture.batcher import Batcher
 from decoder import (
     ColumnKind,
@@ -95,3 +98,36 @@ def test_when_the_backlog_clears_the_grown_batch_is_due_at_once() -> None:
     batch = batcher.take()
     assert batch is not None
     assert len(batch.changes) == 10
+
+
+@given(
+    max_rows=st.integers(1, 20),
+    extra=st.integers(0, 30),
+    steps=st.lists(st.tuples(st.integers(0, 25), st.booleans()), max_size=12),
+)
+def test_adding_slices_of_the_room_left_closes_the_same_batches_as_adding_one_at_a_time(
+    max_rows: int, extra: int, steps: list[tuple[int, bool]]
+) -> None:
+    """The capture loop hands over slices (``room`` / ``add_many``) instead of changes."""
+    one_by_one = Batcher(max_rows=max_rows, max_age=60, max_rows_ceiling=max_rows + extra)
+    sliced = Batcher(max_rows=max_rows, max_age=60, max_rows_ceiling=max_rows + extra)
+    seen_one: list[tuple[int, ...]] = []
+    seen_sliced: list[tuple[int, ...]] = []
+    n = 0
+    for size, backlog in steps:
+        pending = [change(n + i) for i in range(size)]
+        n += size
+        for c in pending:
+            batch = one_by_one.add(c, 0.0, backlog=backlog)
+            if batch is not None:
+                seen_one.append(tuple(ch.ordinal for ch in batch.changes))  # type: ignore[union-attr]
+        while pending:
+            room = sliced.room(backlog=backlog)
+            assert room >= 1
+            chunk, pending = pending[:room], pending[room:]
+            batch = sliced.add_many(chunk, 0.0, backlog=backlog)
+            if batch is not None:
+                seen_sliced.append(tuple(ch.ordinal for ch in batch.changes))  # type: ignore[union-attr]
+        assert one_by_one.row_count == sliced.row_count
+    assert seen_sliced == seen_one
+    assert sliced.add_many([], 0.0) is None
