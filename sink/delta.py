@@ -51,10 +51,10 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Final, Protocol
 
 import pyarrow as pa
@@ -71,8 +71,9 @@ from decoder import (
 )
 from sink.base import Batch, BatchResult, SinkDataError
 from sink.evolution import CatalogTable, SourceCatalog, delta_type_name, evolve
+from sink.partitioning import BucketFilter, bucket_filter, bucket_of, bucket_values, bucketed_column
 from sink.plan import MergePlan, MergeStep, PlanColumn, TruncateStep, convert_value, plan_batch
-from sink.settings import SinkSettings
+from sink.settings import KeyBuckets, SinkSettings
 from sink.spark import engine_errors
 from sink.sql import (
     ANOMALY_COUNT,
@@ -150,6 +151,120 @@ def _plan_column(column: PlanColumn) -> _Column:
     return _Column(column.name, column.delta.spark_sql, column.delta.arrow)
 
 
+_UNIX_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
+
+
+_ArrayBuilder = Callable[[Sequence[object], pa.DataType], pa.Array]
+
+
+def _array(values: Sequence[object], arrow: pa.DataType) -> pa.Array:
+    return pa.array(values, type=arrow)
+
+
+def _commit_time_array(values: Sequence[object], arrow: pa.DataType) -> pa.Array:
+    """``pa.array(values, type=arrow)`` for a ``TIMESTAMP`` column, the values as integers."""
+    try:
+        micros = _utc_microseconds(values)
+    except TypeError:
+        # Not aware datetimes after all: Arrow reads (or rejects) them itself.
+        return pa.array(values, type=arrow)
+    return pa.array(micros, type=arrow)
+
+
+def _utc_microseconds(values: Sequence[object]) -> list[int | None]:
+    """Microseconds since the Unix epoch of aware datetimes (None stays None).
+
+    Consecutive rows often share one datetime object (the commit time of a transaction),
+    so a repeated object is converted once.
+
+    Raises:
+        TypeError: a value is not an aware datetime.
+    """
+    out: list[int | None] = []
+    append = out.append
+    last: object = None
+    last_micros: int | None = None
+    for value in values:
+        if value is not last:
+            if not isinstance(value, datetime):
+                if value is not None:
+                    raise TypeError(type(value).__name__)
+                last_micros = None
+            else:
+                # Subtracting an aware epoch raises TypeError for a naive datetime.
+                last_micros = (value - _UNIX_EPOCH) // _MICROSECOND
+            last = value
+        append(last_micros)
+    return out
+
+
+def source_table(
+    table: str, step: MergeStep, meta: MetadataColumns
+) -> tuple[list[_Column], pa.Table]:
+    """Build the MERGE source of ``step`` as Arrow, in ``source_columns`` order.
+
+    Every column is one ``pa.array`` call over its values. The commit times are handed to
+    Arrow as microseconds since the epoch, which is what Arrow stores for them: each
+    transaction's rows share one datetime object, converted once, where Arrow would read
+    every row's datetime again.
+
+    Raises:
+        SinkDataError: a column's values do not fit its Arrow type (a DECIMAL value with
+            more digits than the column's precision).
+    """
+    rows = step.rows
+    columns: list[_Column] = []
+    arrays: list[pa.Array] = []
+
+    def add(column: _Column, values: Sequence[object], build: _ArrayBuilder = _array) -> None:
+        try:
+            arrays.append(build(values, column.arrow))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            # Arrow's message may quote a value; it stays in the chained exception.
+            raise SinkDataError(
+                f"cannot build {column.spark_sql} values for column {column.name!r} of "
+                f"{table} ({type(exc).__name__}); see the chained error"
+            ) from exc
+        columns.append(column)
+
+    # One pass turns the rows into columns; strict: every row has every column.
+    by_column: list[tuple[object, ...]] = (
+        list(zip(*[r.values for r in rows], strict=True)) if rows else [()] * len(step.columns)
+    )
+    for column, values in zip(step.columns, by_column, strict=True):
+        delta = column.delta
+        add(_Column(column.name, delta.spark_sql, delta.arrow), values)
+    add(_Column(meta.lsn, BIGINT.spark_sql, BIGINT.arrow), [r.lsn for r in rows])
+    add(
+        _Column(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+        [r.commit_time for r in rows],
+        _commit_time_array,
+    )
+    if step.identity == "ordinal":
+        add(_Column(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow), [r.ordinal for r in rows])
+    add(_Column(DELETE_FLAG, BOOLEAN.spark_sql, BOOLEAN.arrow), [r.delete for r in rows])
+    for index in step.kept_indexes:
+        add(
+            _Column(keep_flag(index), BOOLEAN.spark_sql, BOOLEAN.arrow),
+            [index in r.keep for r in rows],
+        )
+    if step.has_moved_keeps:
+        add(
+            _Column(MOVED_FLAG, BOOLEAN.spark_sql, BOOLEAN.arrow),
+            [r.moved_from is not None for r in rows],
+        )
+        for position, column in enumerate(step.match_columns):
+            delta = column.delta
+            add(
+                _Column(moved_from_column(position), delta.spark_sql, delta.arrow),
+                [None if r.moved_from is None else r.moved_from[position] for r in rows],
+            )
+    names = [c.name for c in columns]
+    assert tuple(names) == source_columns(step, meta), "source view out of step with sql.py"
+    return columns, pa.Table.from_arrays(arrays, names=names)
+
+
 @dataclass(slots=True)
 class _TableState:
     """What this sink knows of one Delta table.
@@ -160,11 +275,15 @@ class _TableState:
         relation: the columns of the last merge step applied in this process; None until
             one was.
         stale: a statement failed; ``columns`` must be read from the table again.
+        partition_column: the key-range partition column when the table has one.
+        buckets_checked: the stored buckets were compared with the configured width.
     """
 
     columns: dict[str, str]
     relation: tuple[PlanColumn, ...] | None = None
     stale: bool = False
+    partition_column: str | None = None
+    buckets_checked: bool = False
 
 
 class DeltaSink:
@@ -311,9 +430,14 @@ class DeltaSink:
             first = next((s for s in plan.steps if isinstance(s, MergeStep)), None)
             data = [_plan_column(c) for c in first.columns] if first is not None else []
             wanted = data + self._metadata_columns(ordinal=plan.uses_ordinal)
+            spec = self._settings.key_buckets.get(plan.qualified_name)
+            partition = self._meta.key_bucket if spec is not None else None
+            if partition is not None:
+                wanted.append(_Column(partition, BIGINT.spark_sql, BIGINT.arrow))
             relation = state.relation if state is not None else None
-            state = self._load(path, plan.qualified_name, wanted, data=True)
+            state = self._load(path, plan.qualified_name, wanted, data=True, partition=partition)
             state.relation = relation
+            self._check_partitioning(plan.qualified_name, state, spec)
             # A table written before soft deletes were switched on lacks their flag.
             missing = [c for c in wanted if c.name not in state.columns and c not in data]
             self._add_columns(path, plan.qualified_name, state, missing)
@@ -325,7 +449,7 @@ class DeltaSink:
                     self._truncate(plan.qualified_name, target, step)
                 elif step.rows:
                     self._follow_relation(plan, path, state, step)
-                    anomalies += self._merge(plan.qualified_name, path, step)
+                    anomalies += self._merge(plan.qualified_name, path, step, state)
         except BaseException:
             # A failed schema change may or may not have committed: read the schema again
             # before the batch is replayed.
@@ -353,9 +477,18 @@ class DeltaSink:
         return columns
 
     def _load(
-        self, path: str, table: str, wanted: Sequence[_Column], *, data: bool = False
+        self,
+        path: str,
+        table: str,
+        wanted: Sequence[_Column],
+        *,
+        data: bool = False,
+        partition: str | None = None,
     ) -> _TableState:
         """Create the table with ``wanted`` unless it exists; read and cache its schema.
+
+        ``partition`` names the partition column of a table created here (an existing
+        table keeps its layout; ``_check_partitioning`` compares).
 
         A data table is created with the ``timestampNtz`` table feature even when it has
         no ``TIMESTAMP_NTZ`` column yet: Delta refuses to add such a column (a PostgreSQL
@@ -365,13 +498,33 @@ class DeltaSink:
         writer = self._empty_frame(wanted).write.format("delta").mode("ignore")
         if data:
             writer = writer.option("delta.feature.timestampNtz", "supported")
+        if partition is not None:
+            writer = writer.partitionBy(partition)
         with engine_errors(f"creating or reading the Delta table of {table}"):
             writer.save(path)
             schema = self._spark.read.format("delta").load(path).schema
         state = self._tables[path] = _TableState(
             {field.name: delta_type_name(field.dataType.simpleString()) for field in schema.fields}
         )
+        if self._meta.key_bucket in state.columns:
+            state.partition_column = self._meta.key_bucket
         return state
+
+    def _check_partitioning(self, table: str, state: _TableState, spec: KeyBuckets | None) -> None:
+        """The table's layout must be the configured one: a MERGE relies on it."""
+        column = self._meta.key_bucket
+        if spec is not None and state.partition_column is None:
+            raise SinkDataError(
+                f"sink.partition_by_key lists {table}, but its Delta table exists without "
+                f"the partition column {column!r}; Delta cannot partition an existing table: "
+                "remove the entry, or rewrite the table (drop it and take a new snapshot)"
+            )
+        if spec is None and state.partition_column is not None:
+            raise SinkDataError(
+                f"the Delta table of {table} is partitioned by key range ({column!r}) but "
+                "sink.partition_by_key does not list it; put its entry back, with the same "
+                "width"
+            )
 
     def _ensure_columns(self, path: str, table: str, wanted: Sequence[_Column]) -> None:
         """Create the table, or add the columns it lacks (NULL in existing rows)."""
@@ -386,14 +539,21 @@ class DeltaSink:
         """Append ``columns`` to the table's schema; a metadata-only Delta commit."""
         if not columns:
             return
+        frame_columns = list(columns)
+        partition = state.partition_column
+        if partition is not None:
+            # Sail rejects an append to a partitioned table without its partition column.
+            frame_columns.append(_Column(partition, BIGINT.spark_sql, BIGINT.arrow))
         with engine_errors(f"adding columns {', '.join(c.name for c in columns)} to {table}"):
-            (
-                self._empty_frame(columns)
+            writer = (
+                self._empty_frame(frame_columns)
                 .write.format("delta")
                 .mode("append")
                 .option("mergeSchema", "true")
-                .save(path)
             )
+            if partition is not None:
+                writer = writer.partitionBy(partition)
+            writer.save(path)
         state.columns.update((c.name, delta_type_name(c.spark_sql)) for c in columns)
 
     # --- schema evolution ------------------------------------------------------------------
@@ -581,23 +741,41 @@ class DeltaSink:
             with self._view(arrow, columns) as view:
                 self._sql(render_truncate(step.lsn, self._meta, target=target, view=view))
 
-    def _merge(self, table: str, path: str, step: MergeStep) -> int:
+    def _merge(self, table: str, path: str, step: MergeStep, state: _TableState) -> int:
         target = delta_table(path)
         columns, arrow = self._source_table(table, step)
+        buckets: BucketFilter | None = None
+        spec = self._settings.key_buckets.get(table)
+        if spec is not None and state.partition_column is not None:
+            index = bucketed_column(table, step, spec)
+            if not state.buckets_checked:
+                self._check_bucket_width(table, target, step.columns[index].name, spec)
+                state.buckets_checked = True
+            values = bucket_values(step, index, spec.width)
+            partition = _Column(state.partition_column, BIGINT.spark_sql, BIGINT.arrow)
+            arrow = arrow.append_column(partition.name, pa.array(values, BIGINT.arrow))
+            columns = [*columns, partition]
+            buckets = bucket_filter(partition.name, values)
         step_columns = {c.name for c in step.columns}
-        state = self._tables.get(path)
         unpublished = sorted(
             name
-            for name in (state.columns if state is not None else ())
+            for name in state.columns
             if name not in step_columns and name not in self._meta.reserved
         )
         anomalies = 0
         with engine_errors(f"merging into {table}"), self._view(arrow, columns) as view:
-            count_query = render_toast_anomaly_count(step, self._meta, target=target, view=view)
+            count_query = render_toast_anomaly_count(
+                step, self._meta, target=target, view=view, buckets=buckets
+            )
             if count_query is not None:
                 anomalies = self._count(count_query, ANOMALY_COUNT)
             merge = render_merge(
-                step, self._meta, target=target, view=view, unpublished=unpublished
+                step,
+                self._meta,
+                target=target,
+                view=view,
+                unpublished=unpublished,
+                buckets=buckets,
             )
             self._sql(merge)
         if anomalies:
@@ -609,54 +787,30 @@ class DeltaSink:
             )
         return anomalies
 
+    def _check_bucket_width(self, table: str, target: str, key: str, spec: KeyBuckets) -> None:
+        """Compare one stored row's bucket with the configured width (once per process).
+
+        Rows bucketed with another width sit in partitions a MERGE would not look in, and
+        would be duplicated instead of updated.
+        """
+        bucket = quote(self._meta.key_bucket)
+        query = (
+            f"SELECT {quote(key)} AS k, {bucket} AS b FROM {target} "
+            f"WHERE {bucket} IS NOT NULL LIMIT 1"
+        )
+        with engine_errors(f"reading a key bucket of {table}"):
+            rows = self._spark.sql(query).collect()
+        if rows and bucket_of(int(rows[0]["k"]), spec.width) != int(rows[0]["b"]):
+            raise SinkDataError(
+                f"the Delta table of {table} is partitioned by key ranges of another width "
+                f"than sink.partition_by_key.{table}.width ({spec.width}): key "
+                f"{rows[0]['k']} is in bucket {rows[0]['b']}; restore the width the table "
+                "was written with"
+            )
+
     def _source_table(self, table: str, step: MergeStep) -> tuple[list[_Column], pa.Table]:
         """Build the MERGE source of ``step`` as Arrow, in ``source_columns`` order."""
-        meta = self._meta
-        rows = step.rows
-        columns: list[_Column] = []
-        arrays: list[pa.Array] = []
-
-        def add(column: _Column, values: list[object]) -> None:
-            try:
-                arrays.append(pa.array(values, type=column.arrow))
-            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-                # Arrow's message may quote a value; it stays in the chained exception.
-                raise SinkDataError(
-                    f"cannot build {column.spark_sql} values for column {column.name!r} of "
-                    f"{table} ({type(exc).__name__}); see the chained error"
-                ) from exc
-            columns.append(column)
-
-        for index, column in enumerate(step.columns):
-            delta = column.delta
-            add(_Column(column.name, delta.spark_sql, delta.arrow), [r.values[index] for r in rows])
-        add(_Column(meta.lsn, BIGINT.spark_sql, BIGINT.arrow), [r.lsn for r in rows])
-        add(
-            _Column(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
-            [r.commit_time for r in rows],
-        )
-        if step.identity == "ordinal":
-            add(_Column(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow), [r.ordinal for r in rows])
-        add(_Column(DELETE_FLAG, BOOLEAN.spark_sql, BOOLEAN.arrow), [r.delete for r in rows])
-        for index in step.kept_indexes:
-            add(
-                _Column(keep_flag(index), BOOLEAN.spark_sql, BOOLEAN.arrow),
-                [index in r.keep for r in rows],
-            )
-        if step.has_moved_keeps:
-            add(
-                _Column(MOVED_FLAG, BOOLEAN.spark_sql, BOOLEAN.arrow),
-                [r.moved_from is not None for r in rows],
-            )
-            for position, column in enumerate(step.match_columns):
-                delta = column.delta
-                add(
-                    _Column(moved_from_column(position), delta.spark_sql, delta.arrow),
-                    [None if r.moved_from is None else r.moved_from[position] for r in rows],
-                )
-        names = [c.name for c in columns]
-        assert tuple(names) == source_columns(step, meta), "source view out of step with sql.py"
-        return columns, pa.Table.from_arrays(arrays, names=names)
+        return source_table(table, step, self._meta)
 
     # --- messages --------------------------------------------------------------------------
 
