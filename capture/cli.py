@@ -27,7 +27,7 @@ from capture.metrics import Metrics
 from capture.service import CaptureService
 from config import AppConfig, ConfigError, load_config, redact_dsn
 from decoder import Lsn, Wal2DeltaError, parse_lsn
-from sink import SinkSettings, SparkSettings
+from sink import KeyBuckets, SinkSettings, SparkSettings
 
 log = structlog.get_logger("wal2delta.cli")
 
@@ -44,6 +44,11 @@ def sink_settings(config: AppConfig) -> SinkSettings:
         messages_table=sink.messages == "table",
         keys=configured_keys(config),
         on_missing_key=config.source.on_missing_key,
+        key_buckets={
+            name: KeyBuckets(width=entry.width, column=entry.column)
+            for name, entry in sink.partition_by_key.items()
+        },
+        key_bucket_column=sink.metadata.key_bucket_column,
     )
 
 

@@ -61,6 +61,8 @@ sink:
   spark: {mode: embedded}
   batch: {max_rows: 50000, max_age: 1s, max_rows_ceiling: 500000}
   soft_delete: false
+  partition_by_key:
+    public.orders: {width: 1000000}
 spool:
   dir: /var/lib/wal2delta/spool
   memory_limit: 64MiB

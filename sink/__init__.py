@@ -9,7 +9,7 @@ relation, with the source catalog (``SourceCatalog``) that capture injects.
 from sink.base import Batch, BatchResult, Sink, SinkDataError, SinkError, SinkRetryableError
 from sink.delta import DeltaSink, table_path
 from sink.evolution import CatalogColumn, CatalogTable, SourceCatalog
-from sink.settings import SinkSettings, SparkSettings
+from sink.settings import KeyBuckets, SinkSettings, SparkSettings
 from sink.spark import create_spark_session, stop_spark_session
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "CatalogColumn",
     "CatalogTable",
     "DeltaSink",
+    "KeyBuckets",
     "Sink",
     "SinkDataError",
     "SinkError",

@@ -15,6 +15,19 @@ MissingKeyPolicy = Literal["error", "skip"]
 
 
 @dataclass(frozen=True, slots=True)
+class KeyBuckets:
+    """Partition a table by ranges of one integer key column (``sink.partition_by_key``).
+
+    Attributes:
+        width: keys per partition; a row's partition is ``floor(key / width)``.
+        column: the key column to bucket; None means the table's only key column.
+    """
+
+    width: int
+    column: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SinkSettings:
     """Where and how ``DeltaSink`` writes.
 
@@ -35,6 +48,9 @@ class SinkSettings:
             flagged, configured or in the catalog) does: ``error`` stops with a
             ``SinkDataError``, ``skip`` drops the change and logs how many were dropped
             (``source.on_missing_key``).
+        key_buckets: qualified table name -> how to partition its Delta table by key
+            range, so a MERGE reads only the partitions its rows fall in.
+        key_bucket_column: the partition column of such tables (``floor(key / width)``).
     """
 
     path: str
@@ -46,6 +62,8 @@ class SinkSettings:
     keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     ordinal_column: str = "_wal2delta_ordinal"
     on_missing_key: MissingKeyPolicy = "error"
+    key_buckets: Mapping[str, KeyBuckets] = field(default_factory=dict)
+    key_bucket_column: str = "_wal2delta_key_bucket"
 
 
 @dataclass(frozen=True, slots=True)

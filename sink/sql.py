@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from sink.partitioning import BucketFilter
 from sink.plan import HELPER_PREFIX, MergeStep
 from sink.settings import SinkSettings
 
@@ -74,6 +75,7 @@ class MetadataColumns:
     deleted: str
     ordinal: str
     soft_delete: bool
+    key_bucket: str = "_wal2delta_key_bucket"
 
     @classmethod
     def from_settings(cls, settings: SinkSettings) -> MetadataColumns:
@@ -84,24 +86,38 @@ class MetadataColumns:
             deleted=settings.deleted_column,
             ordinal=settings.ordinal_column,
             soft_delete=settings.soft_delete,
+            key_bucket=settings.key_bucket_column,
         )
 
     @property
     def reserved(self) -> tuple[str, ...]:
         """Every metadata column name; source columns may not use them."""
-        return (self.lsn, self.commit_time, self.deleted, self.ordinal)
+        return (self.lsn, self.commit_time, self.deleted, self.ordinal, self.key_bucket)
 
 
 def _col(alias: str, name: str) -> str:
     return f"{alias}.{quote(name)}"
 
 
-def _match_condition(step: MergeStep, meta: MetadataColumns, target: str, source: str) -> str:
+def _match_condition(
+    step: MergeStep,
+    meta: MetadataColumns,
+    target: str,
+    source: str,
+    buckets: BucketFilter | None = None,
+) -> str:
     if step.identity == "ordinal":
         names = [meta.lsn, meta.ordinal]
     else:
         names = [column.name for column in step.match_columns]
-    return " AND ".join(f"{_col(target, n)} <=> {_col(source, n)}" for n in names)
+    terms = [f"{_col(target, n)} <=> {_col(source, n)}" for n in names]
+    if buckets is not None:
+        # Literal partition values first: what lets the engine skip the other partitions.
+        terms.insert(0, f"{_col(target, buckets.column)} <=> {_col(source, buckets.column)}")
+        listed = buckets.target_predicate(target, quote(buckets.column))
+        if listed is not None:
+            terms.insert(0, listed)
+    return " AND ".join(terms)
 
 
 def _any_kept(step: MergeStep, alias: str) -> str | None:
@@ -126,7 +142,13 @@ def source_columns(step: MergeStep, meta: MetadataColumns) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _resolved_source(step: MergeStep, meta: MetadataColumns, target: str, view: str) -> str:
+def _resolved_source(
+    step: MergeStep,
+    meta: MetadataColumns,
+    target: str,
+    view: str,
+    buckets: BucketFilter | None = None,
+) -> str:
     """The MERGE source: the view itself, or the view with moved rows' kept values filled."""
     if not step.has_moved_keeps:
         return quote(view)
@@ -143,6 +165,8 @@ def _resolved_source(step: MergeStep, meta: MetadataColumns, target: str, view: 
         else:
             select.append(_col("s", column.name))
     select += [_col("s", meta.lsn), _col("s", meta.commit_time), _col("s", DELETE_FLAG)]
+    if buckets is not None:
+        select.append(_col("s", buckets.column))
     for index in step.kept_indexes:
         flag = keep_flag(index)
         select.append(f"{_col('s', flag)} AND {_col('m', meta.lsn)} IS NULL AS {quote(flag)}")
@@ -166,6 +190,7 @@ def render_merge(
     target: str,
     view: str,
     unpublished: Sequence[str] = (),
+    buckets: BucketFilter | None = None,
 ) -> str:
     """Render the MERGE that applies one merge step.
 
@@ -177,6 +202,9 @@ def render_merge(
         unpublished: data columns of the target that the step's relation does not have
             (dropped in PostgreSQL, or left out of the publication). An updated row gets
             NULL there: the column stays in Delta, NULL from then on (ARCHITECTURE).
+        buckets: for a table partitioned by key range (``partitioning.py``): the view
+            also holds the partition column; the condition names the step's partitions
+            and inserts write the column.
 
     Returns:
         One ``MERGE INTO`` statement.
@@ -185,8 +213,8 @@ def render_merge(
     is_delete = _col("s", DELETE_FLAG)
     lines = [
         f"MERGE INTO {target} AS t",
-        f"USING {_resolved_source(step, meta, target, view)} AS s",
-        f"ON {_match_condition(step, meta, 't', 's')}",
+        f"USING {_resolved_source(step, meta, target, view, buckets)} AS s",
+        f"ON {_match_condition(step, meta, 't', 's', buckets)}",
     ]
     if step.identity != "ordinal":
         stamp = [
@@ -223,6 +251,9 @@ def render_merge(
     if step.identity == "ordinal":
         insert_names.append(meta.ordinal)
         insert_values.append(_col("s", meta.ordinal))
+    if buckets is not None:
+        insert_names.append(buckets.column)
+        insert_values.append(_col("s", buckets.column))
     if meta.soft_delete:
         # A delete of a row the target does not hold leaves a tombstone, so replaying the
         # older insert later cannot bring the row back.
@@ -243,7 +274,12 @@ def render_merge(
 
 
 def render_toast_anomaly_count(
-    step: MergeStep, meta: MetadataColumns, *, target: str, view: str
+    step: MergeStep,
+    meta: MetadataColumns,
+    *,
+    target: str,
+    view: str,
+    buckets: BucketFilter | None = None,
 ) -> str | None:
     """Count the rows whose kept (unchanged TOAST) columns exist nowhere in the target.
 
@@ -254,13 +290,13 @@ def render_toast_anomaly_count(
     any_kept = _any_kept(step, "s")
     if any_kept is None:
         return None
-    source = _resolved_source(step, meta, target, view)
+    source = _resolved_source(step, meta, target, view, buckets)
     return (
         f"SELECT count(*) AS {quote(ANOMALY_COUNT)}\n"
         f"FROM (SELECT * FROM {source} AS s WHERE NOT {_col('s', DELETE_FLAG)} AND {any_kept})"
         " AS s\n"
         f"LEFT ANTI JOIN {target} AS t\n"
-        f"ON {_match_condition(step, meta, 't', 's')}"
+        f"ON {_match_condition(step, meta, 't', 's', buckets)}"
     )
 
 

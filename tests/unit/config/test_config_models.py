@@ -6,7 +6,9 @@ from pathlib import Path
 import pydantic
 import pytest
 
+from capture.cli import sink_settings
 from config import AppConfig, ConfigError, SourceConfig, parse_config
+from sink import KeyBuckets
 
 SECRET = "hunter2-very-secret"
 
@@ -281,6 +283,32 @@ class TestTables:
         data["source"]["create_publication"] = False
         data["sink"]["keys"] = {"public.t": ["id"]}
         assert parse(data).key_for("public", "t") == ("id",)
+
+    def test_partition_by_key_names_a_listed_table_and_a_positive_width(self) -> None:
+        data = minimal()
+        data["source"]["tables"] = ["orders"]
+        data["sink"]["partition_by_key"] = {"orders": {"width": 1000}, "public.ordrs": {"width": 1}}
+        assert errors_of(data) == {
+            "sink.partition_by_key.public.ordrs": "public.ordrs is not one of source.tables"
+        }
+        data["sink"]["partition_by_key"] = {"orders": {"width": 0}}
+        assert errors_of(data) == {
+            "sink.partition_by_key.orders.width": "Input should be greater than or equal to 1"
+        }
+
+    def test_partition_by_key_reaches_the_sink_settings(self) -> None:
+        data = minimal()
+        data["source"]["tables"] = ["orders"]
+        data["sink"]["partition_by_key"] = {"orders": {"width": 500, "column": "id"}}
+        data["sink"]["metadata"] = {"key_bucket_column": "bucket"}
+        settings = sink_settings(parse(data))
+        assert settings.key_buckets == {"public.orders": KeyBuckets(width=500, column="id")}
+        assert settings.key_bucket_column == "bucket"
+
+    def test_the_key_bucket_column_differs_from_the_other_metadata_columns(self) -> None:
+        data = minimal()
+        data["sink"]["metadata"] = {"key_bucket_column": "_wal2delta_lsn"}
+        assert "sink.metadata.key_bucket_column" in errors_of(data)
 
     def test_conflicting_keys_in_tables_and_sink_keys_are_rejected(self) -> None:
         data = minimal()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from decoder import RowChange
+from sink.partitioning import MAX_LISTED_BUCKETS, BucketFilter
 from sink.plan import MergeStep, plan_batch
 from sink.settings import SinkSettings
 from sink.sql import (
@@ -264,3 +267,39 @@ def test_returned_columns_are_reset_in_rows_up_to_the_first_change_of_the_new_re
         "ON t.`_wal2delta_lsn` <= 4096\n"
         "WHEN MATCHED THEN UPDATE SET t.`qty` = s.`qty`"
     )
+
+
+def test_a_key_partitioned_merge_names_its_partitions_and_inserts_the_bucket() -> None:
+    step = step_of(insert(DOCS, "1", "a", "1", lsn=10))
+    buckets = BucketFilter("_wal2delta_key_bucket", (0, 3), has_null=False)
+    rendered = render_merge(step, META, target=TARGET, view="src", buckets=buckets)
+    assert rendered.splitlines()[2] == (
+        "ON t.`_wal2delta_key_bucket` IN (0, 3) "
+        "AND t.`_wal2delta_key_bucket` <=> s.`_wal2delta_key_bucket` AND t.`id` <=> s.`id`"
+    )
+    assert rendered.endswith(
+        "(`id`, `body`, `rev`, `_wal2delta_lsn`, `_wal2delta_commit_ts`, `_wal2delta_key_bucket`)\n"
+        "  VALUES (s.`id`, s.`body`, s.`rev`, s.`_wal2delta_lsn`, s.`_wal2delta_commit_ts`, "
+        "s.`_wal2delta_key_bucket`)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("buckets", "has_null", "predicate"),
+    [
+        ((5,), False, "t.`b` IN (5)"),
+        ((-1, 2), True, "(t.`b` IN (-1, 2) OR t.`b` IS NULL)"),
+        ((), True, "t.`b` IS NULL"),
+        (tuple(range(MAX_LISTED_BUCKETS + 1)), False, None),
+    ],
+)
+def test_the_partition_predicate_lists_buckets_and_null_keys(
+    buckets: tuple[int, ...], has_null: bool, predicate: str | None
+) -> None:
+    assert BucketFilter("b", buckets, has_null).target_predicate("t", "`b`") == predicate
+
+
+def test_moved_rows_carry_their_bucket_through_the_resolved_source() -> None:
+    buckets = BucketFilter("_wal2delta_key_bucket", (0,), has_null=False)
+    rendered = render_merge(moved_step(), META, target=TARGET, view="src", buckets=buckets)
+    assert "    s.`__w2d_delete`,\n    s.`_wal2delta_key_bucket`,\n" in rendered
