@@ -22,6 +22,11 @@ Method
 4. Print the median seconds per batch, and the ratio of the largest table to the smallest
    for clustered keys (target: 10M within 2x of 1M). For reference, an append of the
    same number of rows (``DataFrame.write.mode("append")``) into the largest table.
+
+Each size is measured in two layouts (``--layouts``): *plain* (no partitions) and
+*partitioned* by key range (``sink.partition_by_key`` with ``--key-bucket-width``, by
+default one partition per ``--rows-per-file`` keys), where each MERGE names the partitions
+of its rows.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from decoder import (
 from sink import (
     Batch,
     DeltaSink,
+    KeyBuckets,
     SinkSettings,
     SparkSettings,
     create_spark_session,
@@ -142,13 +148,20 @@ def make_batch(
 
 
 def build_table(
-    spark: SparkSession, sink: DeltaSink, path: str, *, keys: tuple[int, int], per_file: int
+    spark: SparkSession,
+    sink: DeltaSink,
+    path: str,
+    *,
+    keys: tuple[int, int],
+    per_file: int,
+    bucket_width: int | None = None,
 ) -> None:
     """Create the table through ``sink``, then append rows ``keys[0]..keys[1]`` with Spark.
 
     The rows hold what ``bench.workload`` writes into PostgreSQL for the same keys, so a
     Delta table seeded here equals a source table seeded there; their LSN is 2, below any
-    real commit.
+    real commit. With ``bucket_width`` the sink's settings must partition the table by key
+    range with that width; the rows get their bucket and go to their partition.
     """
     # A batch whose only change deletes an absent row creates the table and writes nothing.
     creation = make_batch([keys[1] + 1], [], lsn=1, revision=0)
@@ -175,7 +188,7 @@ def build_table(
     schema = spark.read.format("delta").load(path).schema
     rows = keys[1] - keys[0] + 1
     files = max(1, rows // per_file)
-    values = (
+    values: tuple[str, ...] = (
         "id",
         "id % 1000",
         "id % 100000 / 100.0",
@@ -184,6 +197,8 @@ def build_table(
         "2",
         "TIMESTAMP '2025-01-01 00:00:00'",
     )
+    if bucket_width is not None:
+        values += (f"id div {int(bucket_width)}",)
     # Same names and types as the table the sink created (data columns, then LSN and
     # commit time); a layout the sink changes shows up here as an error, not as bad data.
     if len(schema.fields) != len(values):
@@ -194,7 +209,17 @@ def build_table(
             for value, field in zip(values, schema.fields, strict=True)
         ]
     )
-    frame.write.format("delta").mode("append").save(path)
+    writer = frame.write.format("delta").mode("append")
+    if bucket_width is not None:
+        writer = writer.partitionBy(schema.fields[-1].name)
+    writer.save(path)
+
+
+def bucketed_settings(lake: str, width: int | None) -> SinkSettings:
+    """The sink settings of the benchmark table: plain, or partitioned by key range."""
+    if width is None:
+        return SinkSettings(path=lake)
+    return SinkSettings(path=lake, key_buckets={RELATION.qualified_name: KeyBuckets(width)})
 
 
 def time_merges(
@@ -240,13 +265,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=10_000, help="changes per batch")
     parser.add_argument("--rows-per-file", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3, help="batches per size and layout")
+    parser.add_argument(
+        "--layouts",
+        default="plain,partitioned",
+        help="table layouts to measure, comma separated: plain, partitioned",
+    )
+    parser.add_argument(
+        "--key-bucket-width",
+        type=int,
+        help="keys per partition of the partitioned layout (default: --rows-per-file)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON line at the end")
     parser.add_argument("--workdir", type=Path, help="keep the lake here (default: tmp)")
     args = parser.parse_args(argv)
     sizes = [int(size) for size in args.sizes.split(",")]
+    layouts = [layout.strip() for layout in args.layouts.split(",") if layout.strip()]
+    unknown = set(layouts) - {"plain", "partitioned"}
+    if unknown:
+        parser.error(f"unknown layouts: {', '.join(sorted(unknown))}")
+    width = args.key_bucket_width or args.rows_per_file
 
     figures: list[Figure] = []
-    clustered_median: dict[int, float] = {}
+    clustered_median: dict[tuple[str, int], float] = {}
     append_seconds = 0.0
     with contextlib.ExitStack() as stack:
         workdir: Path = args.workdir or Path(
@@ -254,13 +294,24 @@ def main(argv: list[str] | None = None) -> int:
         )
         spark = create_spark_session(SparkSettings())
         stack.callback(stop_spark_session, spark)
-        for size in sizes:
-            lake = str(workdir / f"lake-{size}")
-            sink = DeltaSink(spark, SinkSettings(path=lake))
+        for layout_name, size in [(layout, size) for layout in layouts for size in sizes]:
+            bucket_width = width if layout_name == "partitioned" else None
+            lake = str(workdir / f"lake-{layout_name}-{size}")
+            sink = DeltaSink(spark, bucketed_settings(lake, bucket_width))
             path = table_path(lake, RELATION.namespace, RELATION.relation_name)
             started = time.perf_counter()
-            build_table(spark, sink, path, keys=(1, size), per_file=args.rows_per_file)
-            print(f"built {size:,}-row table in {time.perf_counter() - started:.1f} s", flush=True)
+            build_table(
+                spark,
+                sink,
+                path,
+                keys=(1, size),
+                per_file=args.rows_per_file,
+                bucket_width=bucket_width,
+            )
+            print(
+                f"built {size:,}-row {layout_name} table in {time.perf_counter() - started:.1f} s",
+                flush=True,
+            )
             for seed, clustered in enumerate((True, False)):
                 layout = "clustered" if clustered else "random"
                 runs = time_merges(
@@ -272,12 +323,14 @@ def main(argv: list[str] | None = None) -> int:
                     seed=seed,
                     lsn=10 + seed * args.repeat,
                 )
-                figure = median_figure(f"{size:,} rows, {layout} keys", runs, "s/batch")
+                figure = median_figure(
+                    f"{layout_name}, {size:,} rows, {layout} keys", runs, "s/batch"
+                )
                 print(f"  {figure.name}: {figure.value:.2f} s", flush=True)
                 figures.append(figure)
                 if clustered:
-                    clustered_median[size] = figure.value
-            if size == sizes[-1]:
+                    clustered_median[layout_name, size] = figure.value
+            if size == sizes[-1] and layout_name == layouts[0]:
                 append_seconds = time_append(spark, path, args.batch)
     figures.append(
         median_figure(f"append {args.batch:,} rows into {sizes[-1]:,}", [append_seconds], "s")
@@ -285,15 +338,17 @@ def main(argv: list[str] | None = None) -> int:
     smallest, largest = sizes[0], sizes[-1]
     ratios = [
         Ratio(
-            f"clustered batch: {largest:,} / {smallest:,} rows",
-            clustered_median[largest] / clustered_median[smallest],
+            f"{layout_name}, clustered batch: {largest:,} / {smallest:,} rows",
+            clustered_median[layout_name, largest] / clustered_median[layout_name, smallest],
             target=SCALING_TARGET,
             higher_is_better=False,
         )
+        for layout_name in layouts
     ]
     facts: dict[str, object] = {
         "batch": f"{args.batch:,} changes (80% update, 10% delete, 10% insert), one MERGE",
         "files": f"{args.rows_per_file:,} consecutive keys per file",
+        "partitioned layout": f"floor(id / {width:,}) (sink.partition_by_key)",
         "cpus": os.cpu_count(),
         "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
