@@ -160,3 +160,9 @@ def add_delta_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-rows-ceiling", type=int, help="sink.batch.max_rows_ceiling (default: config)"
     )
     parser.add_argument("--rows-per-file", type=int, default=100_000, help="seed file size")
+    parser.add_argument(
+        "--key-bucket-width",
+        type=int,
+        default=100_000,
+        help="sink.partition_by_key width of the table; 0 leaves it unpartitioned",
+    )

@@ -50,7 +50,7 @@ from deltalake import DeltaTable
 from bench.daemon import add_delta_run_arguments, bench_config, run_daemon
 from bench.postgres import bench_server
 from bench.report import Figure, Ratio, median_figure, print_report
-from bench.sink_scaling import build_table
+from bench.sink_scaling import bucketed_settings, build_table
 from bench.workload import (
     PUBLICATION,
     TABLE,
@@ -63,7 +63,6 @@ from sink import (
     Batch,
     BatchResult,
     DeltaSink,
-    SinkSettings,
     SparkSettings,
     create_spark_session,
     stop_spark_session,
@@ -181,10 +180,11 @@ def main(argv: list[str] | None = None) -> int:
             copy_slot(conn, SOURCE_SLOT, DAEMON_SLOT)
             build_table(
                 spark,
-                DeltaSink(spark, SinkSettings(path=str(lake))),
+                DeltaSink(spark, bucketed_settings(str(lake), args.key_bucket_width or None)),
                 path,
                 keys=(1 - seed, 0),
                 per_file=args.rows_per_file,
+                bucket_width=args.key_bucket_width or None,
             )
             print(f"seeded {seed:,} rows in PostgreSQL, the subscriber and Delta", flush=True)
             backlog = write_mixed_backlog(
@@ -209,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
                 max_rows=args.max_rows,
                 max_rows_ceiling=args.max_rows_ceiling,
             )
-            recording = RecordingSink(DeltaSink(spark, SinkSettings(path=str(lake))))
+            recording = RecordingSink(
+                DeltaSink(spark, bucketed_settings(str(lake), args.key_bucket_width or None))
+            )
             daemon = run_daemon(config, backlog.end_lsn, recording)
             delta_rows = DeltaTable(path).to_pyarrow_table(columns=["id"]).num_rows
             print(f"daemon: {daemon.wall_seconds:.1f} s", flush=True)
@@ -236,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     facts: dict[str, object] = {
         "backlog": f"{changes:,} changes in {backlog.transactions:,} transactions",
         "table": f"{seed:,} rows before the backlog, {expected_rows:,} after",
+        "layout": (
+            f"partitioned by floor(id / {args.key_bucket_width:,})"
+            if args.key_bucket_width
+            else "unpartitioned"
+        ),
         "daemon batches": f"{len(recording.sizes)}: {recording.describe()}",
         "daemon time inside DeltaSink.apply": f"{sum(recording.seconds):.1f} s",
         "cpus": os.cpu_count(),

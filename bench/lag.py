@@ -45,7 +45,7 @@ from psycopg.types.numeric import Int8
 from bench.daemon import add_delta_run_arguments, bench_config
 from bench.postgres import bench_server
 from bench.report import Ratio, median_figure, print_report
-from bench.sink_scaling import build_table
+from bench.sink_scaling import bucketed_settings, build_table
 from bench.workload import PUBLICATION, TABLE, create_source_slot, create_table
 from capture.logging import configure_logging
 from capture.service import CaptureService
@@ -55,7 +55,6 @@ from sink import (
     Batch,
     BatchResult,
     DeltaSink,
-    SinkSettings,
     SparkSettings,
     create_spark_session,
     stop_spark_session,
@@ -215,10 +214,11 @@ def main(argv: list[str] | None = None) -> int:
             create_source_slot(conn, SLOT)
         build_table(
             spark,
-            DeltaSink(spark, SinkSettings(path=str(lake))),
+            DeltaSink(spark, bucketed_settings(str(lake), args.key_bucket_width or None)),
             table_path(str(lake), "public", TABLE),
             keys=(1 - seed, 0),
             per_file=args.rows_per_file,
+            bucket_width=args.key_bucket_width or None,
         )
         config = bench_config(
             dsn,
@@ -230,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
             max_rows_ceiling=args.max_rows_ceiling,
         )
         configure_logging("console", "warning")
-        sink = LagSink(DeltaSink(spark, SinkSettings(path=str(lake))))
+        sink = LagSink(
+            DeltaSink(spark, bucketed_settings(str(lake), args.key_bucket_width or None))
+        )
         stop = threading.Event()
         service = CaptureService(config, sink, stop_event=stop)
         failures: list[BaseException] = []
@@ -276,6 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     facts: dict[str, object] = {
         "rate": f"{achieved:,.0f} changes/s written (asked {args.rate:,.0f}) for {args.seconds} s",
         "table": f"{seed:,} rows before",
+        "layout": (
+            f"partitioned by floor(id / {args.key_bucket_width:,})"
+            if args.key_bucket_width
+            else "unpartitioned"
+        ),
         "transactions measured": len(lags),
         "batches": f"{len(sizes)}, changes per batch: min {min(sizes)}, "
         f"median {statistics.median(sizes):.0f}, max {max(sizes)}",
