@@ -25,7 +25,7 @@ from capture.health import HealthServer, loop_alive_check
 from capture.logging import configure_logging
 from capture.metrics import Metrics
 from capture.service import CaptureService
-from config import AppConfig, ConfigError, load_config, redact_dsn
+from config import AppConfig, ConfigError, load_config, parse_table_name, redact_dsn
 from decoder import Lsn, Wal2DeltaError, parse_lsn
 from sink import KeyBuckets, SinkSettings, SparkSettings
 
@@ -45,7 +45,7 @@ def sink_settings(config: AppConfig) -> SinkSettings:
         keys=configured_keys(config),
         on_missing_key=config.source.on_missing_key,
         key_buckets={
-            name: KeyBuckets(width=entry.width, column=entry.column)
+            relation_name(name): KeyBuckets(width=entry.width, column=entry.column)
             for name, entry in sink.partition_by_key.items()
         },
         key_bucket_column=sink.metadata.key_bucket_column,
@@ -53,12 +53,26 @@ def sink_settings(config: AppConfig) -> SinkSettings:
 
 
 def configured_keys(config: AppConfig) -> dict[str, tuple[str, ...]]:
-    """MERGE keys from ``source.tables[].key`` and ``sink.keys`` (they must agree)."""
-    keys = {name: tuple(columns) for name, columns in config.sink.keys.items()}
+    """MERGE keys from ``source.tables[].key`` and ``sink.keys`` (they must agree).
+
+    Keyed by the sink's table names (``relation_name``).
+    """
+    keys = {relation_name(name): tuple(columns) for name, columns in config.sink.keys.items()}
     for table in config.source.tables:
         if table.key is not None:
-            keys[table.qualified_name] = tuple(table.key)
+            keys[relation_name(table.qualified_name)] = tuple(table.key)
     return keys
+
+
+def relation_name(configured: str) -> str:
+    """The sink's name of a configured table: ``schema.table`` as the relation spells it.
+
+    The configuration quotes a part that contains a dot (``public."a.b"``); pgoutput's
+    relation names are exact, and the sink looks tables up by ``Relation.qualified_name``
+    (``public.a.b``).
+    """
+    schema, table = parse_table_name(configured)
+    return f"{schema}.{table}"
 
 
 def spark_settings(config: AppConfig) -> SparkSettings:

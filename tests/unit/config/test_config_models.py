@@ -8,7 +8,19 @@ import pytest
 
 from capture.cli import sink_settings
 from config import AppConfig, ConfigError, SourceConfig, parse_config
-from sink import KeyBuckets
+from decoder import (
+    ColumnKind,
+    ColumnValue,
+    Lsn,
+    Oid,
+    PgTimestamp,
+    Relation,
+    RelationColumn,
+    RowChange,
+    TupleData,
+)
+from sink import Batch, KeyBuckets
+from sink.plan import MergeStep, plan_batch
 
 SECRET = "hunter2-very-secret"
 
@@ -304,6 +316,41 @@ class TestTables:
         settings = sink_settings(parse(data))
         assert settings.key_buckets == {"public.orders": KeyBuckets(width=500, column="id")}
         assert settings.key_bucket_column == "bucket"
+
+    def test_keys_of_tables_with_dots_in_their_names_reach_the_sink_by_relation_name(
+        self,
+    ) -> None:
+        data = minimal()
+        data["source"]["tables"] = [{"name": 'public."a.b"', "key": ["id"]}, '"s.x".t']
+        data["sink"]["keys"] = {'"s.x".t': ["code"]}
+        data["sink"]["partition_by_key"] = {'public."a.b"': {"width": 10}}
+        settings = sink_settings(parse(data))
+        assert settings.keys == {"public.a.b": ("id",), "s.x.t": ("code",)}
+        assert set(settings.key_buckets) == {"public.a.b"}
+        full = Relation(
+            xid=None,
+            relation_id=Oid(1),
+            namespace="public",
+            relation_name="a.b",
+            replica_identity="f",
+            columns=(RelationColumn(1, "id", Oid(23), -1), RelationColumn(1, "v", Oid(25), -1)),
+        )
+        change = RowChange(
+            op="insert",
+            relation=full,
+            new=TupleData((ColumnValue(ColumnKind.TEXT, b"1"), ColumnValue(ColumnKind.TEXT, b"x"))),
+            old=None,
+            old_kind=None,
+            commit_lsn=Lsn(1),
+            commit_time=PgTimestamp(0),
+            ordinal=0,
+        )
+        batch = Batch(
+            changes=(change,), durable_lsn=Lsn(1), transaction_count=1, last_commit_time=None
+        )
+        (step,) = plan_batch(batch, keys=settings.keys).tables[0].steps
+        assert isinstance(step, MergeStep)
+        assert [c.name for c in step.match_columns] == ["id"]
 
     def test_the_key_bucket_column_differs_from_the_other_metadata_columns(self) -> None:
         data = minimal()
