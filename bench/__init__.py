@@ -67,5 +67,11 @@ BENCHMARKS: Final = (
         "peak RSS of a 5M-row vs a 10k-row single transaction",
         "bench.memory",
     ),
+    Benchmark(
+        6,
+        "plan",
+        "sink planning + Arrow per change: per-column converters vs generic",
+        "bench.plan",
+    ),
 )
 """Every benchmark of issue 6, in the issue's order."""
