@@ -719,14 +719,7 @@ class Assembler:
                 f"send; restart from a position before that PREPARE",
                 message.xid,
             )
-        if held.txn.xid != message.xid:
-            raise self._sequence_error(
-                event,
-                f"gid {message.gid!r} was prepared by transaction {held.txn.xid}, "
-                f"not {message.xid}",
-                message.xid,
-            )
-        del self._prepared[message.gid]
+        self._take_prepared(message.gid, message.xid, event)
         return self._release(
             held.txn,
             kind="commit_prepared",
@@ -736,18 +729,19 @@ class Assembler:
             commit_time=message.commit_time,
         )
 
+    def _take_prepared(self, gid: str, xid: int, event: str) -> _Held:
+        """Remove and return the held transaction of ``gid``, which ``xid`` must own."""
+        held = self._prepared[gid]
+        if held.txn.xid != xid:
+            raise self._sequence_error(
+                event, f"gid {gid!r} was prepared by transaction {held.txn.xid}, not {xid}", xid
+            )
+        del self._prepared[gid]
+        return held
+
     def _on_rollback_prepared(self, message: RollbackPrepared, event: str) -> TransactionRolledBack:
-        held = self._prepared.get(message.gid)
-        if held is not None:
-            if held.txn.xid != message.xid:
-                raise self._sequence_error(
-                    event,
-                    f"gid {message.gid!r} was prepared by transaction {held.txn.xid}, "
-                    f"not {message.xid}",
-                    message.xid,
-                )
-            del self._prepared[message.gid]
-            held.txn.buffer.close()
+        if message.gid in self._prepared:
+            self._take_prepared(message.gid, message.xid, event).txn.buffer.close()
         # An unknown gid is harmless: the server also sends ROLLBACK PREPARED for a
         # transaction it prepared before two-phase decoding was enabled, or before the
         # slot became consistent, without ever sending its PREPARE (worker.c skips it).
