@@ -11,6 +11,11 @@ neither closes on age nor at ``max_rows``; it keeps growing up to ``max_rows_cei
 A MERGE costs about the same whatever its size (it scans the target), so under load
 fewer, larger batches raise throughput, while at low load batches stay small and lag
 stays near one MERGE time plus ``max_age``.
+
+Memory: a batch also closes once the changes in it weigh ``max_bytes`` (as the caller
+measures them: the capture loop counts each change's message bytes plus a fixed object
+overhead), whatever ``backlog`` says, so wide rows never make a batch of ``max_rows``
+changes unboundedly large.
 """
 
 from __future__ import annotations
@@ -25,14 +30,21 @@ class Batcher:
     """Accumulates changes; hands out ``Batch`` values when they are due."""
 
     def __init__(
-        self, *, max_rows: int, max_age: float, max_rows_ceiling: int | None = None
+        self,
+        *,
+        max_rows: int,
+        max_age: float,
+        max_rows_ceiling: int | None = None,
+        max_bytes: int | None = None,
     ) -> None:
         if max_rows < 1:
             raise ValueError("max_rows must be at least 1")
         self.max_rows = max_rows
         self.max_rows_ceiling = max(max_rows, max_rows_ceiling or max_rows)
+        self.max_bytes = max_bytes
         self.max_age = max_age
         self._changes: list[Change] = []
+        self._bytes = 0
         self._durable_lsn: Lsn | None = None
         self._transactions = 0
         self._last_commit_time: PgTimestamp | None = None
@@ -42,22 +54,37 @@ class Batcher:
     def row_count(self) -> int:
         return len(self._changes)
 
+    @property
+    def byte_count(self) -> int:
+        """The weight of the open batch's changes, as given to ``add`` / ``add_many``."""
+        return self._bytes
+
+    def byte_room(self) -> int | None:
+        """Bytes the open batch takes before it is full; None without ``max_bytes``."""
+        return None if self.max_bytes is None else max(1, self.max_bytes - self._bytes)
+
+    def _full(self, backlog: bool) -> bool:
+        limit = self.max_rows_ceiling if backlog else self.max_rows
+        if len(self._changes) >= limit:
+            return True
+        return self.max_bytes is not None and self._bytes >= self.max_bytes
+
     def _touch(self, now: float) -> None:
         if self._opened_at is None:
             self._opened_at = now
 
-    def add(self, change: Change, now: float, *, backlog: bool = False) -> Batch | None:
-        """Add one change; return a batch when it is full.
+    def add(
+        self, change: Change, now: float, *, backlog: bool = False, size: int = 0
+    ) -> Batch | None:
+        """Add one change weighing ``size`` bytes; return a batch when it is full.
 
         Full means ``max_rows`` changes, or ``max_rows_ceiling`` while ``backlog`` says the
-        sink is still busy with earlier batches.
+        sink is still busy with earlier batches, or ``max_bytes`` in any case.
         """
         self._touch(now)
         self._changes.append(change)
-        limit = self.max_rows_ceiling if backlog else self.max_rows
-        if len(self._changes) >= limit:
-            return self.take()
-        return None
+        self._bytes += size
+        return self.take() if self._full(backlog) else None
 
     def room(self, *, backlog: bool = False) -> int:
         """How many changes the open batch takes before it is full (at least 1)."""
@@ -65,21 +92,20 @@ class Batcher:
         return max(1, limit - len(self._changes))
 
     def add_many(
-        self, changes: Sequence[Change], now: float, *, backlog: bool = False
+        self, changes: Sequence[Change], now: float, *, backlog: bool = False, size: int = 0
     ) -> Batch | None:
-        """Add up to ``room(backlog=backlog)`` changes at once; return a batch when full.
+        """Add up to ``room(backlog=backlog)`` changes weighing ``size`` bytes in all.
 
         The same as calling ``add`` for each change, for a caller that never passes more
-        than the room left (the capture loop's hot path: one clock reading per slice).
+        than the room left (the capture loop's hot path: one clock reading per slice) and
+        stops a slice at the change that fills ``byte_room()``.
         """
         if not changes:
             return None
         self._touch(now)
         self._changes.extend(changes)
-        limit = self.max_rows_ceiling if backlog else self.max_rows
-        if len(self._changes) >= limit:
-            return self.take()
-        return None
+        self._bytes += size
+        return self.take() if self._full(backlog) else None
 
     def end_transaction(self, end_lsn: Lsn, commit_time: PgTimestamp, now: float) -> None:
         """Every change of the transaction ending at ``end_lsn`` has been added."""
@@ -96,7 +122,7 @@ class Batcher:
         """
         if self._opened_at is None:
             return False
-        if len(self._changes) >= (self.max_rows_ceiling if backlog else self.max_rows):
+        if self._full(backlog):
             return True
         return not backlog and now - self._opened_at >= self.max_age
 
@@ -114,6 +140,7 @@ class Batcher:
             last_commit_time=self._last_commit_time,
         )
         self._changes = []
+        self._bytes = 0
         self._durable_lsn = None
         self._transactions = 0
         self._last_commit_time = None

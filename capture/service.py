@@ -28,13 +28,12 @@ and return 0.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import random
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,6 +73,7 @@ from decoder import (
     Change,
     CommittedTransaction,
     Lsn,
+    MessageChange,
     NonTransactionalMessage,
     ProtocolOptions,
     Relation,
@@ -82,6 +82,7 @@ from decoder import (
     TransactionPrepared,
     TransactionRolledBack,
     TruncateChange,
+    TupleData,
     Wal2DeltaError,
     XLogData,
     datetime_to_pg_timestamp,
@@ -394,6 +395,7 @@ class CaptureService:
                 max_rows=batch_cfg.max_rows,
                 max_age=batch_cfg.max_age.total_seconds(),
                 max_rows_ceiling=batch_cfg.max_rows_ceiling,
+                max_bytes=int(batch_cfg.max_bytes),
             )
             session = _Session(
                 service=self,
@@ -670,11 +672,10 @@ class _Session:
                 # clock reading and busy check per slice instead of per change.
                 busy = self._sink_busy()
                 room = min(batcher.room(backlog=busy), _HAND_OFF_SLICE)
-                chunk = list(itertools.islice(changes, room))
+                chunk, size = _take_slice(changes, room, batcher.byte_room(), counts, relations)
                 if not chunk:
                     break
-                _count_changes(chunk, counts, relations)
-                self._hand_off(batcher.add_many(chunk, clock(), backlog=busy))
+                self._hand_off(batcher.add_many(chunk, clock(), backlog=busy, size=size))
         for key, count in counts.items():
             self._change_counter(relations[key].qualified_name, key[1]).inc(count)
         batcher.end_transaction(txn.end_lsn, txn.commit_time, clock())
@@ -744,18 +745,33 @@ _HAND_OFF_SLICE = 512
 """Most changes handed to the batcher between two sink-busy checks."""
 
 
-def _count_changes(
-    changes: list[Change],
+CHANGE_OVERHEAD_BYTES = 256
+"""Memory of a replayed change besides its message bytes (``RowChange``, ``TupleData``)."""
+
+
+def _take_slice(
+    changes: Iterator[Change],
+    max_rows: int,
+    max_bytes: int | None,
     counts: dict[tuple[int, str], int],
     relations: dict[tuple[int, str], Relation],
-) -> None:
-    """Add ``changes`` per (relation object, operation) into ``counts``.
+) -> tuple[list[Change], int]:
+    """Take up to ``max_rows`` changes, stopping at the one that reaches ``max_bytes``.
 
-    ``relations`` keeps each counted relation object, so its id is not reused while the
-    counts live.
+    Each change weighs its message bytes plus ``CHANGE_OVERHEAD_BYTES``. The changes are
+    also counted per (relation object, operation) into ``counts``; ``relations`` keeps
+    each counted relation object, so its id is not reused while the counts live.
+
+    Returns:
+        The changes and their total weight.
     """
+    chunk: list[Change] = []
+    append = chunk.append
+    size = 0
+    budget = max_bytes if max_bytes is not None else -1
     key: tuple[int, str]
     for change in changes:
+        append(change)
         if type(change) is RowChange:
             key = (id(change.relation), change.op)
             count = counts.get(key)
@@ -763,11 +779,30 @@ def _count_changes(
                 relations[key] = change.relation
                 count = 0
             counts[key] = count + 1
-        elif isinstance(change, TruncateChange):
-            for relation in change.relations:
-                key = (id(relation), "truncate")
-                relations[key] = relation
-                counts[key] = counts.get(key, 0) + 1
+            data = change.new if change.new is not None else change.old
+            wire = data.wire if data is not None else None
+            size += CHANGE_OVERHEAD_BYTES + (
+                len(wire[0]) if wire is not None else _split_size(data)
+            )
+        else:
+            if isinstance(change, TruncateChange):
+                for relation in change.relations:
+                    key = (id(relation), "truncate")
+                    relations[key] = relation
+                    counts[key] = counts.get(key, 0) + 1
+            size += CHANGE_OVERHEAD_BYTES + (
+                len(change.content) if isinstance(change, MessageChange) else 0
+            )
+        if len(chunk) >= max_rows or size >= budget >= 0:
+            break
+    return chunk, size
+
+
+def _split_size(data: TupleData | None) -> int:
+    """Bytes of a tuple whose columns were already split (not on the hot path)."""
+    if data is None:
+        return 0
+    return sum(len(value.data) for value in data.values if value.data is not None)
 
 
 def _version() -> str:

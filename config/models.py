@@ -658,6 +658,15 @@ class BatchConfig(_Section):
             "to catch up with a backlog; at least `max_rows`."
         ),
     )
+    max_bytes: ByteSize = Field(
+        default=64 * 1024**2,
+        description=(
+            "Close the batch when its changes weigh this much in memory (their message "
+            "bytes plus about 256 bytes each), before `max_rows` or `max_rows_ceiling`: "
+            "wide rows then make smaller batches. Up to about four batches are in memory "
+            "at once (one filling, two queued, one being applied)."
+        ),
+    )
 
     @model_validator(mode="after")
     def _ceiling_above_target(self) -> Self:

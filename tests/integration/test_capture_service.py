@@ -163,3 +163,34 @@ def test_a_retryable_sink_error_reconnects_and_replays_without_loss(
         range(1, 11)
     )
     assert confirmed_flush(pg18_dsn, config.source.slot) >= endpos
+
+
+def test_batches_of_wide_rows_close_at_max_bytes_before_max_rows(
+    pg18_dsn: str, tmp_path: Path
+) -> None:
+    """A transaction of 600 rows of ~20 kB: 12 MB of changes, batches of at most ~1 MiB."""
+    _setup(pg18_dsn)
+    config = make_config(
+        pg18_dsn,
+        tmp_path / "lake",
+        ["public.items"],
+        sink={"batch": {"max_rows": 50_000, "max_bytes": "1MiB"}},
+    )
+    prepare_source(config)
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO items SELECT g, (SELECT string_agg(md5(g::text || i), '') "
+            "FROM generate_series(1, 625) i) FROM generate_series(1, 600) g"
+        )
+        endpos = current_wal_lsn(conn)
+    sink = MemorySink()
+    CaptureService(config, sink, endpos=endpos).run()
+
+    sizes = [len(b.changes) for b in sink.batches if b.changes]
+    assert sum(sizes) == 600
+    # 1 MiB holds 52 changes of 20,256 bytes; the change that reaches the limit closes it.
+    assert max(sizes) == 52
+    assert len(sizes) == 12
+    # Only the batch holding the transaction's last change may acknowledge it.
+    assert [b.durable_lsn is not None for b in sink.batches if b.changes][-1]
+    assert all(b.durable_lsn is None for b in sink.batches[: len(sizes) - 1])

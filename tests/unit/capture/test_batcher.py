@@ -131,3 +131,17 @@ def test_adding_slices_of_the_room_left_closes_the_same_batches_as_adding_one_at
         assert one_by_one.row_count == sliced.row_count
     assert seen_sliced == seen_one
     assert sliced.add_many([], 0.0) is None
+
+
+def test_a_batch_closes_at_max_bytes_whatever_the_backlog() -> None:
+    batcher = Batcher(max_rows=100, max_age=60, max_rows_ceiling=1000, max_bytes=1000)
+    assert batcher.byte_room() == 1000
+    assert batcher.add(change(1), 0.0, backlog=True, size=600) is None
+    assert batcher.byte_room() == 400
+    assert not batcher.due(0.0, backlog=True)
+    full = batcher.add(change(2), 0.0, backlog=True, size=600)
+    assert full is not None
+    assert len(full.changes) == 2
+    assert batcher.byte_count == 0
+    assert batcher.add_many([change(3), change(4)], 0.0, size=2000) is not None
+    assert Batcher(max_rows=5, max_age=60).byte_room() is None
