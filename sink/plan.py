@@ -652,7 +652,11 @@ class _Planner:
             return
         table.counts[change.op] += 1
         step = table.open_step(shape, change.commit_lsn)
-        commit_time = self._commit_time(change.commit_time)
+        commit_time = (
+            self._last_commit_time
+            if change.commit_time == self._last_timestamp
+            else self._commit_time(change.commit_time)
+        )
         if change.op == "insert":
             new = self._decode(change, shape, _required(change.new, change, "new"))
             identity = self._identity(change, shape, new)
@@ -723,8 +727,14 @@ class _Planner:
         """The dictionary key of a row: its identity values, made hashable."""
         if shape.identity == "ordinal":
             return (change.commit_lsn, change.ordinal)
+        match = shape.match_indexes
+        if len(match) == 1:
+            # A one-column key of a plain type, the common case.
+            value = values[match[0]]
+            if type(value) in _PLAIN_HASHABLE:
+                return (value,)
         out: list[object] = []
-        for i in shape.match_indexes:
+        for i in match:
             value = values[i]
             if type(value) in _PLAIN_HASHABLE:
                 out.append(value)
