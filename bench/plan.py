@@ -62,7 +62,6 @@ from sink.delta import source_table
 from sink.plan import BatchPlan, MergeStep, plan_batch
 from sink.sql import MetadataColumns
 
-SPEED_UP_TARGET: Final = 3.0
 TRANSACTION: Final = 1000
 _INT8, _INT4, _NUMERIC, _TIMESTAMPTZ, _TEXT = 20, 23, 1700, 1184, 25
 # numeric(12, 2): PostgreSQL stores (precision << 16 | scale) + VARHDRSZ as the typmod.
@@ -243,18 +242,14 @@ def main(argv: list[str] | None = None) -> int:
         fast = median_figure(f"{protocol}: per-column converters", fast_runs, "µs/change")
         generic = median_figure(f"{protocol}: generic convert_value", generic_runs, "µs/change")
         figures += [generic, fast]
-        ratios.append(
-            Ratio(
-                f"{protocol}: speed-up (generic / fast)",
-                generic.value / fast.value,
-                SPEED_UP_TARGET,
-            )
-        )
+        ratios.append(Ratio(f"{protocol}: speed-up (generic / fast)", generic.value / fast.value))
     facts: dict[str, object] = {
         "batch": f"{args.changes:,} changes (60% insert, 30% update, 10% delete), "
         f"transactions of {TRANSACTION}",
         "measured": "plan_batch + Arrow source tables (sink.delta.source_table), "
         "identical results checked",
+        "baseline": "the same code with generic_values=True (it shares the folding and "
+        "Arrow speed-ups, so the ratio understates the gain over the code before them)",
         "cpus": os.cpu_count(),
         "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
