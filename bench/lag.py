@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -104,10 +105,19 @@ class LagSink:
         """Close the wrapped sink."""
         self.inner.close()
 
-    def wait_durable(self, lsn: int, timeout: float) -> None:
-        """Block until a batch durable at or past ``lsn`` was applied."""
+    def wait_durable(
+        self, lsn: int, timeout: float, failures: Sequence[BaseException] = ()
+    ) -> None:
+        """Block until a batch durable at or past ``lsn`` was applied.
+
+        Raises:
+            BaseException: the first of ``failures`` (the daemon thread's), once there is one.
+            RuntimeError: ``timeout`` passed.
+        """
         deadline = time.monotonic() + timeout
         while True:
+            if failures:
+                raise failures[0]
             with self.lock:
                 if self.durable_lsn >= lsn:
                     return
@@ -250,12 +260,12 @@ def main(argv: list[str] | None = None) -> int:
         writer = SteadyWriter(dsn, args.per_transaction)
         stack.callback(writer.close)
         writer.write_one()
-        sink.wait_durable(writer.end_lsn(), timeout=300)
+        sink.wait_durable(writer.end_lsn(), timeout=300, failures=failures)
         print("daemon warmed up; writing", flush=True)
         sink.measure_after = time.time()
         measured_from = time.time()
         achieved = writer.run(rate=args.rate, seconds=args.seconds)
-        sink.wait_durable(writer.end_lsn(), timeout=600)
+        sink.wait_durable(writer.end_lsn(), timeout=600, failures=failures)
         stop.set()
         thread.join(60)
         if failures:
