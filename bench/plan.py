@@ -45,12 +45,10 @@ import pyarrow as pa
 from psycopg.types.numeric import DecimalBinaryDumper
 
 from bench.report import Figure, Ratio, median_figure, print_report
+from bench.sink_scaling import RELATION
 from decoder import (
     Lsn,
-    Oid,
     PgTimestamp,
-    Relation,
-    RelationColumn,
     RowChange,
     RowOperation,
     TupleData,
@@ -63,25 +61,6 @@ from sink.plan import BatchPlan, MergeStep, plan_batch
 from sink.sql import MetadataColumns
 
 TRANSACTION: Final = 1000
-_INT8, _INT4, _NUMERIC, _TIMESTAMPTZ, _TEXT = 20, 23, 1700, 1184, 25
-# numeric(12, 2): PostgreSQL stores (precision << 16 | scale) + VARHDRSZ as the typmod.
-_NUMERIC_12_2: Final = ((12 << 16) | 2) + 4
-
-RELATION: Final = Relation(
-    xid=None,
-    relation_id=Oid(16384),
-    namespace="public",
-    relation_name="bench_rows",
-    replica_identity="d",
-    columns=(
-        RelationColumn(1, "id", Oid(_INT8), -1),
-        RelationColumn(0, "account", Oid(_INT4), -1),
-        RelationColumn(0, "amount", Oid(_NUMERIC), _NUMERIC_12_2),
-        RelationColumn(0, "updated_at", Oid(_TIMESTAMPTZ), -1),
-        RelationColumn(0, "note", Oid(_TEXT), -1),
-    ),
-)
-"""``bench.workload``'s table as pgoutput describes it (as ``bench.sink_scaling``'s)."""
 
 Protocol = Literal["text", "binary"]
 _START: Final = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
@@ -106,7 +85,7 @@ def _row_values(key: int, protocol: Protocol) -> list[bytes]:
     return [
         struct.pack(">q", key),
         struct.pack(">i", key % 1000),
-        bytes(_NUMERIC_BINARY.dump(Decimal(amount))),
+        bytes(_NUMERIC_BINARY.dump(Decimal(amount)) or b""),
         struct.pack(">q", micros),
         note.encode(),
     ]

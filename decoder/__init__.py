@@ -74,7 +74,13 @@ from decoder.spill import (
     MemoryChangeBuffer,
     spilling_buffers,
 )
-from decoder.values import TEXT_KEPT_TYPE_OIDS, UNCHANGED_TOAST, ValueDecoder, decode_tuple
+from decoder.values import (
+    TEXT_KEPT_TYPE_OIDS,
+    UNCHANGED_TOAST,
+    ValueDecoder,
+    decode_tuple,
+    load_tuple_wire,
+)
 
 __all__ = [
     "EVENTS",
@@ -140,6 +146,7 @@ __all__ = [
     "decode_tuple",
     "encode_standby_status_update",
     "format_lsn",
+    "load_tuple_wire",
     "message_event",
     "message_type_name",
     "parse_copy_data",

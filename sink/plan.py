@@ -63,7 +63,6 @@ before that change were written under earlier relations, which is what schema ev
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -88,6 +87,7 @@ from decoder import (
     TupleData,
     ValueDecoder,
     format_lsn,
+    load_tuple_wire,
     pg_timestamp_to_datetime,
 )
 from sink.base import Batch, SinkDataError
@@ -551,42 +551,12 @@ class _Planner:
         wire = data.wire
         if wire is None:
             return self._decode_columns(change, shape, data.values)
-        buf, start = wire
-        text, binary = shape.text, shape.binary
-        out: list[object] = []
-        append = out.append
-        unpack = _U32.unpack_from
         try:
-            # One pass over the TupleData bytes, as ValueDecoder's own wire path does.
-            count = (buf[start] << 8) | buf[start + 1]
-            if count != len(text):
-                raise _Damaged
-            pos = start + 2
-            for index in range(count):
-                kind = buf[pos]
-                if kind == 0x74:  # 't'
-                    begin = pos + 5
-                    pos = begin + unpack(buf, pos + 1)[0]
-                    append(text[index](buf[begin:pos]))
-                elif kind == 0x6E:  # 'n'
-                    append(None)
-                    pos += 1
-                elif kind == 0x62:  # 'b'
-                    begin = pos + 5
-                    pos = begin + unpack(buf, pos + 1)[0]
-                    append(binary[index](buf[begin:pos]))
-                elif kind == 0x75:  # 'u'
-                    append(UNCHANGED_TOAST)
-                    pos += 1
-                else:
-                    raise _Damaged
-            if pos > len(buf):
-                raise _Damaged
+            return load_tuple_wire(*wire, shape.text, shape.binary)
         except Exception:
             # A value that does not convert, a column count that does not match or damaged
             # bytes: the split path raises exactly what the generic path raises for them.
             return self._decode_columns(change, shape, data.values)
-        return out
 
     def _decode_columns(
         self, change: RowChange, shape: _Shape, values: tuple[ColumnValue, ...]
@@ -753,11 +723,6 @@ class _Planner:
 _IDENTITY_NAMES: Final = {"d": "DEFAULT", "n": "NOTHING", "f": "FULL", "i": "USING INDEX"}
 _PLAIN_HASHABLE: Final = frozenset({int, str, bytes, bool, Decimal, date, datetime, type(None)})
 """Types of Delta values that ``hashable`` returns unchanged (neither lists nor floats)."""
-_U32: Final = struct.Struct(">I")
-
-
-class _Damaged(Exception):  # noqa: N818 - internal signal, never raised out of _decode
-    """The wire walk met something the split path must handle (and report)."""
 
 
 def _value_error(change: RowChange, column: PlanColumn, exc: Exception) -> SinkDataError:
