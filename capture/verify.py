@@ -34,10 +34,12 @@ class TableComparison:
     missing: list[tuple[object, ...]] = field(default_factory=list)
     unexpected: list[tuple[object, ...]] = field(default_factory=list)
     different: list[tuple[tuple[object, ...], tuple[object, ...]]] = field(default_factory=list)
+    duplicated: list[tuple[object, ...]] = field(default_factory=list)
+    """Keys held by more than one Delta row (only checked for tables with a key)."""
 
     @property
     def matches(self) -> bool:
-        return not (self.missing or self.unexpected or self.different)
+        return not (self.missing or self.unexpected or self.different or self.duplicated)
 
     def describe(self, limit: int = 5) -> str:
         """A readable summary with up to ``limit`` examples of each kind of difference."""
@@ -51,6 +53,8 @@ class TableComparison:
             lines.append(f"  only in delta: key {key}")
         for source_row, delta_row in self.different[:limit]:
             lines.append(f"  differs:\n    source {source_row}\n    delta  {delta_row}")
+        for key in self.duplicated[:limit]:
+            lines.append(f"  several delta rows: key {key}")
         return "\n".join(lines)
 
 
@@ -150,20 +154,30 @@ def compare_table(
         c for c in (delta_rows[0].keys() if delta_rows else []) if not c.startswith(METADATA_PREFIX)
     ]
     names, source_rows = read_source(conn, schema, table, delta_columns or None)
+    # Without a key, identical rows may repeat (and collapse in Delta under REPLICA
+    # IDENTITY FULL), so only a keyed table can tell a duplicated Delta row.
+    has_key = bool(key_columns)
     if not key_columns:
         key_columns = names
+    duplicated: list[tuple[object, ...]] = []
 
-    def keyed(rows: Iterable[dict[str, object]]) -> dict[tuple[object, ...], tuple[object, ...]]:
+    def keyed(
+        rows: Iterable[dict[str, object]], repeats: list[tuple[object, ...]] | None = None
+    ) -> dict[tuple[object, ...], tuple[object, ...]]:
         out: dict[tuple[object, ...], tuple[object, ...]] = {}
         for row in rows:
-            out[tuple(repr(normalise(row[k])) for k in key_columns)] = tuple(
-                normalise(row.get(n)) for n in names
-            )
+            row_key = tuple(repr(normalise(row[k])) for k in key_columns)
+            if repeats is not None and row_key in out:
+                repeats.append(row_key)
+            out[row_key] = tuple(normalise(row.get(n)) for n in names)
         return out
 
     source = keyed(dict(zip(names, row, strict=True)) for row in source_rows)
     coercions = _string_coercions(source_rows, names)
-    delta = keyed(_coerce_to_source(row, coercions) for row in delta_rows)
+    delta = keyed(
+        (_coerce_to_source(row, coercions) for row in delta_rows),
+        duplicated if has_key else None,
+    )
     missing = sorted(k for k in source if k not in delta)
     unexpected = sorted(k for k in delta if k not in source)
     different = [
@@ -176,6 +190,7 @@ def compare_table(
         missing=missing,
         unexpected=unexpected,
         different=different,
+        duplicated=sorted(duplicated),
     )
 
 

@@ -172,7 +172,15 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
                     "status_interval": "500ms",
                 },
                 "snapshot": {"mode": "initial"},
-                "sink": {"path": str(lake), "batch": {"max_rows": 2000, "max_age": "200ms"}},
+                "sink": {
+                    "path": str(lake),
+                    "batch": {"max_rows": 2000, "max_age": "200ms"},
+                    # Replays into key-range partitions must find their rows as well.
+                    "partition_by_key": {
+                        "crash.accounts": {"width": 50},
+                        "crash.lines": {"column": "order_id", "width": 20},
+                    },
+                },
                 "spool": {"dir": str(tmp_path / "spool"), "memory_limit": "256KiB"},
                 "metrics": {"enabled": False},
                 "logging": {"format": "json", "level": "warning"},
