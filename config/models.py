@@ -793,7 +793,8 @@ class SpoolConfig(_Section):
     memory_limit: ByteSize = Field(
         default=64 * 1024**2,
         description=(
-            "Buffered bytes of one in-progress transaction before it spills to disk. "
+            "Bytes of in-progress transactions kept in memory, all of them together; past "
+            "it, the transaction holding the most moves to a spill file on disk. "
             "`64MiB`, `1GB` (SI, 1000-based), `512kB` or a number of bytes."
         ),
     )

@@ -7,9 +7,12 @@ taken before the subtransaction's first record, as worker.c truncates its spool 
 the offset ``subxact_info_add`` recorded.
 
 ``MemoryChangeBuffer`` keeps records in a list (unit tests, small deployments).
-``FileChangeBuffer`` keeps them in memory up to a byte limit; the record that would cross
-the limit moves everything to a temporary file in the spool directory, and every later
-record is appended there, length-prefixed (a big-endian ``uint32`` before each record).
+``FileChangeBuffer`` keeps them in memory within a ``MemoryBudget`` that every buffer of
+one assembler shares (``spilling_buffers``): the record that would cross the budget makes
+the buffer holding the most memory - usually the one large transaction - move everything
+to a temporary file in the spool directory, and every later record of that buffer is
+appended there, length-prefixed (a big-endian ``uint32`` before each record). So memory
+stays bounded however many transactions are open at once.
 Records bound for the file are staged in a 64KiB block and written a block at a time,
 and read back the same way. From then on the memory held is that fixed block, whatever
 the transaction's size (ARCHITECTURE invariant 6), like worker.c's ``BufFile`` spooling
@@ -121,6 +124,42 @@ class MemoryChangeBuffer:
         return 0
 
 
+class MemoryBudget:
+    """Bytes that the ``FileChangeBuffer``s sharing this budget may hold in memory in all.
+
+    Args:
+        limit_bytes: the bound (records plus 4 bytes each); 0 spills every record.
+    """
+
+    def __init__(self, limit_bytes: int) -> None:
+        if limit_bytes < 0:
+            raise ValueError(f"memory_limit_bytes must not be negative, not {limit_bytes}")
+        self.limit_bytes = limit_bytes
+        self.used_bytes = 0
+        self._holders: weakref.WeakSet[FileChangeBuffer] = weakref.WeakSet()
+
+    def admit(self, buffer: FileChangeBuffer, size: int) -> bool:
+        """Whether ``buffer`` may keep ``size`` more bytes in memory; spills others if need be.
+
+        Buffers holding the most memory spill first, ``buffer`` included; False means
+        ``buffer`` itself spilled (or the record alone exceeds the budget).
+        """
+        while self.used_bytes + size > self.limit_bytes:
+            largest = max(self._holders, key=lambda b: b.memory_bytes, default=None)
+            if largest is None or largest.memory_bytes <= buffer.memory_bytes:
+                return False
+            largest.spill()
+        return True
+
+    def hold(self, buffer: FileChangeBuffer) -> None:
+        """``buffer`` starts keeping records in memory: a candidate to spill from now on."""
+        self._holders.add(buffer)
+
+    def release(self, size: int) -> None:
+        """A buffer gave ``size`` bytes of memory back (spilled, truncated or closed)."""
+        self.used_bytes -= size
+
+
 def _remove_spool_file(file: BinaryIO, path: Path) -> None:
     """Close and delete a spool file; used on close and by the garbage-collection finalizer."""
     with contextlib.suppress(OSError):
@@ -135,17 +174,21 @@ class FileChangeBuffer:
     Args:
         spool_dir: directory for the temporary file; created when first needed.
         memory_limit_bytes: bytes (records plus 4 bytes each) kept in memory before the
-            buffer spills; 0 spills from the first record.
+            buffer spills; 0 spills from the first record. Ignored with ``budget``.
+        budget: a budget shared with other buffers (``spilling_buffers``); without it
+            the buffer has its own budget of ``memory_limit_bytes``.
 
     Marks are byte offsets in the logical length-prefixed stream, which is exactly the
     file's layout, so truncating a spilled buffer is a file truncation.
     """
 
-    def __init__(self, spool_dir: Path, memory_limit_bytes: int) -> None:
+    def __init__(
+        self, spool_dir: Path, memory_limit_bytes: int, budget: MemoryBudget | None = None
+    ) -> None:
         if memory_limit_bytes < 0:
             raise ValueError(f"memory_limit_bytes must not be negative, not {memory_limit_bytes}")
         self._spool_dir = Path(spool_dir)
-        self._limit = memory_limit_bytes
+        self._budget = budget if budget is not None else MemoryBudget(memory_limit_bytes)
         self._memory: list[bytes] = []
         self._memory_bytes = 0
         self._file: BinaryIO | None = None
@@ -159,15 +202,25 @@ class FileChangeBuffer:
         """The spool file, once the buffer has spilled."""
         return self._path
 
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes this buffer holds in memory (0 once spilled)."""
+        return self._memory_bytes
+
     def append(self, record: bytes) -> None:
-        """Add a record at the end, spilling to disk when the memory limit is reached."""
+        """Add a record at the end, spilling to disk when the memory budget is reached."""
         size = _LENGTH.size + len(record)
         if self._file is None:
-            if self._memory_bytes + size <= self._limit:
+            budget = self._budget
+            if budget.used_bytes + size <= budget.limit_bytes or budget.admit(self, size):
+                if not self._memory:
+                    budget.hold(self)
                 self._memory.append(record)
                 self._memory_bytes += size
+                budget.used_bytes += size
                 return
-            self._spill()
+            if self._file is None:
+                self.spill()
         # Records are staged in a bytearray and written a block at a time: two buffered
         # file writes per record cost more than the rest of spooling it.
         pending = self._pending
@@ -183,8 +236,10 @@ class FileChangeBuffer:
         self._file.write(self._pending)
         self._pending.clear()
 
-    def _spill(self) -> None:
-        """Move the in-memory records to a new spool file."""
+    def spill(self) -> None:
+        """Move the in-memory records to a new spool file (nothing when already spilled)."""
+        if self._file is not None:
+            return
         self._spool_dir.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix="wal2delta-txn-", suffix=".spool", dir=self._spool_dir)
         file = os.fdopen(fd, "w+b")
@@ -197,6 +252,7 @@ class FileChangeBuffer:
             self._pending += record
         self._write_pending()
         self._file_bytes = self._memory_bytes
+        self._budget.release(self._memory_bytes)
         self._memory = []
         self._memory_bytes = 0
 
@@ -214,7 +270,9 @@ class FileChangeBuffer:
             raise ValueError(f"mark {mark} is outside this buffer of {self.size_bytes} bytes")
         if self._file is None:
             while self._memory_bytes > mark:
-                self._memory_bytes -= _LENGTH.size + len(self._memory.pop())
+                freed = _LENGTH.size + len(self._memory.pop())
+                self._memory_bytes -= freed
+                self._budget.release(freed)
             if self._memory_bytes != mark:
                 raise ValueError(f"mark {mark} is not a record boundary")
             return
@@ -270,7 +328,15 @@ class FileChangeBuffer:
         self._file_bytes = 0
         self._pending = bytearray()
         self._memory = []
+        self._budget.release(self._memory_bytes)
         self._memory_bytes = 0
+
+    def __del__(self) -> None:
+        # A buffer dropped without close() must not keep its share of the budget (one
+        # whose __init__ failed has no attributes yet).
+        if getattr(self, "_memory_bytes", 0):
+            self._budget.release(self._memory_bytes)
+            self._memory_bytes = 0
 
     @property
     def size_bytes(self) -> int:
@@ -284,13 +350,13 @@ class FileChangeBuffer:
 
 
 def spilling_buffers(spool_dir: Path, memory_limit_bytes: int) -> ChangeBufferFactory:
-    """Return a factory of ``FileChangeBuffer``s sharing a spool directory and a limit.
+    """Return a factory of ``FileChangeBuffer``s sharing a spool directory and a budget.
 
-    The limit applies to each transaction's buffer separately.
+    The limit bounds the memory of all the factory's buffers together: past it, the
+    buffer holding the most memory spills.
 
     Raises:
         ValueError: the limit is negative.
     """
-    if memory_limit_bytes < 0:
-        raise ValueError(f"memory_limit_bytes must not be negative, not {memory_limit_bytes}")
-    return functools.partial(FileChangeBuffer, Path(spool_dir), memory_limit_bytes)
+    budget = MemoryBudget(memory_limit_bytes)
+    return functools.partial(FileChangeBuffer, Path(spool_dir), memory_limit_bytes, budget)

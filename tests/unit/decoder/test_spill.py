@@ -11,6 +11,8 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from decoder import (
     Assembler,
@@ -204,3 +206,63 @@ def test_memory_buffer_reports_no_spilled_bytes():
     buffer.append(encode_message(insert(T, "1", "x"), OPTIONS))
     assert buffer.spilled_bytes == 0
     assert buffer.size_bytes > 0
+
+
+def test_buffers_of_one_factory_share_the_memory_limit_and_the_largest_spills(tmp_path):
+    factory = spilling_buffers(tmp_path, 1000)
+    large, small = factory(), factory()
+    for _ in range(9):
+        large.append(b"x" * 96)  # 900 bytes with the length prefixes
+    small.append(b"y" * 46)
+    assert large.spilled_bytes == 0
+    # 950 + 100 > 1000: the buffer holding the most memory moves to disk, not the newcomer.
+    small.append(b"z" * 96)
+    assert large.spilled_bytes == 900
+    assert small.spilled_bytes == 0
+    assert list(large) == [b"x" * 96] * 9
+    assert list(small) == [b"y" * 46, b"z" * 96]
+    large.close()
+    small.close()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.integers(0, 3),
+            st.sampled_from(["append", "truncate", "close"]),
+            st.integers(0, 300),
+        ),
+        max_size=60,
+    ),
+    limit=st.integers(0, 2000),
+)
+def test_a_shared_budget_is_never_exceeded_and_no_record_is_lost(tmp_path_factory, steps, limit):
+    spool = tmp_path_factory.mktemp("spool")
+    factory = spilling_buffers(spool, limit)
+    live = [factory() for _ in range(4)]
+    expected: list[list[bytes]] = [[] for _ in range(4)]
+    marks: list[list[tuple[int, int]]] = [[] for _ in range(4)]
+    for index, action, size in steps:
+        buffer = live[index]
+        if action == "append":
+            marks[index].append((buffer.mark(), len(expected[index])))
+            record = bytes([index]) * size
+            buffer.append(record)
+            expected[index].append(record)
+        elif action == "truncate" and marks[index]:
+            mark, count = marks[index][len(marks[index]) // 2]
+            buffer.truncate(mark)
+            del expected[index][count:]
+            marks[index] = [m for m in marks[index] if m[1] <= count]
+        elif action == "close":
+            buffer.close()
+            live[index] = factory()
+            expected[index], marks[index] = [], []
+        held = sum(b.memory_bytes for b in live)
+        assert held <= limit
+        assert live[0]._budget.used_bytes == held
+        for b, records in zip(live, expected, strict=True):
+            assert list(b) == records
+    for b in live:
+        b.close()
