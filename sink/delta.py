@@ -437,7 +437,11 @@ class DeltaSink:
             relation = state.relation if state is not None else None
             state = self._load(path, plan.qualified_name, wanted, data=True, partition=partition)
             state.relation = relation
-            self._check_partitioning(plan.qualified_name, state, spec)
+            try:
+                self._check_partitioning(plan.qualified_name, state, spec)
+            except SinkDataError:
+                del self._tables[path]  # checked again, never skipped, on the next batch
+                raise
             # A table written before soft deletes were switched on lacks their flag.
             missing = [c for c in wanted if c.name not in state.columns and c not in data]
             self._add_columns(path, plan.qualified_name, state, missing)

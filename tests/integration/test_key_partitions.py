@@ -186,10 +186,10 @@ def test_the_configured_layout_must_match_the_existing_table(
     make_sink: SinkFactory, lake: Path, spark_session: Any
 ) -> None:
     make_sink().apply(batch(insert(DOCS, "1", "one", "1", lsn=10)))
-    with pytest.raises(SinkDataError, match="exists without the partition column"):
-        make_sink({"public.docs": KeyBuckets(width=10)}).apply(
-            batch(insert(DOCS, "2", "two", "1", lsn=20))
-        )
+    mismatched = make_sink({"public.docs": KeyBuckets(width=10)})
+    for _ in range(2):  # a replayed batch meets the same check, not a cached table
+        with pytest.raises(SinkDataError, match="exists without the partition column"):
+            mismatched.apply(batch(insert(DOCS, "2", "two", "1", lsn=20)))
 
     other = str(lake / "other")
 
