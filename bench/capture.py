@@ -41,7 +41,6 @@ import argparse
 import contextlib
 import cProfile
 import gc
-import os
 import pstats
 import resource
 import subprocess
@@ -335,8 +334,6 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "options": pgoutput_options(),
         "sink.batch.max_rows_ceiling": args.batch_ceiling or "production default",
-        "cpus": os.cpu_count(),
-        "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
     print_report(
         "capture path vs pg_recvlogical", figures, ratios, facts=dict(facts), as_json=args.json

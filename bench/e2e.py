@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 import tempfile
 import time
@@ -245,8 +244,6 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "daemon batches": f"{len(recording.sizes)}: {recording.describe()}",
         "daemon time inside DeltaSink.apply": f"{sum(recording.seconds):.1f} s",
-        "cpus": os.cpu_count(),
-        "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
     print_report(
         "Benchmark 2: PostgreSQL -> Delta vs PostgreSQL native apply",

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
 import sys
 import tempfile
@@ -297,8 +296,6 @@ def main(argv: list[str] | None = None) -> int:
         "batches": f"{len(sizes)}, changes per batch: min {min(sizes)}, "
         f"median {statistics.median(sizes):.0f}, max {max(sizes)}",
         "batch sizes in order": " ".join(str(size) for size in sizes),
-        "cpus": os.cpu_count(),
-        "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
     print_report(
         "Benchmark 4: commit-to-durable lag at a steady rate (embedded Sail)",

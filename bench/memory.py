@@ -252,8 +252,6 @@ def main(argv: list[str] | None = None) -> int:
     figures.append(median_figure("RSS before streaming", [first.start_rss_kib / 1024], "MiB"))
     facts: dict[str, object] = {
         **{f"settings {setting.name}": setting.describe() for setting in chosen},
-        "cpus": os.cpu_count(),
-        "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
     print_report("peak RSS vs transaction size", figures, ratios, facts=facts, as_json=args.json)
     return 0

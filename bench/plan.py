@@ -33,7 +33,6 @@ import argparse
 import datetime as dt
 import gc
 import hashlib
-import os
 import struct
 import sys
 import time
@@ -229,8 +228,6 @@ def main(argv: list[str] | None = None) -> int:
         "identical results checked",
         "baseline": "the same code with generic_values=True (it shares the folding and "
         "Arrow speed-ups, so the ratio understates the gain over the code before them)",
-        "cpus": os.cpu_count(),
-        "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
     print_report(
         "Planning: per-column converters vs generic convert_value (no Spark)",

@@ -68,7 +68,16 @@ def print_report(
     facts: dict[str, object],
     as_json: bool,
 ) -> None:
-    """Print the table, the ratios and (with ``as_json``) a JSON line."""
+    """Print the table, the ratios and (with ``as_json``) a JSON line.
+
+    ``facts`` are printed as given, followed by the CPU count and the load average (the
+    machine was at times shared with other work, which the ratios must be read against).
+    """
+    facts = {
+        **facts,
+        "cpus": os.cpu_count(),
+        "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
     print(f"\n== {title} ==")
     for key, value in facts.items():
         print(f"  {key}: {value}")

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import os
 import random
 import sys
 import tempfile
@@ -350,8 +349,6 @@ def main(argv: list[str] | None = None) -> int:
         "batch": f"{args.batch:,} changes (80% update, 10% delete, 10% insert), one MERGE",
         "files": f"{args.rows_per_file:,} consecutive keys per file",
         "partitioned layout": f"floor(id / {width:,}) (sink.partition_by_key)",
-        "cpus": os.cpu_count(),
-        "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
     print_report(
         "Benchmark 3: MERGE of one batch vs table size (embedded Sail)",

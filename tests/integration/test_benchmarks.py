@@ -1,0 +1,119 @@
+"""Every benchmark runs end to end on a tiny workload, so none of them rots unnoticed.
+
+These are smoke runs, not measurements: they check that each command completes, checks
+its own results (row counts, identical plans) and reports its ratio against the baseline
+of the same run. Nothing here asserts a time or a speed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.harness import ROOT, child_environment
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+
+def run_benchmark(name: str, *args: str) -> dict[str, object]:
+    """Run ``python -m bench NAME ARGS --json`` and return its JSON report."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", name, *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        check=False,
+        cwd=ROOT,
+        env=child_environment(),
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
+def ratio_names(report: dict[str, object]) -> list[str]:
+    ratios = report["ratios"]
+    assert isinstance(ratios, list)
+    for ratio in ratios:
+        assert ratio["value"] > 0, ratio
+    return [str(ratio["name"]) for ratio in ratios]
+
+
+def test_the_planning_benchmark_checks_both_paths_agree_and_reports_their_ratio() -> None:
+    report = run_benchmark("plan", "--changes", "1000", "--repeat", "1")
+    assert ratio_names(report) == [
+        "text: speed-up (generic / fast)",
+        "binary: speed-up (generic / fast)",
+    ]
+
+
+def test_the_sink_scaling_benchmark_measures_both_layouts() -> None:
+    report = run_benchmark(
+        "sink",
+        "--sizes",
+        "20000,40000",
+        "--batch",
+        "1000",
+        "--rows-per-file",
+        "10000",
+        "--repeat",
+        "1",
+    )
+    assert ratio_names(report) == [
+        "plain, clustered batch: 40,000 / 20,000 rows",
+        "partitioned, clustered batch: 40,000 / 20,000 rows",
+    ]
+
+
+def test_the_lag_benchmark_measures_every_transaction_into_a_partitioned_table() -> None:
+    report = run_benchmark(
+        "lag",
+        "--seconds",
+        "3",
+        "--rate",
+        "2000",
+        "--table-rows",
+        "20000",
+        "--rows-per-file",
+        "10000",
+        "--key-bucket-width",
+        "10000",
+    )
+    facts = report["facts"]
+    assert isinstance(facts, dict)
+    assert facts["layout"] == "partitioned by floor(id / 10,000)"
+    assert ratio_names(report) == ["p99 lag / 2 s"]
+
+
+def test_the_end_to_end_benchmark_compares_row_counts_with_native_apply() -> None:
+    report = run_benchmark(
+        "e2e",
+        "--changes",
+        "5000",
+        "--table-rows",
+        "20000",
+        "--rows-per-file",
+        "10000",
+        "--key-bucket-width",
+        "10000",
+    )
+    assert ratio_names(report) == ["daemon / native apply"]
+
+
+def test_the_capture_benchmark_runs_every_contender_on_copies_of_one_slot() -> None:
+    report = run_benchmark("capture", "--changes", "20000", "--repeat", "1", "--default-gc")
+    assert ratio_names(report) == [
+        "read loop / pg_recvlogical",
+        "daemon / pg_recvlogical",
+        "daemon, default gc / pg_recvlogical",
+    ]
+
+
+def test_the_memory_benchmark_compares_peak_rss_of_two_transaction_sizes() -> None:
+    report = run_benchmark(
+        "memory", "--small-rows", "1000", "--large-rows", "20000", "--settings", "fixed-batches"
+    )
+    assert ratio_names(report) == ["fixed-batches: large / small peak RSS"]
