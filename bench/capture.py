@@ -40,14 +40,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import gc
 import pstats
 import resource
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psycopg
@@ -65,7 +64,6 @@ from bench.workload import (
     drop_slot,
     write_mixed_backlog,
 )
-from capture.gc_tuning import tune_garbage_collector
 from capture.negotiation import start_replication_options
 from capture.pgserver import LocalPostgres
 from capture.stream import ReplicationStream
@@ -169,20 +167,6 @@ def _drop(dsn: str, name: str) -> None:
         drop_slot(conn, name)
 
 
-@contextlib.contextmanager
-def daemon_gc(enabled: bool) -> Iterator[None]:
-    """The daemon's collector settings (``capture.gc_tuning``) for one run, then undone."""
-    thresholds = gc.get_threshold()
-    if enabled:
-        tune_garbage_collector()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.set_threshold(*thresholds)
-            gc.unfreeze()
-
-
 def _print_profile(path: Path, limit: int = 30) -> None:
     stats = pstats.Stats(str(path))
     stats.sort_stats("tottime").print_stats(limit)
@@ -256,8 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                 tables=[f"public.{TABLE}"],
                 max_rows_ceiling=args.batch_ceiling,
             )
-            with daemon_gc(tune):
-                result = run_daemon(config, backlog.end_lsn)
+            result = run_daemon(config, backlog.end_lsn, tune_gc=tune)
             if result.rows != backlog.changes:
                 raise RuntimeError(
                     f"the daemon delivered {result.rows:,} row changes, not {backlog.changes:,}"
@@ -290,8 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_rows_ceiling=args.batch_ceiling,
             )
             profiler = cProfile.Profile()
-            with daemon_gc(True):
-                profiler.runcall(run_daemon, config, backlog.end_lsn)
+            profiler.runcall(run_daemon, config, backlog.end_lsn)
             profiler.dump_stats(str(args.profile))
             _drop(dsn, slot)
 

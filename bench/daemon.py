@@ -10,11 +10,14 @@ is therefore the receive + decode + assemble + batch path and nothing of Delta.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from capture.gc_tuning import tune_garbage_collector
 from capture.logging import configure_logging
 from capture.service import CaptureService
 from config import AppConfig, parse_config
@@ -100,7 +103,9 @@ def bench_config(
     )
 
 
-def run_daemon(config: AppConfig, endpos: Lsn, sink: Sink | None = None) -> DaemonRun:
+def run_daemon(
+    config: AppConfig, endpos: Lsn, sink: Sink | None = None, *, tune_gc: bool = True
+) -> DaemonRun:
     """Run ``CaptureService`` from the configured slot until ``endpos``; time it.
 
     Args:
@@ -108,6 +113,7 @@ def run_daemon(config: AppConfig, endpos: Lsn, sink: Sink | None = None) -> Daem
         endpos: stop once everything committed up to here is durable in the sink.
         sink: where the changes go; a ``CountingSink`` when None. ``rows`` and
             ``batches`` of the result are counted only by a ``CountingSink``.
+        tune_gc: with the collector settings ``wal2delta run`` applies (``daemon_gc``).
 
     Logging is set to warnings only, as a production deployment at ``info`` logs one
     line per batch and nothing per change.
@@ -115,7 +121,7 @@ def run_daemon(config: AppConfig, endpos: Lsn, sink: Sink | None = None) -> Daem
     configure_logging("console", "warning")
     counting = CountingSink()
     service = CaptureService(config, sink if sink is not None else counting, endpos=endpos)
-    with _GcTimer() as gc_timer:
+    with daemon_gc(tune_gc), _GcTimer() as gc_timer:
         cpu_started = time.process_time()
         started = time.perf_counter()
         service.run()
@@ -128,6 +134,20 @@ def run_daemon(config: AppConfig, endpos: Lsn, sink: Sink | None = None) -> Daem
         cpu_seconds=cpu,
         gc_seconds=gc_timer.seconds,
     )
+
+
+@contextlib.contextmanager
+def daemon_gc(enabled: bool) -> Iterator[None]:
+    """The daemon's collector settings (``capture.gc_tuning``) for one run, then undone."""
+    thresholds = gc.get_threshold()
+    if enabled:
+        tune_garbage_collector()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.set_threshold(*thresholds)
+            gc.unfreeze()
 
 
 class _GcTimer:

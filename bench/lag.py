@@ -42,7 +42,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.numeric import Int8
 
-from bench.daemon import add_delta_run_arguments, bench_config
+from bench.daemon import add_delta_run_arguments, bench_config, daemon_gc
 from bench.postgres import bench_server
 from bench.report import Ratio, median_figure, print_report
 from bench.sink_scaling import bucketed_settings, build_table
@@ -243,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
             DeltaSink(spark, bucketed_settings(str(lake), args.key_bucket_width or None))
         )
         stop = threading.Event()
+        # The collector settings of `wal2delta run`, as the other daemon benchmarks use.
+        stack.enter_context(daemon_gc(True))
         service = CaptureService(config, sink, stop_event=stop)
         failures: list[BaseException] = []
 
