@@ -67,6 +67,7 @@ from bench.workload import (
 from capture.negotiation import start_replication_options
 from capture.pgserver import LocalPostgres
 from capture.stream import ReplicationStream
+from config import AppConfig
 from decoder import ProtocolOptions, encode_standby_status_update, format_lsn
 
 SOURCE_SLOT = "bench_source"
@@ -230,9 +231,8 @@ def main(argv: list[str] | None = None) -> int:
             read_loop_cpu.append(cpu)
             _drop(dsn, "bench_read_loop")
 
-        def daemon_run(runs: list[DaemonRun], tune: bool = True) -> None:
-            slot = _fresh_slot(dsn, "bench_daemon")
-            config = bench_config(
+        def daemon_config(slot: str) -> AppConfig:
+            return bench_config(
                 dsn,
                 workdir,
                 slot=slot,
@@ -240,7 +240,10 @@ def main(argv: list[str] | None = None) -> int:
                 tables=[f"public.{TABLE}"],
                 max_rows_ceiling=args.batch_ceiling,
             )
-            result = run_daemon(config, backlog.end_lsn, tune_gc=tune)
+
+        def daemon_run(runs: list[DaemonRun], tune: bool = True) -> None:
+            slot = _fresh_slot(dsn, "bench_daemon")
+            result = run_daemon(daemon_config(slot), backlog.end_lsn, tune_gc=tune)
             if result.rows != backlog.changes:
                 raise RuntimeError(
                     f"the daemon delivered {result.rows:,} row changes, not {backlog.changes:,}"
@@ -264,16 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile is not None:
             print("profiling one daemon run ...", flush=True)
             slot = _fresh_slot(dsn, "bench_profile")
-            config = bench_config(
-                dsn,
-                workdir,
-                slot=slot,
-                publication=PUBLICATION,
-                tables=[f"public.{TABLE}"],
-                max_rows_ceiling=args.batch_ceiling,
-            )
             profiler = cProfile.Profile()
-            profiler.runcall(run_daemon, config, backlog.end_lsn)
+            profiler.runcall(run_daemon, daemon_config(slot), backlog.end_lsn)
             profiler.dump_stats(str(args.profile))
             _drop(dsn, slot)
 

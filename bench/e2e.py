@@ -49,7 +49,7 @@ from deltalake import DeltaTable
 from bench.daemon import add_delta_run_arguments, bench_config, run_daemon
 from bench.postgres import bench_server
 from bench.report import Figure, Ratio, median_figure, print_report
-from bench.sink_scaling import bucketed_settings, build_table
+from bench.sink_scaling import bucketed_settings, build_table, layout_description
 from bench.workload import (
     PUBLICATION,
     TABLE,
@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = create_spark_session(SparkSettings())
         stack.callback(stop_spark_session, spark)
         lake = workdir / "lake"
+        settings = bucketed_settings(str(lake), args.key_bucket_width or None)
         path = table_path(str(lake), "public", TABLE)
         dsn = source.dsn()
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             copy_slot(conn, SOURCE_SLOT, DAEMON_SLOT)
             build_table(
                 spark,
-                DeltaSink(spark, bucketed_settings(str(lake), args.key_bucket_width or None)),
+                DeltaSink(spark, settings),
                 path,
                 keys=(1 - seed, 0),
                 per_file=args.rows_per_file,
@@ -208,9 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_rows=args.max_rows,
                 max_rows_ceiling=args.max_rows_ceiling,
             )
-            recording = RecordingSink(
-                DeltaSink(spark, bucketed_settings(str(lake), args.key_bucket_width or None))
-            )
+            recording = RecordingSink(DeltaSink(spark, settings))
             daemon = run_daemon(config, backlog.end_lsn, recording)
             delta_rows = DeltaTable(path).to_pyarrow_table(columns=["id"]).num_rows
             print(f"daemon: {daemon.wall_seconds:.1f} s", flush=True)
@@ -237,11 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     facts: dict[str, object] = {
         "backlog": f"{changes:,} changes in {backlog.transactions:,} transactions",
         "table": f"{seed:,} rows before the backlog, {expected_rows:,} after",
-        "layout": (
-            f"partitioned by floor(id / {args.key_bucket_width:,})"
-            if args.key_bucket_width
-            else "unpartitioned"
-        ),
+        "layout": layout_description(args.key_bucket_width or None),
         "daemon batches": f"{len(recording.sizes)}: {recording.describe()}",
         "daemon time inside DeltaSink.apply": f"{sum(recording.seconds):.1f} s",
     }

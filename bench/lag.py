@@ -45,7 +45,7 @@ from psycopg.types.numeric import Int8
 from bench.daemon import add_delta_run_arguments, bench_config, daemon_gc
 from bench.postgres import bench_server
 from bench.report import Ratio, median_figure, print_report
-from bench.sink_scaling import bucketed_settings, build_table
+from bench.sink_scaling import bucketed_settings, build_table, layout_description
 from bench.workload import PUBLICATION, TABLE, create_source_slot, create_table
 from capture.logging import configure_logging
 from capture.service import CaptureService
@@ -217,13 +217,14 @@ def main(argv: list[str] | None = None) -> int:
         spark = create_spark_session(SparkSettings())
         stack.callback(stop_spark_session, spark)
         lake = workdir / "lake"
+        settings = bucketed_settings(str(lake), args.key_bucket_width or None)
         dsn = server.dsn()
         with psycopg.connect(dsn, autocommit=True) as conn:
             create_table(conn, seed_rows=seed)
             create_source_slot(conn, SLOT)
         build_table(
             spark,
-            DeltaSink(spark, bucketed_settings(str(lake), args.key_bucket_width or None)),
+            DeltaSink(spark, settings),
             table_path(str(lake), "public", TABLE),
             keys=(1 - seed, 0),
             per_file=args.rows_per_file,
@@ -239,9 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             max_rows_ceiling=args.max_rows_ceiling,
         )
         configure_logging("console", "warning")
-        sink = LagSink(
-            DeltaSink(spark, bucketed_settings(str(lake), args.key_bucket_width or None))
-        )
+        sink = LagSink(DeltaSink(spark, settings))
         stop = threading.Event()
         # The collector settings of `wal2delta run`, as the other daemon benchmarks use.
         stack.enter_context(daemon_gc(True))
@@ -289,11 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     facts: dict[str, object] = {
         "rate": f"{achieved:,.0f} changes/s written (asked {args.rate:,.0f}) for {args.seconds} s",
         "table": f"{seed:,} rows before",
-        "layout": (
-            f"partitioned by floor(id / {args.key_bucket_width:,})"
-            if args.key_bucket_width
-            else "unpartitioned"
-        ),
+        "layout": layout_description(args.key_bucket_width or None),
         "transactions measured": len(lags),
         "batches": f"{len(sizes)}, changes per batch: min {min(sizes)}, "
         f"median {statistics.median(sizes):.0f}, max {max(sizes)}",

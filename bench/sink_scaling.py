@@ -222,6 +222,11 @@ def bucketed_settings(lake: str, width: int | None) -> SinkSettings:
     return SinkSettings(path=lake, key_buckets={RELATION.qualified_name: KeyBuckets(width)})
 
 
+def layout_description(width: int | None) -> str:
+    """The table layout ``bucketed_settings`` gives, for a benchmark's report."""
+    return f"partitioned by floor(id / {width:,})" if width else "unpartitioned"
+
+
 def time_merges(
     sink: DeltaSink, *, rows: int, batch: int, clustered: bool, repeat: int, seed: int, lsn: int
 ) -> list[float]:

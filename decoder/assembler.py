@@ -969,21 +969,10 @@ class Assembler:
                         relation = self._relation(
                             unpack_id(record, id_at)[0], _ROW_EVENTS[tag], committed, streamed
                         )
-                    if tag == 0x49:  # 'I'
+                    if tag == 0x49 or (tag == 0x55 and record[marker_at] == 0x4E):
+                        # INSERT, or UPDATE with only its new tuple ('U' ... 'N').
                         change: Change = RowChangeBuilder(  # type: ignore[assignment]
-                            "insert",
-                            relation,
-                            from_wire(record, tuple_at),
-                            None,
-                            None,
-                            commit_lsn,
-                            commit_time,
-                            ordinal,
-                        )
-                        change.__class__ = RowChange
-                    elif tag == 0x55 and record[marker_at] == 0x4E:  # 'U' ... 'N'
-                        change = RowChangeBuilder(  # type: ignore[assignment]
-                            "update",
+                            "insert" if tag == 0x49 else "update",
                             relation,
                             from_wire(record, tuple_at),
                             None,

@@ -264,17 +264,14 @@ def load_tuple_wire(
     pos = start + 2
     for index in range(count):
         kind = buf[pos]
-        if kind == 0x74:  # 't'
+        if kind in {0x74, 0x62}:  # 't' text, 'b' binary
             begin = pos + 5
             pos = begin + unpack(buf, pos + 1)[0]
-            append(text_loaders[index](buf[begin:pos]))
+            load = text_loaders[index] if kind == 0x74 else binary_loaders[index]
+            append(load(buf[begin:pos]))
         elif kind == 0x6E:  # 'n'
             append(None)
             pos += 1
-        elif kind == 0x62:  # 'b'
-            begin = pos + 5
-            pos = begin + unpack(buf, pos + 1)[0]
-            append(binary_loaders[index](buf[begin:pos]))
         elif kind == 0x75:  # 'u'
             append(UNCHANGED_TOAST)
             pos += 1
