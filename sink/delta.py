@@ -52,7 +52,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Final, Protocol
@@ -71,6 +71,15 @@ from decoder import (
 )
 from sink.base import Batch, BatchResult, SinkDataError
 from sink.evolution import CatalogTable, SourceCatalog, delta_type_name, evolve
+from sink.keyless import (
+    NO_POSITION,
+    Candidate,
+    FoldedStep,
+    KeylessStep,
+    Position,
+    assign_takes,
+    fold,
+)
 from sink.partitioning import BucketFilter, bucket_filter, bucket_of, bucket_values, bucketed_column
 from sink.plan import MergePlan, MergeStep, PlanColumn, TruncateStep, convert_value, plan_batch
 from sink.settings import KeyBuckets, SinkSettings
@@ -78,25 +87,37 @@ from sink.spark import engine_errors
 from sink.sql import (
     ANOMALY_COUNT,
     DELETE_FLAG,
+    KEYLESS_INSERT,
+    KEYLESS_KIND,
+    KEYLESS_REMOVE,
+    KEYLESS_REWRITE,
     MESSAGE_COLUMNS,
     MOVED_FLAG,
     SNAPSHOT_COLUMNS,
+    WANTED_COUNT,
+    WANTED_VALUE,
     MetadataColumns,
     delta_table,
     keep_flag,
+    keyless_source_columns,
     moved_from_column,
     quote,
     render_added_columns_select,
     render_column_reset,
+    render_keyless_candidates,
+    render_keyless_merge,
     render_merge,
     render_messages_merge,
+    render_missing_row_ids_count,
+    render_row_id_backfill,
     render_snapshot_marker_merge,
     render_toast_anomaly_count,
     render_truncate,
     source_columns,
+    touch_columns,
     truncate_columns,
 )
-from sink.typemap import BIGINT, BINARY, BOOLEAN, STRING, TIMESTAMP
+from sink.typemap import BIGINT, BINARY, BOOLEAN, INT, STRING, TIMESTAMP
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -265,6 +286,88 @@ def source_table(
     return columns, pa.Table.from_arrays(arrays, names=names)
 
 
+def _arrow_table(
+    table: str, columns: Sequence[_Column], arrays: Sequence[Sequence[object]]
+) -> pa.Table:
+    """One Arrow table from per-column values, with the error ``source_table`` raises."""
+    built = []
+    for column, values in zip(columns, arrays, strict=True):
+        build = _commit_time_array if column.arrow == TIMESTAMP.arrow else _array
+        try:
+            built.append(build(values, column.arrow))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            raise SinkDataError(
+                f"cannot build {column.spark_sql} values for column {column.name!r} of "
+                f"{table} ({type(exc).__name__}); see the chained error"
+            ) from exc
+    return pa.Table.from_arrays(built, names=[c.name for c in columns])
+
+
+def keyless_source_table(
+    table: str, step: FoldedStep, assigned: Sequence[Candidate | None], meta: MetadataColumns
+) -> tuple[list[_Column], pa.Table]:
+    """The source of a keyless MERGE (``sql.keyless_source_columns``): new rows, then takes.
+
+    Takes that found no row (``assigned`` None) are left out.
+    """
+    rows: list[tuple[object, ...]] = []
+    width = len(step.columns)
+    for new in step.new_rows:
+        rows.append(
+            (
+                *new.values,
+                new.row_lsn,
+                new.row_ordinal,
+                new.lsn,
+                new.commit_time,
+                new.ordinal,
+                KEYLESS_INSERT,
+            )
+        )
+    for take, row in zip(step.takes, assigned, strict=True):
+        if row is None:
+            continue
+        kind = KEYLESS_REMOVE if take.new is None else KEYLESS_REWRITE
+        values = take.new if take.new is not None else (None,) * width
+        rows.append(
+            (
+                *values,
+                row.row_lsn,
+                row.row_ordinal,
+                take.new_lsn,
+                take.commit_time,
+                take.new_ordinal,
+                kind,
+            )
+        )
+    columns = [_plan_column(c) for c in step.columns] + [
+        _Column(meta.row_lsn, BIGINT.spark_sql, BIGINT.arrow),
+        _Column(meta.row_ordinal, BIGINT.spark_sql, BIGINT.arrow),
+        _Column(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
+        _Column(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+        _Column(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow),
+        _Column(KEYLESS_KIND, INT.spark_sql, INT.arrow),
+    ]
+    assert tuple(c.name for c in columns) == keyless_source_columns(meta, step)
+    by_column = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
+    return columns, _arrow_table(table, columns, by_column)
+
+
+def keyless_touch_table(
+    table: str, step: FoldedStep, meta: MetadataColumns
+) -> tuple[list[_Column], pa.Table]:
+    """The touched values of a keyless step with their stamps (``sql.touch_columns``)."""
+    columns = [_plan_column(c) for c in step.columns] + [
+        _Column(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
+        _Column(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+        _Column(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow),
+    ]
+    assert tuple(c.name for c in columns) == touch_columns(meta, step)
+    rows = [(*t.values, t.lsn, t.commit_time, t.ordinal) for t in step.touches]
+    by_column = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
+    return columns, _arrow_table(table, columns, by_column)
+
+
 @dataclass(slots=True)
 class _TableState:
     """What this sink knows of one Delta table.
@@ -277,6 +380,10 @@ class _TableState:
         stale: a statement failed; ``columns`` must be read from the table again.
         partition_column: the key-range partition column when the table has one.
         buckets_checked: the stored buckets were compared with the configured width.
+        row_ids_complete: every row has a keyless identity and stamp (checked before the
+            first keyless step; a keyed step may insert rows without them).
+        keyless_floor: the newest change of the table known to be applied; keyless changes
+            at or before it are replays (``keyless.py``). Read from the table once.
     """
 
     columns: dict[str, str]
@@ -284,6 +391,8 @@ class _TableState:
     stale: bool = False
     partition_column: str | None = None
     buckets_checked: bool = False
+    row_ids_complete: bool = False
+    keyless_floor: Position | None = None
 
 
 class DeltaSink:
@@ -429,7 +538,9 @@ class DeltaSink:
         if state is None or state.stale:
             first = next((s for s in plan.steps if isinstance(s, MergeStep)), None)
             data = [_plan_column(c) for c in first.columns] if first is not None else []
-            wanted = data + self._metadata_columns(ordinal=plan.uses_ordinal)
+            wanted = data + self._metadata_columns(
+                ordinal=plan.uses_ordinal or plan.uses_row_ids, row_ids=plan.uses_row_ids
+            )
             spec = self._settings.key_buckets.get(plan.qualified_name)
             partition = self._meta.key_bucket if spec is not None else None
             if partition is not None:
@@ -451,7 +562,11 @@ class DeltaSink:
             for step in plan.steps:
                 if isinstance(step, TruncateStep):
                     self._truncate(plan.qualified_name, target, step)
+                elif isinstance(step, KeylessStep):
+                    self._follow_relation(plan, path, state, step)
+                    self._merge_keyless(plan.qualified_name, path, step, state)
                 elif step.rows:
+                    state.row_ids_complete = False
                     self._follow_relation(plan, path, state, step)
                     anomalies += self._merge(plan.qualified_name, path, step, state)
         except BaseException:
@@ -468,7 +583,7 @@ class DeltaSink:
             )
         return anomalies
 
-    def _metadata_columns(self, *, ordinal: bool) -> list[_Column]:
+    def _metadata_columns(self, *, ordinal: bool, row_ids: bool = False) -> list[_Column]:
         meta = self._meta
         columns = [
             _Column(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
@@ -478,6 +593,9 @@ class DeltaSink:
             columns.append(_Column(meta.deleted, BOOLEAN.spark_sql, BOOLEAN.arrow))
         if ordinal:
             columns.append(_Column(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow))
+        if row_ids:
+            columns.append(_Column(meta.row_lsn, BIGINT.spark_sql, BIGINT.arrow))
+            columns.append(_Column(meta.row_ordinal, BIGINT.spark_sql, BIGINT.arrow))
         return columns
 
     def _load(
@@ -563,7 +681,7 @@ class DeltaSink:
     # --- schema evolution ------------------------------------------------------------------
 
     def _follow_relation(
-        self, plan: MergePlan, path: str, state: _TableState, step: MergeStep
+        self, plan: MergePlan, path: str, state: _TableState, step: MergeStep | KeylessStep
     ) -> None:
         """Make the table ready for ``step``'s relation (see the module docstring)."""
         meta = self._meta
@@ -571,7 +689,9 @@ class DeltaSink:
         # no identity, the soft-delete flag once soft deletes are switched on.
         metadata = [
             c
-            for c in self._metadata_columns(ordinal=step.identity == "ordinal")
+            for c in self._metadata_columns(
+                ordinal=step.identity in ("ordinal", "row"), row_ids=step.identity == "row"
+            )
             if c.name not in state.columns
         ]
         if step.columns == state.relation and not metadata:
@@ -790,6 +910,111 @@ class DeltaSink:
                 row_count=anomalies,
             )
         return anomalies
+
+    # --- tables without a key (keyless.py) -------------------------------------------------
+
+    def _merge_keyless(self, table: str, path: str, step: KeylessStep, state: _TableState) -> None:
+        """Apply a keyless step: fold it after the table's floor, assign its takes, MERGE."""
+        if table in self._settings.key_buckets:
+            raise SinkDataError(
+                f"sink.partition_by_key lists {table}, but it has no key (REPLICA IDENTITY "
+                "FULL without a primary key or configured key); partition only tables with "
+                "a primary key, replica identity index or configured key"
+            )
+        target = delta_table(path)
+        if not state.row_ids_complete:
+            self._complete_row_ids(table, path, state)
+        if state.keyless_floor is None:
+            state.keyless_floor = self._newest_stamp(table, target)
+        folded = fold(step, state.keyless_floor)
+        if not folded.is_empty:
+            self._merge_folded(table, target, folded)
+        state.keyless_floor = max(state.keyless_floor, step.last_position)
+
+    def _merge_folded(self, table: str, target: str, folded: FoldedStep) -> None:
+        assigned = self._assign_takes(table, target, folded) if folded.takes else []
+        columns, arrow = keyless_source_table(table, folded, assigned, self._meta)
+        with ExitStack() as views:
+            views.enter_context(engine_errors(f"merging into {table}"))
+            view = views.enter_context(self._view(arrow, columns))
+            touch_view: str | None = None
+            if folded.touches:
+                touch_columns, touches = keyless_touch_table(table, folded, self._meta)
+                touch_view = views.enter_context(self._view(touches, touch_columns))
+            self._sql(
+                render_keyless_merge(
+                    folded, self._meta, target=target, view=view, touch_view=touch_view
+                )
+            )
+        missing = assigned.count(None)
+        if missing:
+            # What PostgreSQL's apply worker logs as "did not find row": a row Delta never
+            # held (replays end at the floor and never get here).
+            log.warning(
+                "keyless change found no equal row",
+                table=table,
+                change_count=missing,
+                consequence="the change was skipped, as PostgreSQL's subscriber skips it",
+            )
+
+    def _newest_stamp(self, table: str, target: str) -> Position:
+        """The newest (LSN, ordinal) stamp in the table: where replayed changes end."""
+        meta = self._meta
+        query = (
+            f"SELECT {quote(meta.lsn)} AS l, {quote(meta.ordinal)} AS o FROM {target} "
+            f"ORDER BY l DESC, o DESC LIMIT 1"
+        )
+        with engine_errors(f"reading the newest change applied to {table}"):
+            rows = self._spark.sql(query).collect()
+        if not rows:
+            return NO_POSITION
+        return (int(rows[0]["l"]), int(rows[0]["o"]))
+
+    def _assign_takes(self, table: str, target: str, step: FoldedStep) -> list[Candidate | None]:
+        """Read the candidate rows of the step's takes and assign one to each take."""
+        wanted = step.taken_values()
+        specs = [
+            _Column(WANTED_VALUE, BIGINT.spark_sql, BIGINT.arrow),
+            *(_plan_column(c) for c in step.columns),
+            _Column(WANTED_COUNT, BIGINT.spark_sql, BIGINT.arrow),
+        ]
+        arrays: list[list[object]] = [list(range(len(wanted)))]
+        arrays += [[value[i] for value, _ in wanted] for i in range(len(step.columns))]
+        arrays.append([count for _, count in wanted])
+        arrow = _arrow_table(table, specs, arrays)
+        meta = self._meta
+        with (
+            engine_errors(f"finding the rows of {table} its changes take"),
+            self._view(arrow, specs) as view,
+        ):
+            rows = self._spark.sql(
+                render_keyless_candidates(step, meta, target=target, view=view)
+            ).collect()
+        candidates: list[list[Candidate]] = [[] for _ in wanted]
+        for row in rows:
+            candidates[int(row[WANTED_VALUE])].append(
+                Candidate(
+                    int(row[meta.row_lsn]),
+                    int(row[meta.row_ordinal]),
+                    int(row[meta.lsn]),
+                    int(row[meta.ordinal]),
+                )
+            )
+        return assign_takes(step.takes, candidates)
+
+    def _complete_row_ids(self, table: str, path: str, state: _TableState) -> None:
+        """Give rows written without a keyless identity one, in one commit (see sql.py)."""
+        target = delta_table(path)
+        with engine_errors(f"checking the row identities of {table}"):
+            missing = self._count(
+                render_missing_row_ids_count(self._meta, target=target), ANOMALY_COUNT
+            )
+        if missing:
+            with engine_errors(f"giving the rows of {table} an identity"):
+                query = render_row_id_backfill(list(state.columns), self._meta, target=target)
+                self._spark.sql(query).write.format("delta").mode("overwrite").save(path)
+            log.info("keyless row identities filled", table=table, row_count=missing)
+        state.row_ids_complete = True
 
     def _check_bucket_width(self, table: str, target: str, key: str, spec: KeyBuckets) -> None:
         """Compare one stored row's bucket with the configured width (once per process).

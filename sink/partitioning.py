@@ -81,7 +81,7 @@ def bucketed_column(table: str, step: MergeStep, spec: KeyBuckets) -> int:
     if step.identity != "key":
         raise SinkDataError(
             f"sink.partition_by_key lists {table}, but its changes are matched on "
-            f"{'every column' if step.identity == 'all_columns' else 'no key'}; partition "
+            f"{'every column' if step.identity == 'row' else 'no key'}; partition "
             "only tables with a primary key, replica identity index or configured key"
         )
     names = [step.columns[i].name for i in step.match_indexes]

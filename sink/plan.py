@@ -43,9 +43,9 @@ Identity (``Identity``):
   column, so the flags say nothing - the configured key (``SinkSettings.keys``) is used,
   else the table's primary key as the source catalog reports it (``primary_key``), when
   the relation publishes all of its columns.
-* ``all_columns``: REPLICA IDENTITY FULL without a configured key or primary key. Rows are
-  matched on every column of the old tuple, so identical duplicate rows in the source
-  table collapse into one Delta row.
+* ``row``: REPLICA IDENTITY FULL without a configured key or primary key. Such a table
+  may hold identical rows, and must keep them: these changes plan a ``KeylessStep``
+  instead (``keyless.py`` explains its folding), whose rows carry a hidden row identity.
 * ``ordinal``: no key at all (REPLICA IDENTITY NOTHING, or DEFAULT on a table without
   primary key) and none configured. PostgreSQL only publishes inserts for such tables
   (it refuses UPDATE and DELETE on a table that publishes them without an identity); each
@@ -62,7 +62,6 @@ before that change were written under earlier relations, which is what schema ev
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -91,6 +90,8 @@ from decoder import (
     pg_timestamp_to_datetime,
 )
 from sink.base import Batch, SinkDataError
+from sink.keyless import KeylessChange, KeylessStep
+from sink.matching import hashable
 from sink.settings import MissingKeyPolicy
 from sink.typemap import (
     DeltaType,
@@ -103,7 +104,7 @@ from sink.typemap import (
     to_delta_value,
 )
 
-Identity = Literal["key", "all_columns", "ordinal"]
+Identity = Literal["key", "row", "ordinal"]
 RowOperation = Literal["insert", "update", "delete"]
 PrimaryKeyLookup = Callable[[Relation], Sequence[str]]
 """Relation -> its table's primary key columns (empty when none), from the source catalog."""
@@ -191,7 +192,7 @@ class TruncateStep:
     commit_time: datetime
 
 
-Step = MergeStep | TruncateStep
+Step = MergeStep | KeylessStep | TruncateStep
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +205,8 @@ class MergePlan:
         columns: every column any step writes (latest type wins), for creating the table
             and adding columns.
         uses_ordinal: some step matches on the ordinal metadata column.
+        uses_row_ids: some step is a ``KeylessStep``, whose rows carry a hidden identity
+            (and a stamp in the LSN and ordinal columns).
         steps: applied in order.
         counts: row changes of the batch for this table by operation.
         skipped: UPDATE and DELETE changes dropped because the table has no identity and
@@ -217,6 +220,7 @@ class MergePlan:
     steps: tuple[Step, ...]
     counts: Mapping[str, int]
     skipped: int = 0
+    uses_row_ids: bool = False
 
     @property
     def qualified_name(self) -> str:
@@ -394,10 +398,19 @@ class _OpenStep:
 
 
 @dataclass(slots=True)
+class _OpenKeylessStep:
+    shape: _Shape
+    changes: list[KeylessChange] = field(default_factory=list)
+
+    def freeze(self) -> KeylessStep:
+        return KeylessStep(self.shape.columns, tuple(self.changes))
+
+
+@dataclass(slots=True)
 class _TablePlan:
     schema: str
     table: str
-    steps: list[Step | _OpenStep] = field(default_factory=list)
+    steps: list[Step | _OpenStep | _OpenKeylessStep] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: {"insert": 0, "update": 0, "delete": 0})
     skipped: int = 0
 
@@ -409,11 +422,21 @@ class _TablePlan:
         self.steps.append(step)
         return step
 
+    def open_keyless_step(self, shape: _Shape) -> list[KeylessChange]:
+        last = self.steps[-1] if self.steps else None
+        if isinstance(last, _OpenKeylessStep) and (last.shape is shape or last.shape == shape):
+            return last.changes
+        step = _OpenKeylessStep(shape)
+        self.steps.append(step)
+        return step.changes
+
     def freeze(self) -> MergePlan:
-        steps = tuple(s.freeze() if isinstance(s, _OpenStep) else s for s in self.steps)
+        steps = tuple(
+            s.freeze() if isinstance(s, _OpenStep | _OpenKeylessStep) else s for s in self.steps
+        )
         columns: dict[str, PlanColumn] = {}
         for step in steps:
-            if isinstance(step, MergeStep):
+            if isinstance(step, MergeStep | KeylessStep):
                 for column in step.columns:
                     columns[column.name] = column
         return MergePlan(
@@ -424,6 +447,7 @@ class _TablePlan:
             steps=steps,
             counts=dict(self.counts),
             skipped=self.skipped,
+            uses_row_ids=any(isinstance(s, KeylessStep) for s in steps),
         )
 
 
@@ -519,7 +543,7 @@ class _Planner:
             elif (primary := self._catalog_key(relation, names)) is not None:
                 identity, match = "key", primary
             elif relation.replica_identity == "f":
-                identity, match = "all_columns", tuple(range(len(columns)))
+                identity, match = "row", tuple(range(len(columns)))
             else:
                 identity, match = "ordinal", ()
         else:
@@ -621,12 +645,15 @@ class _Planner:
             table.skipped += 1
             return
         table.counts[change.op] += 1
-        step = table.open_step(shape, change.commit_lsn)
         commit_time = (
             self._last_commit_time
             if change.commit_time == self._last_timestamp
             else self._commit_time(change.commit_time)
         )
+        if shape.identity == "row":
+            self._add_keyless_row(change, table, shape, commit_time)
+            return
+        step = table.open_step(shape, change.commit_lsn)
         if change.op == "insert":
             new = self._decode(change, shape, _required(change.new, change, "new"))
             identity = self._identity(change, shape, new)
@@ -683,6 +710,32 @@ class _Planner:
         step.rows[new_identity] = _Row(
             False, new, moved_from, change.commit_lsn, commit_time, change.ordinal
         )
+
+    def _add_keyless_row(
+        self, change: RowChange, table: _TablePlan, shape: _Shape, commit_time: datetime
+    ) -> None:
+        """Decode a change of a table without any key; the executor folds (``keyless.py``)."""
+        changes = table.open_keyless_step(shape)
+        lsn, ordinal = change.commit_lsn, change.ordinal
+        old: tuple[object, ...] | None = None
+        new: tuple[object, ...] | None = None
+        if change.op != "insert":
+            old = tuple(self._decode(change, shape, _required(change.old, change, "old")))
+            if UNCHANGED_TOAST in old:
+                raise SinkDataError(
+                    f"{change.op.upper()} on {change.relation.qualified_name} sent an old "
+                    "row with an unchanged TOAST value; a table without a key is matched on "
+                    f"the whole old row (commit {format_lsn(lsn)}), so the change cannot be "
+                    "applied"
+                )
+        if change.op != "delete":
+            values = self._decode(change, shape, _required(change.new, change, "new"))
+            # REPLICA IDENTITY FULL sends the whole old row: it holds what 'u' did not resend.
+            new = tuple(
+                old[i] if v is UNCHANGED_TOAST and old is not None else v
+                for i, v in enumerate(values)
+            )
+        changes.append(KeylessChange(old, new, lsn, ordinal, commit_time))
 
     def _commit_time(self, timestamp: int) -> datetime:
         """Convert a commit time, once per transaction rather than once per change."""
@@ -888,27 +941,6 @@ def _check_column_names(table: str, names: Sequence[str], reserved: frozenset[st
                 "Spark cannot tell apart; rename one of them"
             )
         seen[folded] = name
-
-
-def hashable(value: object) -> object:
-    """A dictionary-key form of a Delta value that compares as Spark's ``<=>`` does.
-
-    Lists become tuples, and NaN, which Spark treats as equal to itself in comparisons,
-    becomes one marker.
-    """
-    if isinstance(value, list):
-        return tuple(hashable(v) for v in value)
-    if isinstance(value, float) and math.isnan(value):
-        return _NAN
-    return value
-
-
-class _NaN:
-    def __repr__(self) -> str:
-        return "NaN"
-
-
-_NAN: Final = _NaN()
 
 
 def _where(change: RowChange, column: PlanColumn) -> str:

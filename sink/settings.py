@@ -51,6 +51,10 @@ class SinkSettings:
         key_buckets: qualified table name -> how to partition its Delta table by key
             range, so a MERGE reads only the partitions its rows fall in.
         key_bucket_column: the partition column of such tables (``floor(key / width)``).
+        row_lsn_column: with ``row_ordinal_column``, the hidden identity of each row of a
+            table without any key under REPLICA IDENTITY FULL: the position of the INSERT
+            that created it (``sink/keyless.py``).
+        row_ordinal_column: see ``row_lsn_column``.
     """
 
     path: str
@@ -64,6 +68,8 @@ class SinkSettings:
     on_missing_key: MissingKeyPolicy = "error"
     key_buckets: Mapping[str, KeyBuckets] = field(default_factory=dict)
     key_bucket_column: str = "_wal2delta_key_bucket"
+    row_lsn_column: str = "_wal2delta_row_lsn"
+    row_ordinal_column: str = "_wal2delta_row_ordinal"
 
 
 @dataclass(frozen=True, slots=True)

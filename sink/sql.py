@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from sink.keyless import FoldedStep
 from sink.partitioning import BucketFilter
 from sink.plan import HELPER_PREFIX, MergeStep
 from sink.settings import SinkSettings
@@ -76,6 +77,8 @@ class MetadataColumns:
     ordinal: str
     soft_delete: bool
     key_bucket: str = "_wal2delta_key_bucket"
+    row_lsn: str = "_wal2delta_row_lsn"
+    row_ordinal: str = "_wal2delta_row_ordinal"
 
     @classmethod
     def from_settings(cls, settings: SinkSettings) -> MetadataColumns:
@@ -87,12 +90,22 @@ class MetadataColumns:
             ordinal=settings.ordinal_column,
             soft_delete=settings.soft_delete,
             key_bucket=settings.key_bucket_column,
+            row_lsn=settings.row_lsn_column,
+            row_ordinal=settings.row_ordinal_column,
         )
 
     @property
     def reserved(self) -> tuple[str, ...]:
         """Every metadata column name; source columns may not use them."""
-        return (self.lsn, self.commit_time, self.deleted, self.ordinal, self.key_bucket)
+        return (
+            self.lsn,
+            self.commit_time,
+            self.deleted,
+            self.ordinal,
+            self.key_bucket,
+            self.row_lsn,
+            self.row_ordinal,
+        )
 
 
 def _col(alias: str, name: str) -> str:
@@ -405,3 +418,206 @@ def render_snapshot_marker_merge(*, target: str, view: str) -> str:
         f"WHEN NOT MATCHED THEN INSERT ({', '.join(quote(n) for n in SNAPSHOT_COLUMNS)})\n"
         f"  VALUES ({', '.join(_col('s', n) for n in SNAPSHOT_COLUMNS)})"
     )
+
+
+# --- tables without a key (keyless.py) -------------------------------------------------------
+
+KEYLESS_KIND: Final = f"{HELPER_PREFIX}kind"
+"""Source column of a keyless MERGE: what the source row does to the target row it names."""
+KEYLESS_INSERT: Final = 0
+KEYLESS_REWRITE: Final = 1
+KEYLESS_REMOVE: Final = 2
+KEYLESS_TOUCH: Final = 3
+WANTED_VALUE: Final = f"{HELPER_PREFIX}value"
+WANTED_COUNT: Final = f"{HELPER_PREFIX}wanted"
+_RANK: Final = f"{HELPER_PREFIX}rank"
+
+
+def _equal_rows(step: FoldedStep, left: str, right: str) -> str:
+    """Rows equal column by column, NULLs matching NULLs, as PostgreSQL's apply worker does."""
+    terms = [f"{_col(left, c.name)} <=> {_col(right, c.name)}" for c in step.columns]
+    return " AND ".join(terms) or "true"
+
+
+def _before_step(step: FoldedStep, meta: MetadataColumns, alias: str) -> str:
+    """The row was inserted before the step's first change (else the step inserted it)."""
+    row_lsn, row_ordinal = _col(alias, meta.row_lsn), _col(alias, meta.row_ordinal)
+    lsn = int(step.first_lsn)
+    return (
+        f"({row_lsn} < {lsn} OR ({row_lsn} = {lsn} AND {row_ordinal} < {int(step.first_ordinal)}))"
+    )
+
+
+def _live(meta: MetadataColumns, alias: str) -> list[str]:
+    return [f"NOT coalesce({_col(alias, meta.deleted)}, false)"] if meta.soft_delete else []
+
+
+def _stamped_before(meta: MetadataColumns, row: str, change: str) -> str:
+    """``row``'s stamp (LSN, ordinal) is before ``change``'s position."""
+    row_lsn, change_lsn = _col(row, meta.lsn), _col(change, meta.lsn)
+    return (
+        f"({row_lsn} < {change_lsn} OR ({row_lsn} = {change_lsn} AND "
+        f"{_col(row, meta.ordinal)} < {_col(change, meta.ordinal)}))"
+    )
+
+
+def wanted_columns(step: FoldedStep) -> tuple[str, ...]:
+    """Columns of the view ``render_keyless_candidates`` reads: one row per taken value."""
+    return (WANTED_VALUE, *(c.name for c in step.columns), WANTED_COUNT)
+
+
+def render_keyless_candidates(
+    step: FoldedStep, meta: MetadataColumns, *, target: str, view: str
+) -> str:
+    """Per taken value, the equal target rows with the smallest stamps, as many as wanted.
+
+    ``view`` holds ``wanted_columns(step)``: a number per distinct value, the value, and
+    how many takes want it. The result has the value's number, the row's identity and its
+    stamp (``keyless.Candidate``).
+    """
+    identity = [meta.row_lsn, meta.row_ordinal]
+    stamp = [meta.lsn, meta.ordinal]
+    order = ", ".join(_col("t", n) for n in (*stamp, *identity))
+    where = " AND ".join([_before_step(step, meta, "t"), *_live(meta, "t")])
+    inner = ", ".join(_col("t", n) for n in (*identity, *stamp))
+    outer = ", ".join(quote(n) for n in (WANTED_VALUE, *identity, *stamp))
+    return (
+        f"SELECT {outer} FROM (\n"
+        f"  SELECT {_col('w', WANTED_VALUE)}, {inner},\n"
+        f"    row_number() OVER (PARTITION BY {_col('w', WANTED_VALUE)} ORDER BY {order})"
+        f" AS {quote(_RANK)},\n"
+        f"    {_col('w', WANTED_COUNT)}\n"
+        f"  FROM {target} AS t\n"
+        f"  JOIN {quote(view)} AS w ON {_equal_rows(step, 't', 'w')}\n"
+        f"  WHERE {where}\n"
+        f") AS c WHERE {quote(_RANK)} <= {quote(WANTED_COUNT)}"
+    )
+
+
+def keyless_source_columns(meta: MetadataColumns, step: FoldedStep) -> tuple[str, ...]:
+    """Columns of the source view of a keyless MERGE, in the order ``delta.py`` builds them."""
+    return (
+        *(c.name for c in step.columns),
+        meta.row_lsn,
+        meta.row_ordinal,
+        meta.lsn,
+        meta.commit_time,
+        meta.ordinal,
+        KEYLESS_KIND,
+    )
+
+
+def touch_columns(meta: MetadataColumns, step: FoldedStep) -> tuple[str, ...]:
+    """Columns of the view of touched values: the value, then the stamp it gives."""
+    return (*(c.name for c in step.columns), meta.lsn, meta.commit_time, meta.ordinal)
+
+
+def render_keyless_merge(
+    step: FoldedStep,
+    meta: MetadataColumns,
+    *,
+    target: str,
+    view: str,
+    touch_view: str | None,
+) -> str:
+    """The MERGE of a keyless step: insert new rows, rewrite or remove taken ones, touch.
+
+    Args:
+        step: the folded step.
+        meta: metadata column names and the delete mode.
+        target: the target table reference.
+        view: ``keyless_source_columns``: one row per new row (kind insert, its own
+            identity) and per assigned take (kind rewrite or remove, the taken row's
+            identity).
+        touch_view: ``touch_columns``, one row per ``Touch``; None when the step has none.
+            Every live target row equal to a touched value, stamped before it, inserted
+            before the step and not taken by ``view`` gets the touch's stamp.
+    """
+    identity = (meta.row_lsn, meta.row_ordinal)
+    stamp = (meta.lsn, meta.commit_time, meta.ordinal)
+    data = [c.name for c in step.columns]
+    source = quote(view)
+    if touch_view is not None:
+        touched = [f"CAST(NULL AS {c.delta.spark_sql}) AS {quote(c.name)}" for c in step.columns]
+        touched += [_col("u", n) for n in identity]
+        touched += [_col("x", n) for n in stamp]
+        touched.append(f"{KEYLESS_TOUCH} AS {quote(KEYLESS_KIND)}")
+        not_taken = " AND ".join(f"{_col('u', n)} = {_col('k', n)}" for n in identity)
+        where = " AND ".join([_before_step(step, meta, "u"), *_live(meta, "u")])
+        source = (
+            f"(\n  SELECT {', '.join(quote(n) for n in keyless_source_columns(meta, step))}"
+            f" FROM {quote(view)}\n"
+            f"  UNION ALL\n"
+            f"  SELECT {', '.join(touched)}\n"
+            f"  FROM {target} AS u\n"
+            f"  JOIN {quote(touch_view)} AS x\n"
+            f"    ON {_equal_rows(step, 'u', 'x')} AND {_stamped_before(meta, 'u', 'x')}\n"
+            f"  LEFT ANTI JOIN {quote(view)} AS k ON {not_taken}\n"
+            f"  WHERE {where}\n)"
+        )
+    kind = _col("s", KEYLESS_KIND)
+    set_stamp = [f"{_col('t', n)} = {_col('s', n)}" for n in stamp]
+    if meta.soft_delete:
+        remove = "UPDATE SET " + ", ".join([f"{_col('t', meta.deleted)} = true", *set_stamp])
+    else:
+        remove = "DELETE"
+    rewrite = [f"{_col('t', n)} = {_col('s', n)}" for n in data] + set_stamp
+    insert_names = [*data, *identity, *stamp]
+    insert_values = [_col("s", n) for n in insert_names]
+    if meta.soft_delete:
+        insert_names.append(meta.deleted)
+        insert_values.append("false")
+    match = " AND ".join(f"{_col('t', n)} = {_col('s', n)}" for n in identity)
+    return "\n".join(
+        [
+            f"MERGE INTO {target} AS t",
+            f"USING {source} AS s",
+            f"ON {match}",
+            f"WHEN MATCHED AND {kind} = {KEYLESS_REMOVE} THEN {remove}",
+            f"WHEN MATCHED AND {kind} = {KEYLESS_REWRITE} THEN UPDATE SET\n  "
+            + ",\n  ".join(rewrite),
+            f"WHEN MATCHED AND {kind} = {KEYLESS_TOUCH} THEN UPDATE SET " + ", ".join(set_stamp),
+            f"WHEN NOT MATCHED AND {kind} = {KEYLESS_INSERT} THEN INSERT "
+            f"({', '.join(quote(n) for n in insert_names)})\n"
+            f"  VALUES ({', '.join(insert_values)})",
+        ]
+    )
+
+
+def render_missing_row_ids_count(meta: MetadataColumns, *, target: str) -> str:
+    """Count the rows without a complete identity and stamp (written before they had one)."""
+    missing = " OR ".join(
+        f"{quote(n)} IS NULL" for n in (meta.row_lsn, meta.row_ordinal, meta.ordinal)
+    )
+    return f"SELECT count(*) AS {quote(ANOMALY_COUNT)} FROM {target} WHERE {missing}"
+
+
+def render_row_id_backfill(columns: Sequence[str], meta: MetadataColumns, *, target: str) -> str:
+    """Every target row, with an identity and a stamp ordinal where it has none.
+
+    Rows written while the table had a key (or by a version of wal2delta without keyless
+    identities) lack them. Their identity becomes (LSN, ordinal) when the row has an
+    ordinal (tables without any identity), else (LSN, -n) with n numbering the rows of
+    that LSN: negative ordinals never collide with an INSERT's. A missing stamp ordinal
+    becomes -1, before every change of the row's transaction. The executor writes the
+    result over the table, one commit.
+
+    Args:
+        columns: every column of the table, in table order.
+        meta: metadata column names.
+        target: the target table reference.
+    """
+    lsn, commit_time = _col("t", meta.lsn), _col("t", meta.commit_time)
+    numbered = f"-row_number() OVER (PARTITION BY {lsn} ORDER BY {commit_time})"
+    filled = {
+        meta.row_lsn: f"coalesce({_col('t', meta.row_lsn)}, {lsn})",
+        meta.row_ordinal: (
+            f"coalesce({_col('t', meta.row_ordinal)}, {_col('t', meta.ordinal)}, {numbered})"
+        ),
+        meta.ordinal: f"coalesce({_col('t', meta.ordinal)}, -1)",
+    }
+    select = [
+        f"{filled[name]} AS {quote(name)}" if name in filled else _col("t", name)
+        for name in columns
+    ]
+    return f"SELECT {', '.join(select)}\nFROM {target} AS t"

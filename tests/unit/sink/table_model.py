@@ -9,12 +9,15 @@ tests check that both agree, and that replays are harmless.
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from decoder import UNCHANGED_TOAST, RowChange, TruncateChange, ValueDecoder
 from decoder.lsn import pg_timestamp_to_datetime
 from sink import Batch
+from sink.keyless import NO_POSITION, Candidate, KeylessStep, assign_takes, fold, row_key
 from sink.plan import BatchPlan, MergeStep, PlannedRow, TruncateStep, hashable
 from sink.typemap import delta_type, to_delta_value
 
@@ -22,6 +25,8 @@ Row = dict[str, object]
 LSN = "__lsn"
 TIME = "__time"
 DELETED = "__deleted"
+ORDINAL = "__ordinal"
+ROW_ID = "__row_id"
 
 
 @dataclass
@@ -51,6 +56,16 @@ class TableModel:
             if kept:
                 out[name] = kept
         return out
+
+    def multiset(self) -> dict[str, Counter[tuple[tuple[str, object], ...]]]:
+        """Live rows without metadata, counted, per table: what a keyless table must match."""
+        return {
+            name: Counter(
+                tuple(sorted((c, repr(v)) for c, v in r.items() if not c.startswith("__")))
+                for r in rows.values()
+            )
+            for name, rows in self.live().items()
+        }
 
     def data(self) -> dict[str, set[tuple[tuple[str, object], ...]]]:
         """Live rows as sets of (column, value) pairs without metadata, per table."""
@@ -141,9 +156,77 @@ def apply_plan(model: TableModel, plan: BatchPlan) -> TableModel:
         for step in table.steps:
             if isinstance(step, TruncateStep):
                 _truncate(model, rows, step)
+            elif isinstance(step, KeylessStep):
+                _merge_keyless(model, rows, step)
             else:
                 _merge(model, rows, step)
     return model
+
+
+def _stamp(row: Row) -> tuple[int, int]:
+    lsn, ordinal = row[LSN], row.get(ORDINAL, -1)
+    assert isinstance(lsn, int)
+    assert isinstance(ordinal, int)
+    return (lsn, ordinal)
+
+
+def _merge_keyless(
+    model: TableModel, rows: dict[tuple[object, ...], Row], keyless: KeylessStep
+) -> None:
+    """A keyless step as ``DeltaSink`` runs it after a restart: the floor read from the table.
+
+    The sink reads the floor once and then follows what it applies; reading it before every
+    step, as here, is what it would find, so every step is checked as the first one after a
+    restart.
+    """
+    floor = max((_stamp(row) for row in rows.values()), default=NO_POSITION)
+    step = fold(keyless, floor)
+    names = [c.name for c in step.columns]
+    first = (step.first_lsn, step.first_ordinal)
+
+    def equal_live(values: Sequence[object]) -> list[tuple[tuple[object, ...], Row]]:
+        wanted = row_key(values)
+        return [
+            (key, row)
+            for key, row in rows.items()
+            if not row.get(DELETED)
+            and row[ROW_ID] < first  # type: ignore[operator]
+            and row_key([row.get(n) for n in names]) == wanted
+        ]
+
+    candidates = []
+    for value, count in step.taken_values():
+        found = sorted(equal_live(value), key=lambda kv: (_stamp(kv[1]), kv[1][ROW_ID]))
+        candidates.append(
+            [Candidate(*kv[1][ROW_ID], *_stamp(kv[1])) for kv in found[:count]]  # type: ignore[misc]
+        )
+    assigned = assign_takes(step.takes, candidates)
+    taken = {(c.row_lsn, c.row_ordinal) for c in assigned if c is not None}
+    for touch in step.touches:
+        for key, row in equal_live(touch.values):
+            if row[ROW_ID] not in taken and _stamp(row) < (touch.lsn, touch.ordinal):
+                rows[key] = {**row, LSN: touch.lsn, TIME: touch.commit_time, ORDINAL: touch.ordinal}
+    for take, candidate in zip(step.takes, assigned, strict=True):
+        if candidate is None:
+            continue
+        key = ("row", candidate.row_lsn, candidate.row_ordinal)
+        stamp: Row = {LSN: take.new_lsn, TIME: take.commit_time, ORDINAL: take.new_ordinal}
+        if take.new is None:
+            if model.soft_delete:
+                rows[key] = {**rows[key], **stamp, DELETED: True}
+            else:
+                del rows[key]
+        else:
+            rows[key] = {**rows[key], **dict(zip(names, take.new, strict=True)), **stamp}
+    for new in step.new_rows:
+        key = ("row", new.row_lsn, new.row_ordinal)
+        assert key not in rows, "a new row after the floor cannot exist yet"
+        inserted: Row = dict(zip(names, new.values, strict=True))
+        inserted.update({LSN: new.lsn, TIME: new.commit_time, ORDINAL: new.ordinal})
+        inserted[ROW_ID] = (new.row_lsn, new.row_ordinal)
+        if model.soft_delete:
+            inserted[DELETED] = False
+        rows[key] = inserted
 
 
 # --- one change at a time --------------------------------------------------------------------
@@ -205,6 +288,9 @@ def _replay_row(
     rows = model.tables.setdefault(relation.qualified_name, {})
     names = [c.name for c in relation.columns]
     stamp: Row = {LSN: change.commit_lsn, TIME: pg_timestamp_to_datetime(change.commit_time)}
+    if relation.replica_identity == "f" and relation.qualified_name not in keys:
+        _replay_keyless(model, rows, change, decoder)
+        return
 
     def live(key: tuple[object, ...]) -> Row | None:
         row = rows.get(key)
@@ -246,3 +332,39 @@ def _replay_row(
     if model.soft_delete:
         row[DELETED] = False
     rows[_key(change, new, keys)] = row
+
+
+_row_numbers = itertools.count()
+
+
+def _replay_keyless(
+    model: TableModel, rows: dict[tuple[object, ...], Row], change: RowChange, decoder: ValueDecoder
+) -> None:
+    """PostgreSQL's apply worker on a table without a key: one equal row per change."""
+    names = [c.name for c in change.relation.columns]
+    stamp: Row = {LSN: change.commit_lsn, TIME: pg_timestamp_to_datetime(change.commit_time)}
+    new = _decode(change, "new", decoder) if change.new is not None else None
+    if change.old is not None:
+        old = _decode(change, "old", decoder)
+        wanted = row_key(old)
+        equal = [
+            key
+            for key, row in rows.items()
+            if not row.get(DELETED) and row_key([row.get(n) for n in names]) == wanted
+        ]
+        if not equal:
+            return
+        if new is None:
+            if model.soft_delete:
+                rows[equal[0]] = {**rows[equal[0]], **stamp, DELETED: True}
+            else:
+                del rows[equal[0]]
+            return
+        new = [old[i] if v is UNCHANGED_TOAST else v for i, v in enumerate(new)]
+        rows[equal[0]] = {**rows[equal[0]], **dict(zip(names, new, strict=True)), **stamp}
+        return
+    assert new is not None
+    row: Row = {**dict(zip(names, new, strict=True)), **stamp}
+    if model.soft_delete:
+        row[DELETED] = False
+    rows[("replayed", next(_row_numbers))] = row
