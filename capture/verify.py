@@ -10,6 +10,7 @@ soft-deleted rows do not count as present.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,7 +36,9 @@ class TableComparison:
     unexpected: list[tuple[object, ...]] = field(default_factory=list)
     different: list[tuple[tuple[object, ...], tuple[object, ...]]] = field(default_factory=list)
     duplicated: list[tuple[object, ...]] = field(default_factory=list)
-    """Keys held by more than one Delta row (only checked for tables with a key)."""
+    """Keys held by more than one Delta row (only checked for tables with a key; a table
+    without one is compared as a multiset, and ``missing``/``unexpected`` list whole rows,
+    once per missing or extra copy)."""
 
     @property
     def matches(self) -> bool:
@@ -154,8 +157,6 @@ def compare_table(
         c for c in (delta_rows[0].keys() if delta_rows else []) if not c.startswith(METADATA_PREFIX)
     ]
     names, source_rows = read_source(conn, schema, table, delta_columns or None)
-    # Without a key, identical rows may repeat (and collapse in Delta under REPLICA
-    # IDENTITY FULL), so only a keyed table can tell a duplicated Delta row.
     has_key = bool(key_columns)
     if not key_columns:
         key_columns = names
@@ -172,12 +173,18 @@ def compare_table(
             out[row_key] = tuple(normalise(row.get(n)) for n in names)
         return out
 
-    source = keyed(dict(zip(names, row, strict=True)) for row in source_rows)
     coercions = _string_coercions(source_rows, names)
-    delta = keyed(
-        (_coerce_to_source(row, coercions) for row in delta_rows),
-        duplicated if has_key else None,
-    )
+    if not has_key:
+        # Identical rows may repeat in a table without a key, and Delta must repeat them
+        # as often: compare the two sides as multisets.
+        return _compare_multisets(
+            qualified_name,
+            names,
+            source_rows,
+            [_coerce_to_source(row, coercions) for row in delta_rows],
+        )
+    source = keyed(dict(zip(names, row, strict=True)) for row in source_rows)
+    delta = keyed((_coerce_to_source(row, coercions) for row in delta_rows), duplicated)
     missing = sorted(k for k in source if k not in delta)
     unexpected = sorted(k for k in delta if k not in source)
     different = [
@@ -191,6 +198,28 @@ def compare_table(
         unexpected=unexpected,
         different=different,
         duplicated=sorted(duplicated),
+    )
+
+
+def _compare_multisets(
+    table: str,
+    names: Sequence[str],
+    source_rows: Sequence[tuple[object, ...]],
+    delta_rows: Sequence[dict[str, object]],
+) -> TableComparison:
+    """Compare a table without a key: every row must be in Delta exactly as often."""
+
+    def counted(rows: Iterable[tuple[object, ...]]) -> Counter[tuple[object, ...]]:
+        return Counter(tuple(repr(normalise(v)) for v in row) for row in rows)
+
+    source = counted(source_rows)
+    delta = counted(tuple(row.get(n) for n in names) for row in delta_rows)
+    return TableComparison(
+        table=table,
+        source_rows=len(source_rows),
+        delta_rows=len(delta_rows),
+        missing=sorted((source - delta).elements()),
+        unexpected=sorted((delta - source).elements()),
     )
 
 
