@@ -1,11 +1,12 @@
 """Crash harness: SIGKILL the daemon at random moments; Delta must still equal the source.
 
 A seeded, randomised multi-table workload (inserts, updates, key changes, deletes,
-truncates, savepoints, large streamed transactions, prepared transactions) runs while the
-real daemon (``wal2delta run`` in a subprocess) is killed with SIGKILL at random points -
-during the initial snapshot, mid-MERGE, between MERGE and acknowledgement - and started
-again, at least 20 times. At the end every Delta table, read with delta-rs, equals its
-source table: nothing lost, nothing duplicated, no deleted row resurrected.
+truncates, savepoints, large streamed transactions, prepared transactions, identical rows
+in a table without a key) runs while the real daemon (``wal2delta run`` in a subprocess)
+is killed with SIGKILL at random points - during the initial snapshot, mid-MERGE, between
+MERGE and acknowledgement - and started again, at least 20 times. At the end every Delta
+table, read with delta-rs, equals its source table: nothing lost, nothing duplicated, no
+deleted row resurrected.
 
 Replay a failure with ``WAL2DELTA_CRASH_SEED=<seed> pytest tests/e2e/test_crash.py``.
 """
@@ -32,7 +33,7 @@ from tests.support.harness import start_daemon
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = ("crash.accounts", "crash.lines", "crash.notes")
+TABLES = ("crash.accounts", "crash.lines", "crash.notes", "crash.events")
 SCHEMA = """
 CREATE SCHEMA crash;
 CREATE TABLE crash.accounts (id int PRIMARY KEY, owner text NOT NULL, balance numeric(12, 2));
@@ -41,6 +42,10 @@ CREATE TABLE crash.notes (id int PRIMARY KEY, body text);
 ALTER TABLE crash.notes ALTER COLUMN body SET STORAGE EXTERNAL;
 INSERT INTO crash.accounts SELECT g, 'owner ' || g, g FROM generate_series(1, 5000) g;
 INSERT INTO crash.lines SELECT g / 10, g % 10, g FROM generate_series(1, 5000) g;
+-- No key: identical rows must stay as many as in PostgreSQL (sink/keyless.py).
+CREATE TABLE crash.events (kind int, note text);
+ALTER TABLE crash.events REPLICA IDENTITY FULL;
+INSERT INTO crash.events SELECT g % 40, 'n' || (g % 3) FROM generate_series(1, 1200) g;
 """
 KILLS = 20
 
@@ -56,8 +61,17 @@ class Workload:
     def step(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
         rng = self.rng
         kind = rng.choices(
-            ["small", "large", "savepoints", "key_change", "truncate", "prepare", "resolve"],
-            weights=[40, 8, 12, 12, 3, 8, 8],
+            [
+                "small",
+                "large",
+                "savepoints",
+                "key_change",
+                "truncate",
+                "prepare",
+                "resolve",
+                "duplicates",
+            ],
+            weights=[40, 8, 12, 12, 3, 8, 8, 12],
         )[0]
         if kind == "resolve" and not self.prepared:
             kind = "small"
@@ -93,6 +107,9 @@ class Workload:
                 (rng.randrange(500),),
             )
             conn.execute("COMMIT")
+        elif kind == "duplicates":
+            self._duplicates(conn)
+            conn.execute("COMMIT" if rng.random() > 0.1 else "ROLLBACK")
         elif kind == "truncate":
             conn.execute("TRUNCATE crash.lines")
             conn.execute(
@@ -116,6 +133,35 @@ class Workload:
             gid = self.prepared.pop(rng.randrange(len(self.prepared)))
             verb = "COMMIT" if rng.random() < 0.7 else "ROLLBACK"
             conn.execute(f"{verb} PREPARED '{gid}'".encode())
+
+    def _duplicates(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        """Changes of the table without a key, where identical rows are the rule."""
+        rng = self.rng
+        for _ in range(rng.randint(1, 10)):
+            kind, note = rng.randrange(40), f"n{rng.randrange(3)}"
+            roll = rng.random()
+            if roll < 0.4:
+                copies = rng.randint(1, 3)
+                conn.execute(
+                    "INSERT INTO crash.events SELECT %s, %s FROM generate_series(1, %s)",
+                    (kind, note, copies),
+                )
+            elif roll < 0.6:
+                conn.execute(
+                    "UPDATE crash.events SET note = note || '+' WHERE ctid = "
+                    "(SELECT min(ctid) FROM crash.events WHERE kind = %s AND note = %s)",
+                    (kind, note),
+                )
+            elif roll < 0.8:
+                conn.execute(
+                    "DELETE FROM crash.events WHERE ctid = "
+                    "(SELECT max(ctid) FROM crash.events WHERE kind = %s AND note = %s)",
+                    (kind, note),
+                )
+            elif roll < 0.9:
+                conn.execute("UPDATE crash.events SET kind = %s WHERE kind = %s", (kind, kind + 1))
+            else:
+                conn.execute("DELETE FROM crash.events WHERE kind = %s AND note = %s", (kind, note))
 
     def _random_change(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
         rng = self.rng
