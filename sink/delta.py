@@ -927,9 +927,28 @@ class DeltaSink:
         if state.keyless_floor is None:
             state.keyless_floor = self._newest_stamp(table, target)
         folded = fold(step, state.keyless_floor)
-        if not folded.is_empty:
+        if folded.takes or folded.touches:
             self._merge_folded(table, target, folded)
+        elif folded.new_rows:
+            self._append_new_rows(table, path, folded)
         state.keyless_floor = max(state.keyless_floor, step.last_position)
+
+    def _append_new_rows(self, table: str, path: str, folded: FoldedStep) -> None:
+        """Insert-only after the floor: no new row's identity can be in the table yet.
+
+        A row inserted after the floor and still there would carry a stamp newer than the
+        floor; so a plain append (one commit, no join with the table) is exact here.
+        """
+        columns, arrow = keyless_source_table(table, folded, [], self._meta)
+        columns, arrow = columns[:-1], arrow.drop_columns([KEYLESS_KIND])
+        if self._meta.soft_delete:
+            columns.append(_Column(self._meta.deleted, BOOLEAN.spark_sql, BOOLEAN.arrow))
+            arrow = arrow.append_column(
+                self._meta.deleted, pa.array([False] * arrow.num_rows, BOOLEAN.arrow)
+            )
+        with engine_errors(f"appending to {table}"):
+            frame = self._spark.createDataFrame(arrow, schema=_ddl(columns))
+            frame.write.format("delta").mode("append").save(path)
 
     def _merge_folded(self, table: str, target: str, folded: FoldedStep) -> None:
         assigned = self._assign_takes(table, target, folded) if folded.takes else []

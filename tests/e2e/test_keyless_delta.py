@@ -107,7 +107,8 @@ def test_identical_rows_land_in_delta_as_in_a_native_subscriber(
         conn.execute(DDL.encode())
     config = make_config(dsn, lake, TABLES)
     prepare_source(config)
-    with native_subscriber(dsn, DDL, [config.source.publication]) as subscriber:
+    # make_config names the publication after the slot.
+    with native_subscriber(dsn, DDL, [config.source.slot]) as subscriber:
         with psycopg.connect(dsn, autocommit=True) as conn:
             for statement in FIRST:
                 conn.execute(statement.encode())

@@ -61,11 +61,11 @@ def native_subscriber(
         yield subscriber_dsn
     finally:
         with psycopg.connect(subscriber_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("ALTER SUBSCRIPTION {} DISABLE").format(sql.Identifier(slot)))
-            conn.execute(
-                sql.SQL("ALTER SUBSCRIPTION {} SET (slot_name = NONE)").format(sql.Identifier(slot))
-            )
-            conn.execute(sql.SQL("DROP SUBSCRIPTION {}").format(sql.Identifier(slot)))
+            name = sql.Identifier(slot)
+            if conn.execute("SELECT 1 FROM pg_subscription WHERE subname = %s", (slot,)).fetchone():
+                conn.execute(sql.SQL("ALTER SUBSCRIPTION {} DISABLE").format(name))
+                conn.execute(sql.SQL("ALTER SUBSCRIPTION {} SET (slot_name = NONE)").format(name))
+                conn.execute(sql.SQL("DROP SUBSCRIPTION {}").format(name))
         with psycopg.connect(dsn, autocommit=True) as publisher:
             wait_until(lambda: _slot_inactive(publisher, slot), 30, f"slot {slot} to be released")
             publisher.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
