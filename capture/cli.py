@@ -193,7 +193,16 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     config = _load_or_report(args.config)
     if config is None:
         return EXIT_CONFIG
-    print(f"{args.config}: ok (slot {config.source.slot}, {len(config.source.tables)} tables)")
+    source = config.source
+    tables = (
+        f"{len(source.tables)} tables"
+        if source.tables or source.create_publication
+        else "every table they publish"
+    )
+    print(
+        f"{args.config}: ok (slot {source.slot}, publication "
+        f"{', '.join(source.publication)}, {tables})"
+    )
     return EXIT_OK
 
 

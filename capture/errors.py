@@ -53,6 +53,12 @@ class ServerCapabilityError(CaptureError):
     exit_code: ClassVar[int] = EXIT_CONFIG
 
 
+class PublicationError(CaptureError):
+    """The publications are missing, or publish what cannot be replicated as asked."""
+
+    exit_code: ClassVar[int] = EXIT_CONFIG
+
+
 @contextmanager
 def map_psycopg_errors(what: str) -> Iterator[None]:
     """Translate psycopg errors raised while doing ``what`` into capture errors."""

@@ -7,6 +7,7 @@ downgrade: asking for protocol 4 from PostgreSQL 15 fails at start-up.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -89,13 +90,23 @@ def negotiate(request: ReplicationRequest, server_version_num: int) -> ProtocolO
 
 
 def start_replication_options(
-    options: ProtocolOptions, publication: str, origin: Literal["any", "none"]
+    options: ProtocolOptions,
+    publications: str | Sequence[str],
+    origin: Literal["any", "none"],
 ) -> dict[str, str]:
-    """The option list of START_REPLICATION for pgoutput."""
+    """The option list of START_REPLICATION for pgoutput.
+
+    Args:
+        options: the negotiated protocol options.
+        publications: one publication name or several (a subscription's
+            ``publication_names``).
+        origin: ``none`` asks the server to skip changes replicated into the source.
+    """
+    names = (publications,) if isinstance(publications, str) else tuple(publications)
     result = {
         "proto_version": str(options.proto_version),
-        # pgoutput splits this list with SplitIdentifierString: quote the name.
-        "publication_names": '"' + publication.replace('"', '""') + '"',
+        # pgoutput splits this list with SplitIdentifierString: quote every name.
+        "publication_names": ",".join('"' + name.replace('"', '""') + '"' for name in names),
     }
     if options.streaming != "off":
         result["streaming"] = options.streaming

@@ -266,7 +266,6 @@ class CaptureService:
         copier = SnapshotCopier(
             self._conninfo,
             source.publication,
-            published_tables(self.config),
             apply=self.sink.apply,
             metrics=self.metrics,
             chunk_rows=self.config.sink.batch.max_rows,
@@ -414,7 +413,7 @@ class CaptureService:
             log.info(
                 "replication started",
                 slot=source.slot,
-                publication=source.publication,
+                publication=",".join(source.publication),
                 proto_version=options.proto_version,
                 streaming=options.streaming,
                 binary=options.binary,

@@ -3,6 +3,28 @@
 Everything here runs once at start-up on a regular (non-replication) connection; nothing
 queries the catalog while decoding. SQL is composed with ``psycopg.sql`` so identifiers are
 always quoted.
+
+Several publications
+--------------------
+``source.publication`` may name several publications, as a subscription's
+``publication_names`` does; pgoutput then combines them per table, and
+``read_published_tables`` computes the same combination from the catalog, so that the
+initial snapshot copies exactly what the server will stream:
+
+- tables: every table any of them publishes (``pg_publication_tables`` of each, which
+  already expands ``FOR ALL TABLES`` and ``TABLES IN SCHEMA``). A partition listed by
+  one publication whose ancestor another lists (``publish_via_partition_root``) is
+  streamed as that ancestor, so only the ancestor is copied - as PostgreSQL 16's
+  ``pg_get_publication_tables(VARIADIC text[])`` decides for its table sync;
+- row filter (PostgreSQL 15+): the filters of the publications OR'ed, and no filter when
+  one of them publishes the table without one (``FOR ALL TABLES`` and ``TABLES IN SCHEMA``
+  never have one), as ``fetch_remote_table_info`` in tablesync.c builds it;
+- column list (PostgreSQL 15+): pgoutput refuses a table whose column lists differ
+  between the publications ("cannot use different column lists"), at the first change of
+  that table; we refuse it at start-up instead, naming table and publications. Before
+  PostgreSQL 18 generated columns are never published, although ``attnames`` lists them.
+
+PostgreSQL 14 has neither row filters nor column lists: every column, every row.
 """
 
 from __future__ import annotations
@@ -14,6 +36,7 @@ import psycopg
 from psycopg import sql
 
 from capture.errors import (
+    PublicationError,
     ServerCapabilityError,
     SlotInUseError,
     SlotInvalidatedError,
@@ -24,7 +47,11 @@ from decoder import Lsn, parse_lsn
 
 @dataclass(frozen=True, slots=True)
 class PublishedTable:
-    """One table of the publication as configured."""
+    """One published table with its row filter and column list (None: all).
+
+    Built from ``source.tables`` (to create the publication) or read back from the
+    catalog (``read_published_tables``: what the server streams).
+    """
 
     schema: str
     name: str
@@ -175,25 +202,59 @@ def _table_clause(table: PublishedTable, version: int) -> sql.Composable:
     return sql.SQL(" ").join(parts)
 
 
+def require_publications(conn: Conn, publications: Sequence[str], *, hint: str) -> None:
+    """Raise ``PublicationError`` naming every one of ``publications`` that does not exist.
+
+    Args:
+        conn: a connection to the source database.
+        publications: the names to look for.
+        hint: what to do about it, the end of the message.
+    """
+    rows = conn.execute(
+        "SELECT pubname FROM pg_publication WHERE pubname = ANY(%s)", (list(publications),)
+    ).fetchall()
+    found = {str(row[0]) for row in rows}
+    missing = [name for name in publications if name not in found]
+    if missing:
+        names = ", ".join(map(repr, missing))
+        subject = f"Publication {names} does" if len(missing) == 1 else f"Publications {names} do"
+        raise PublicationError(f"{subject} not exist in the source database; {hint}")
+
+
 def ensure_publication(
     conn: Conn,
-    publication: str,
+    publications: Sequence[str],
     tables: Sequence[PublishedTable],
     *,
     create: bool,
     via_partition_root: bool,
 ) -> None:
-    """Create the publication, or make its table list match the configuration."""
+    """Create the publication, or make its table list match the configuration.
+
+    With ``create`` false, check that every publication exists and that what they
+    publish can be streamed (``read_published_tables``); wal2delta creates only one.
+
+    Raises:
+        PublicationError: a publication is missing, or the publications publish a table
+            with different column lists.
+    """
+    if not create:
+        require_publications(
+            conn,
+            publications,
+            hint="create it, fix source.publication, or set source.create_publication: true.",
+        )
+        read_published_tables(conn, publications)
+        return
+    if len(publications) != 1:
+        raise PublicationError(
+            "source.create_publication creates one publication; "
+            f"{len(publications)} are configured."
+        )
+    (publication,) = publications
     exists = conn.execute(
         "SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)
     ).fetchone()
-    if not create:
-        if exists is None:
-            raise ServerCapabilityError(
-                f"Publication {publication!r} does not exist; create it or set "
-                "source.create_publication: true."
-            )
-        return
     version = server_version(conn)
     table_list = sql.SQL(", ").join(_table_clause(t, version) for t in tables)
     options = sql.SQL("publish_via_partition_root = {}").format(sql.Literal(via_partition_root))
@@ -222,14 +283,134 @@ def drop_slot(conn: Conn, slot: str) -> None:
     )
 
 
-def publication_tables(conn: Conn, publication: str) -> list[str]:
-    """Return ``schema.table`` for every table the publication publishes."""
+def publication_tables(conn: Conn, publications: Sequence[str]) -> list[str]:
+    """Return ``schema.table`` for every table the publications publish.
+
+    For reports (``wal2delta status``): column lists are not checked.
+    """
+    tables = read_published_tables(conn, publications, check_column_lists=False)
+    return [table.qualified_name for table in tables]
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One row of ``pg_publication_tables``: a table as one publication publishes it."""
+
+    publication: str
+    schema: str
+    name: str
+    row_filter: str | None
+    columns: tuple[str, ...] | None
+
+
+def _view_has(conn: Conn, column: str) -> bool:
+    """Whether ``pg_publication_tables`` has ``column`` (rowfilter, attnames: PG15+)."""
+    row = conn.execute(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = 'pg_catalog.pg_publication_tables'"
+        "::regclass AND attname = %s AND NOT attisdropped",
+        (column,),
+    ).fetchone()
+    return row is not None
+
+
+def read_published_tables(
+    conn: Conn, publications: Sequence[str], *, check_column_lists: bool = True
+) -> list[PublishedTable]:
+    """Every table the publications publish, with the row filter and column list the
+    server applies to it when streaming them together (see the module docstring).
+
+    Args:
+        conn: a connection to the source database; inside the snapshot's transaction
+            this reads the publications as the snapshot sees them.
+        publications: the publication names, as given to ``START_REPLICATION``.
+        check_column_lists: raise when a table's column lists differ; when false, such
+            a table gets the first publication's list.
+
+    Returns:
+        The tables in ``schema.table`` order; ``columns`` is the exact column list on
+        PostgreSQL 15+ (generated columns included only when published), None on 14.
+
+    Raises:
+        PublicationError: a table is published with different column lists (and
+            ``check_column_lists`` is true).
+    """
+    version = server_version(conn)
+    rowfilter = sql.SQL("pt.rowfilter" if _view_has(conn, "rowfilter") else "NULL::text")
+    attnames = sql.SQL("pt.attnames" if _view_has(conn, "attnames") else "NULL::name[]")
     rows = conn.execute(
-        "SELECT schemaname || '.' || tablename FROM pg_publication_tables "
-        "WHERE pubname = %s ORDER BY 1",
-        (publication,),
+        sql.SQL(
+            """
+            SELECT c.oid, pt.pubname, pt.schemaname, pt.tablename, {}, {},
+                   CASE WHEN c.relispartition THEN ARRAY(
+                       SELECT a.relid::oid FROM pg_partition_ancestors(c.oid) a
+                       WHERE a.relid <> c.oid) ELSE '{{}}'::oid[] END,
+                   ARRAY(SELECT attname::text FROM pg_attribute
+                         WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped
+                           AND attgenerated <> '')
+            FROM pg_publication_tables pt
+            JOIN pg_namespace n ON n.nspname = pt.schemaname
+            JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
+            WHERE pt.pubname = ANY(%s)
+            ORDER BY pt.schemaname, pt.tablename, array_position(%s, pt.pubname::text)
+            """
+        ).format(rowfilter, attnames),
+        (list(publications), list(publications)),
     ).fetchall()
-    return [str(r[0]) for r in rows]
+    entries: dict[int, list[_Entry]] = {}
+    ancestors: dict[int, set[int]] = {}
+    for oid, pubname, schema, name, row_filter, columns, parents, generated in rows:
+        published = None
+        if columns is not None:
+            assert isinstance(columns, list)
+            assert isinstance(generated, list)
+            # Before PostgreSQL 18 no generated column is published, whatever attnames says.
+            hidden = set() if version >= 180000 else {str(g) for g in generated}
+            published = tuple(str(c) for c in columns if str(c) not in hidden)
+        key = int(str(oid))
+        entries.setdefault(key, []).append(
+            _Entry(
+                str(pubname),
+                str(schema),
+                str(name),
+                None if row_filter is None else str(row_filter),
+                published,
+            )
+        )
+        assert isinstance(parents, list)
+        ancestors[key] = {int(str(parent)) for parent in parents}
+    tables = []
+    for key, rows_of_table in entries.items():
+        if ancestors[key] & entries.keys():
+            continue  # streamed as its published ancestor (publish_via_partition_root)
+        tables.append(_combine(rows_of_table, check_column_lists=check_column_lists))
+    return tables
+
+
+def _combine(entries: Sequence[_Entry], *, check_column_lists: bool) -> PublishedTable:
+    """One table as several publications publish it together (pgoutput's rules)."""
+    first = entries[0]
+    column_lists = {entry.columns for entry in entries}
+    if len(column_lists) > 1 and check_column_lists:
+        shown = "; ".join(
+            f"{entry.publication}: "
+            + ("all columns" if entry.columns is None else ", ".join(entry.columns))
+            for entry in entries
+        )
+        raise PublicationError(
+            f"Table {first.schema}.{first.name} is published with different column lists "
+            f"({shown}); PostgreSQL refuses to stream such a table to one subscriber "
+            "(cannot use different column lists for table in different publications). "
+            "Give it the same column list in every publication, or subscribe to fewer."
+        )
+    filters: list[str] = []
+    for entry in entries:
+        if entry.row_filter is None:
+            filters = []
+            break
+        if entry.row_filter not in filters:
+            filters.append(entry.row_filter)
+    where = " OR ".join(f"({f})" for f in filters) if filters else None
+    return PublishedTable(first.schema, first.name, where, first.columns)
 
 
 __all__ = [
@@ -242,6 +423,8 @@ __all__ = [
     "ensure_publication",
     "ensure_slot",
     "publication_tables",
+    "read_published_tables",
+    "require_publications",
     "server_version",
     "slot_state",
     "wal_sender_timeout_seconds",

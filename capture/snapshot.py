@@ -6,9 +6,17 @@ The slot is created on the replication connection with ``SNAPSHOT 'export'``; Po
 returns the slot's consistent point and the name of a snapshot that sees exactly the
 transactions committed before it. While that replication connection stays idle, normal
 connections can ``SET TRANSACTION SNAPSHOT`` to it and ``COPY`` each published table -
-honouring the publication's column list and row filter - so the copy and the stream meet
-at the consistent point with nothing missed and nothing doubled: the copy holds every
+honouring the publications' column lists and row filters - so the copy and the stream
+meet at the consistent point with nothing missed and nothing doubled: the copy holds every
 transaction committed before it, the stream every one committed after it.
+
+What is copied is what the server will stream, read from the catalog inside the snapshot
+(``read_published_tables``): every table any of the publications publishes, whether
+``source.tables`` lists it or not (``FOR ALL TABLES`` and ``TABLES IN SCHEMA`` included),
+with the combined row filter and column list, as PostgreSQL's table sync copies for a
+subscription to the same publications. A regular table is read ``FROM ONLY``: inheritance
+children are published, and copied, as tables of their own. Finding no table while the
+publications publish some would silently lose every existing row, so it is an error.
 
 Copied rows go to the sink as inserts whose commit LSN is the consistent point, preceded
 by a TRUNCATE with the same LSN: the sink's replay guard makes streamed changes (later
@@ -33,8 +41,9 @@ import psycopg
 import structlog
 from psycopg import sql
 
+from capture.errors import CaptureError
 from capture.metrics import Metrics
-from capture.slots import PublishedTable
+from capture.slots import PublishedTable, read_published_tables, require_publications
 from decoder import (
     Change,
     ColumnKind,
@@ -85,12 +94,13 @@ class ExportedSnapshot:
     snapshot_name: str
 
 
-def relation_from_catalog(conn: Conn, table: PublishedTable, publication: str) -> Relation:
+def relation_from_catalog(conn: Conn, table: PublishedTable) -> Relation:
     """Describe a table the way a pgoutput Relation message would.
 
-    Columns are the publication's (its column list when it has one, never generated or
-    dropped columns); key flags follow the replica identity (every column for FULL, as
-    pgoutput sends it).
+    Columns are the published ones: ``table.columns`` when given (the column list the
+    catalog reports, generated columns included only when published), else every column
+    but generated and dropped ones. Key flags follow the replica identity (every column
+    for FULL, as pgoutput sends it).
     """
     qualified = sql.Identifier(table.schema, table.name).as_string(conn)
     row = conn.execute(
@@ -99,22 +109,24 @@ def relation_from_catalog(conn: Conn, table: PublishedTable, publication: str) -
     ).fetchone()
     assert row is not None
     oid, identity = int(str(row[0])), str(row[1])
-    published = _published_columns(conn, table, publication)
+    published = None if table.columns is None else set(table.columns)
     rows = conn.execute(
         """
         SELECT a.attname, a.atttypid, a.atttypmod,
-               COALESCE(a.attnum = ANY(i.indkey), false) AS in_identity_index
+               COALESCE(a.attnum = ANY(i.indkey), false) AS in_identity_index,
+               a.attgenerated <> '' AS generated
         FROM pg_attribute a
         LEFT JOIN pg_index i ON i.indrelid = a.attrelid
              AND ((%s = 'd' AND i.indisprimary) OR (%s = 'i' AND i.indisreplident))
-        WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+        WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
         ORDER BY a.attnum
         """,
         (identity, identity, oid),
     ).fetchall()
     columns = []
-    for name, type_oid, typmod, in_index in rows:
-        if published is not None and str(name) not in published:
+    for name, type_oid, typmod, in_index, generated in rows:
+        is_published = str(name) in published if published is not None else not generated
+        if not is_published:
             continue
         is_key = identity == "f" or bool(in_index)
         columns.append(
@@ -135,49 +147,25 @@ def relation_from_catalog(conn: Conn, table: PublishedTable, publication: str) -
     )
 
 
-def _published_columns(conn: Conn, table: PublishedTable, publication: str) -> set[str] | None:
-    """The publication's column list for the table (PostgreSQL 15+), or None for all."""
-    has_attnames = conn.execute(
-        "SELECT 1 FROM pg_attribute WHERE attrelid = 'pg_catalog.pg_publication_tables'::regclass"
-        " AND attname = 'attnames'"
-    ).fetchone()
-    if has_attnames is None:
-        return None
-    row = conn.execute(
-        "SELECT attnames FROM pg_publication_tables "
-        "WHERE pubname = %s AND schemaname = %s AND tablename = %s",
-        (publication, table.schema, table.name),
-    ).fetchone()
-    if row is None or row[0] is None:
-        return None
-    assert isinstance(row[0], list)
-    return {str(name) for name in row[0]}
-
-
-def _row_filter(conn: Conn, table: PublishedTable, publication: str) -> str | None:
-    has_rowfilter = conn.execute(
-        "SELECT 1 FROM pg_attribute WHERE attrelid = 'pg_catalog.pg_publication_tables'::regclass"
-        " AND attname = 'rowfilter'"
-    ).fetchone()
-    if has_rowfilter is None:
-        return None
-    row = conn.execute(
-        "SELECT rowfilter FROM pg_publication_tables "
-        "WHERE pubname = %s AND schemaname = %s AND tablename = %s",
-        (publication, table.schema, table.name),
-    ).fetchone()
-    return None if row is None or row[0] is None else str(row[0])
-
-
 def copy_rows(
     conn: Conn, relation: Relation, row_filter: str | None, chunk_rows: int
 ) -> Iterator[list[TupleData]]:
-    """Yield the table's rows as text TupleData, ``chunk_rows`` at a time."""
+    """Yield the table's rows as text TupleData, ``chunk_rows`` at a time.
+
+    ``row_filter`` is the publications' combined WHERE clause, read back from the
+    catalog. A regular table is read without its inheritance children (published as
+    tables of their own); a partitioned table (published via its root) with all its
+    partitions.
+    """
+    row = conn.execute(
+        "SELECT relkind FROM pg_class WHERE oid = %s", (relation.relation_id,)
+    ).fetchone()
+    only = row is not None and str(row[0]) == "r"
     columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in relation.columns)
-    query = sql.SQL("COPY (SELECT {} FROM {}{}) TO STDOUT").format(
+    query = sql.SQL("COPY (SELECT {} FROM {}{}{}) TO STDOUT").format(
         columns,
+        sql.SQL("ONLY ") if only else sql.SQL(""),
         sql.Identifier(relation.namespace, relation.relation_name),
-        # The filter is the publication's own WHERE clause, read back from the catalog.
         sql.SQL(" WHERE " + row_filter) if row_filter else sql.SQL(""),
     )
     null = ColumnValue(ColumnKind.NULL)
@@ -209,13 +197,12 @@ def _estimated_rows(conn: Conn, relation: Relation) -> int:
 
 
 class SnapshotCopier:
-    """Copies every published table in one exported snapshot into the sink."""
+    """Copies every table the publications publish, in one exported snapshot, into the sink."""
 
     def __init__(
         self,
         conninfo: str,
-        publication: str,
-        tables: Sequence[PublishedTable],
+        publications: Sequence[str],
         *,
         apply: Callable[[Batch], object],
         metrics: Metrics,
@@ -223,15 +210,20 @@ class SnapshotCopier:
         progress_interval: float = 5.0,
     ) -> None:
         self._conninfo = conninfo
-        self._publication = publication
-        self._tables = list(tables)
+        self._publications = tuple(publications)
         self._apply = apply
         self._metrics = metrics
         self._chunk_rows = chunk_rows
         self._progress_interval = progress_interval
 
     def run(self, snapshot: ExportedSnapshot) -> int:
-        """Copy all tables; return the number of rows copied."""
+        """Copy all published tables; return the number of rows copied.
+
+        Raises:
+            PublicationError: a publication does not exist (in the snapshot), or the
+                publications publish a table with different column lists.
+            CaptureError: no table was found although the publications publish some.
+        """
         lsn = snapshot.consistent_point
         commit_time = datetime_to_pg_timestamp(datetime.now(UTC))
         total = 0
@@ -241,30 +233,58 @@ class SnapshotCopier:
             conn.execute(
                 sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot.snapshot_name))
             )
-            remaining = len(self._tables)
+            tables = self._published_tables(conn)
+            remaining = len(tables)
             self._metrics.snapshot_tables_remaining.set(remaining)
-            for table in self._tables:
-                relation = relation_from_catalog(conn, table, self._publication)
-                total += self._copy_table(conn, relation, lsn, commit_time)
+            for table in tables:
+                relation = relation_from_catalog(conn, table)
+                total += self._copy_table(conn, relation, table.where, lsn, commit_time)
                 remaining -= 1
                 self._metrics.snapshot_tables_remaining.set(remaining)
             conn.execute("COMMIT")
         log.info(
             "snapshot copied",
             rows=total,
-            tables=len(self._tables),
+            tables=len(tables),
             consistent_point=format_lsn(lsn),
             duration_seconds=round(time.monotonic() - started, 3),
         )
         return total
 
+    def _published_tables(self, conn: Conn) -> list[PublishedTable]:
+        """The tables to copy, as the snapshot sees the publications."""
+        publications = self._publications
+        # Seen from the snapshot: a publication dropped since start-up is missing here.
+        require_publications(conn, publications, hint="there is nothing to copy from it.")
+        tables = read_published_tables(conn, publications)
+        if not tables:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_publication_tables WHERE pubname = ANY(%s)",
+                (list(publications),),
+            ).fetchone()
+            published = int(str(row[0])) if row is not None else 0
+            if published:
+                raise CaptureError(
+                    f"The snapshot found no table to copy although publications "
+                    f"{', '.join(publications)} publish {published}; nothing was copied. "
+                    "This is a bug in wal2delta; please report it."
+                )
+            log.warning(
+                "snapshot: the publications publish no table yet",
+                publications=",".join(publications),
+            )
+        return tables
+
     def _copy_table(
-        self, conn: Conn, relation: Relation, lsn: Lsn, commit_time: PgTimestamp
+        self,
+        conn: Conn,
+        relation: Relation,
+        row_filter: str | None,
+        lsn: Lsn,
+        commit_time: PgTimestamp,
     ) -> int:
         name = relation.qualified_name
         estimate = _estimated_rows(conn, relation)
-        table = PublishedTable(relation.namespace, relation.relation_name)
-        row_filter = _row_filter(conn, table, self._publication)
         # Replaces whatever an interrupted earlier snapshot left behind.
         first: list[Change] = [
             TruncateChange(

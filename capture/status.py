@@ -34,7 +34,7 @@ class Status:
     server_lsn: str
     lag_bytes: int | None
     retained_wal_bytes: int | None
-    publication: str
+    publication: list[str]
     tables: list[TableStatus]
 
 
@@ -75,7 +75,7 @@ def collect_status(config: AppConfig) -> Status:
         server_lsn=format_lsn(sample.server_lsn),
         lag_bytes=sample.lag_bytes,
         retained_wal_bytes=retained,
-        publication=source.publication,
+        publication=list(source.publication),
         tables=table_status,
     )
 
@@ -92,7 +92,7 @@ def render_status(status: Status, *, as_json: bool) -> str:
         f"server WAL        {status.server_lsn}",
         f"lag               {_bytes(status.lag_bytes)}",
         f"WAL retained      {_bytes(status.retained_wal_bytes)}",
-        f"publication       {status.publication}",
+        f"publication       {', '.join(status.publication)}",
         "",
         f"{'table':<32} {'delta version':>13}  path",
     ]

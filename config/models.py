@@ -210,6 +210,32 @@ def _table_from_text(value: object) -> object:
 TableEntry = Annotated[TableConfig, BeforeValidator(_table_from_text)]
 
 
+def _publications_from_text(value: object) -> object:
+    """Accept one publication name as shorthand for a list of one."""
+    return (value,) if isinstance(value, str) else value
+
+
+def _publication_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    if not names:
+        raise ValueError("name at least one publication")
+    for name in names:
+        check_identifier(name, what="publication name")
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"publication {repeated[0]!r} is listed twice")
+    return names
+
+
+#: One publication name or several, as a subscription's ``publication_names``; always a
+#: tuple once validated.
+PublicationNames = Annotated[
+    tuple[str, ...],
+    BeforeValidator(_publications_from_text),
+    AfterValidator(_publication_names),
+    TypeLabel("publication name or list of them"),
+]
+
+
 class ReconnectConfig(_Section):
     """Backoff between attempts to re-establish the replication connection."""
 
@@ -338,8 +364,15 @@ class SourceConfig(_Section):
             "daemon; two daemons on one slot fail with exit code 3."
         ),
     )
-    publication: str = Field(
-        description="Publication name (exact, at most 63 bytes).",
+    publication: PublicationNames = Field(
+        description=(
+            "Publication name (exact, at most 63 bytes), or a list of them as in `CREATE "
+            "SUBSCRIPTION ... PUBLICATION a, b`. With several, the server streams every "
+            "table any of them publishes, a row when any of their row filters lets it "
+            "through (no filter when one of them has none), and the snapshot copies the "
+            "same; PostgreSQL refuses different column lists for one table. Only one "
+            "when `create_publication` is true."
+        ),
     )
     create_slot: bool = Field(
         default=True,
@@ -349,7 +382,9 @@ class SourceConfig(_Section):
         default=True,
         description=(
             "Create the publication `FOR TABLE` the listed `tables` at startup when it does "
-            "not exist. When false, the publication must exist and `tables` may be empty."
+            "not exist. When false, the publications must exist and `tables` may be empty: "
+            "what lands in Delta (and what the initial snapshot copies) is every table "
+            "they publish, `FOR ALL TABLES` and `TABLES IN SCHEMA` included."
         ),
     )
     tables: tuple[TableEntry, ...] = Field(
@@ -452,11 +487,6 @@ class SourceConfig(_Section):
     def _slot_name(cls, value: str) -> str:
         return check_slot_name(value)
 
-    @field_validator("publication")
-    @classmethod
-    def _publication_name(cls, value: str) -> str:
-        return check_identifier(value, what="publication name")
-
     @field_validator("password_file")
     @classmethod
     def _password_file_readable(cls, value: Path | None) -> Path | None:
@@ -474,6 +504,15 @@ class SourceConfig(_Section):
         ):
             problems.append(
                 (("dsn",), "contains a password and password/password_file is also set; keep one")
+            )
+        if self.create_publication and len(self.publication) > 1:
+            problems.append(
+                (
+                    ("publication",),
+                    "create_publication is true but several publications are named; "
+                    "wal2delta creates one publication. Name one, or create them yourself "
+                    "and set create_publication: false",
+                )
             )
         if self.create_publication and not self.tables:
             problems.append(
@@ -912,7 +951,7 @@ class AppConfig(_Section):
             A human-readable summary without secrets.
         """
         return (
-            f"slot={self.source.slot} publication={self.source.publication} "
+            f"slot={self.source.slot} publication={','.join(self.source.publication)} "
             f"dsn={redact_dsn(self.source.dsn)!r} sink={self.sink.path} "
             f"spark={self.sink.spark.mode} max_lag={format_duration(self.health.max_lag)}"
         )

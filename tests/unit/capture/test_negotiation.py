@@ -58,3 +58,9 @@ def test_start_replication_options_carry_every_negotiated_setting() -> None:
         "messages": "true",
         "origin": "none",
     }
+
+
+def test_several_publications_are_one_quoted_list() -> None:
+    options = negotiate(ReplicationRequest(), 150004)
+    names = start_replication_options(options, ("orders", "Orders, EU", 'say "hi"'), "any")
+    assert names["publication_names"] == '"orders","Orders, EU","say ""hi"""'

@@ -381,6 +381,37 @@ class TestSourceRules:
         data["source"]["publication"] = "é" * 32
         assert "64 bytes" in errors_of(data)["source.publication"]
 
+    def test_one_publication_name_is_a_list_of_one(self) -> None:
+        assert parse(minimal()).source.publication == ("wal2delta_app",)
+
+    def test_several_publications_are_kept_in_order(self) -> None:
+        data = minimal()
+        data["source"]["publication"] = ["orders_eu", "Orders US"]
+        data["source"]["create_publication"] = False
+        config = parse(data)
+        assert config.source.publication == ("orders_eu", "Orders US")
+        assert "publication=orders_eu,Orders US " in config.describe()
+
+    @pytest.mark.parametrize(
+        ("publications", "message"),
+        [
+            ([], "name at least one publication"),
+            (["a", "b", "a"], "publication 'a' is listed twice"),
+            (["a", ""], "publication name must not be empty"),
+        ],
+    )
+    def test_publication_lists_are_checked(self, publications: list[str], message: str) -> None:
+        data = minimal()
+        data["source"]["publication"] = publications
+        data["source"]["create_publication"] = False
+        assert message in errors_of(data)["source.publication"]
+
+    def test_create_publication_creates_one_publication_only(self) -> None:
+        data = minimal()
+        data["source"]["publication"] = ["a", "b"]
+        message = errors_of(data)["source.publication"]
+        assert "create_publication is true but several publications are named" in message
+
     @pytest.mark.parametrize(
         ("settings", "field"),
         [
