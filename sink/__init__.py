@@ -3,13 +3,16 @@
 ``DeltaSink`` plans each batch without Spark (``plan``), renders MERGE statements
 (``sql``) and runs them on the process's Spark session (``spark``); ``typemap`` maps
 PostgreSQL types to Delta types; ``evolution`` decides how a table follows a changed
-relation, with the source catalog (``SourceCatalog``) that capture injects.
+relation, with the source catalog (``SourceCatalog``) that capture injects; ``naming``
+says where a table lands in the lake (``table_path``) and what its columns are called in
+Delta (``sink.column_names``).
 """
 
 from sink.base import Batch, BatchResult, Sink, SinkDataError, SinkError, SinkRetryableError
-from sink.delta import DeltaSink, table_path
+from sink.delta import DeltaSink
 from sink.evolution import CatalogColumn, CatalogTable, SourceCatalog
-from sink.settings import KeyBuckets, SinkSettings, SparkSettings
+from sink.naming import column_map, delta_can_hold, delta_column_name, table_of_path, table_path
+from sink.settings import ColumnNamePolicy, KeyBuckets, SinkSettings, SparkSettings
 from sink.spark import create_spark_session, stop_spark_session
 
 __all__ = [
@@ -17,6 +20,7 @@ __all__ = [
     "BatchResult",
     "CatalogColumn",
     "CatalogTable",
+    "ColumnNamePolicy",
     "DeltaSink",
     "KeyBuckets",
     "Sink",
@@ -26,7 +30,11 @@ __all__ = [
     "SinkSettings",
     "SourceCatalog",
     "SparkSettings",
+    "column_map",
     "create_spark_session",
+    "delta_can_hold",
+    "delta_column_name",
     "stop_spark_session",
+    "table_of_path",
     "table_path",
 ]

@@ -5,7 +5,8 @@ Theory of operation
 ``apply`` plans the batch (``plan.py``, pure), then for every table, in the order the batch
 first touches them:
 
-1. Makes sure the table exists. A table is created at ``<path>/<schema>/<table>`` from
+1. Makes sure the table exists. A table is created at ``<path>/<schema>/<table>``
+   (``naming.table_path``: characters engines would re-encode are escaped) from
    the first merge step's columns plus the metadata columns by writing an empty DataFrame
    with save mode ``ignore`` (a no-op when the table exists). Sail (0.7) rejects
    ``CREATE TABLE delta.`path``` and ``ALTER TABLE ... ADD COLUMNS``, so this and the
@@ -53,7 +54,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -80,6 +81,7 @@ from sink.keyless import (
     assign_takes,
     fold,
 )
+from sink.naming import delta_column_name, table_path
 from sink.partitioning import BucketFilter, bucket_filter, bucket_of, bucket_values, bucketed_column
 from sink.plan import MergePlan, MergeStep, PlanColumn, TruncateStep, convert_value, plan_batch
 from sink.settings import KeyBuckets, SinkSettings
@@ -148,11 +150,6 @@ class SnapshotRecord:
     slot: str
     status: str
     consistent_point: Lsn
-
-
-def table_path(root: str, schema: str, table: str) -> str:
-    """Where the Delta table of ``schema.table`` lives: ``<root>/<schema>/<table>``."""
-    return f"{root.rstrip('/')}/{schema}/{table}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,6 +437,7 @@ class DeltaSink:
             decoder=self._decoder,
             primary_key=self._primary_key if self._catalog is not None else None,
             on_missing_key=self._settings.on_missing_key,
+            column_names=self._settings.column_names,
         )
         anomalies = 0
         seconds: dict[str, float] = {}
@@ -527,12 +525,6 @@ class DeltaSink:
     # --- tables ----------------------------------------------------------------------------
 
     def _apply_table(self, plan: MergePlan) -> int:
-        for name in (plan.schema, plan.table):
-            if "/" in name or name in (".", ".."):
-                raise SinkDataError(
-                    f"{plan.qualified_name} cannot be mapped to a lake path; rename it "
-                    "without '/' or dot-only names"
-                )
         path = table_path(self._settings.path, plan.schema, plan.table)
         state = self._tables.get(path)
         if state is None or state.stale:
@@ -701,7 +693,7 @@ class DeltaSink:
         before = {c.name for c in state.relation} if state.relation is not None else set(data)
         catalog: CatalogTable | None = None
         if self._catalog is not None and any(c.name not in before for c in step.columns):
-            catalog = self._catalog.table(plan.schema, plan.table)
+            catalog = self._delta_named(self._catalog.table(plan.schema, plan.table))
         change = evolve(plan.qualified_name, step.columns, data, state.relation, catalog)
         values = self._missing_values(plan, (*change.added, *change.returned), catalog)
         table = plan.qualified_name
@@ -725,6 +717,14 @@ class DeltaSink:
                 lsn=format_lsn(step.first_lsn),
             )
         state.relation = step.columns
+
+    def _delta_named(self, catalog: CatalogTable | None) -> CatalogTable | None:
+        """``catalog`` with its columns under their Delta names, as ``evolve`` compares them."""
+        policy = self._settings.column_names
+        if catalog is None or policy == "error":
+            return catalog
+        columns = {delta_column_name(n, policy): c for n, c in catalog.columns.items()}
+        return replace(catalog, columns=columns)
 
     def _missing_values(
         self, plan: MergePlan, columns: Sequence[PlanColumn], catalog: CatalogTable | None

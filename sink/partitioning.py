@@ -84,7 +84,8 @@ def bucketed_column(table: str, step: MergeStep, spec: KeyBuckets) -> int:
             f"{'every column' if step.identity == 'row' else 'no key'}; partition "
             "only tables with a primary key, replica identity index or configured key"
         )
-    names = [step.columns[i].name for i in step.match_indexes]
+    # The configuration names source columns; a Delta name may differ (sink.column_names).
+    names = [step.columns[i].source_name for i in step.match_indexes]
     if spec.column is None:
         if len(names) != 1:
             raise SinkDataError(

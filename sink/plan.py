@@ -92,7 +92,8 @@ from decoder import (
 from sink.base import Batch, SinkDataError
 from sink.keyless import KeylessChange, KeylessStep
 from sink.matching import hashable
-from sink.settings import MissingKeyPolicy
+from sink.naming import delta_can_hold, delta_column_name
+from sink.settings import ColumnNamePolicy, MissingKeyPolicy
 from sink.typemap import (
     DeltaType,
     UnrepresentableValueError,
@@ -115,12 +116,27 @@ HELPER_PREFIX: Final = "__w2d_"
 
 @dataclass(frozen=True, slots=True)
 class PlanColumn:
-    """One source column as the plan and the Delta table see it."""
+    """One source column as the plan and the Delta table see it.
+
+    Attributes:
+        name: the column's name in Delta: the source name, or its ``naming`` map under
+            ``sink.column_names: map``.
+        type_oid: the source type.
+        type_modifier: the source type modifier.
+        delta: the Delta type.
+        renamed_from: the source (PostgreSQL) name when ``name`` differs from it.
+    """
 
     name: str
     type_oid: int
     type_modifier: int
     delta: DeltaType
+    renamed_from: str | None = None
+
+    @property
+    def source_name(self) -> str:
+        """The column's name in PostgreSQL (the relation, the catalog, the configuration)."""
+        return self.name if self.renamed_from is None else self.renamed_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +261,7 @@ def plan_batch(
     primary_key: PrimaryKeyLookup | None = None,
     on_missing_key: MissingKeyPolicy = "error",
     generic_values: bool = False,
+    column_names: ColumnNamePolicy = "error",
 ) -> BatchPlan:
     """Plan a batch.
 
@@ -261,6 +278,8 @@ def plan_batch(
         generic_values: convert every value through ``convert_value`` instead of the
             converters resolved once per relation (``column_converter``). The plan is the
             same; this is the reference path that tests and ``bench.plan`` compare with.
+        column_names: ``map`` gives a column whose name Delta cannot hold its
+            ``naming.mapped_column_name`` (``PlanColumn.name``); ``error`` refuses it.
 
     Returns:
         One ``MergePlan`` per table in order of first appearance, and the messages.
@@ -278,6 +297,7 @@ def plan_batch(
         primary_key=primary_key,
         on_missing_key=on_missing_key,
         generic_values=generic_values,
+        column_names=column_names,
     )
     messages: list[MessageChange] = []
     for change in batch.changes:
@@ -461,8 +481,10 @@ class _Planner:
         primary_key: PrimaryKeyLookup | None = None,
         on_missing_key: MissingKeyPolicy = "error",
         generic_values: bool = False,
+        column_names: ColumnNamePolicy = "error",
     ) -> None:
         self._keys = keys
+        self._column_names: ColumnNamePolicy = column_names
         self._reserved = reserved
         self._decoder = decoder
         self._primary_key = primary_key
@@ -522,10 +544,18 @@ class _Planner:
 
     def _build_shape(self, relation: Relation) -> _Shape:
         names = [column.name for column in relation.columns]
-        _check_column_names(relation.qualified_name, names, self._reserved)
+        delta_names = _delta_column_names(
+            relation.qualified_name, names, self._reserved, self._column_names
+        )
         columns = tuple(
-            PlanColumn(c.name, c.type_oid, c.type_modifier, delta_type(c.type_oid, c.type_modifier))
-            for c in relation.columns
+            PlanColumn(
+                delta_name,
+                c.type_oid,
+                c.type_modifier,
+                delta_type(c.type_oid, c.type_modifier),
+                None if delta_name == c.name else c.name,
+            )
+            for c, delta_name in zip(relation.columns, delta_names, strict=True)
         )
         configured = self._keys.get(relation.qualified_name)
         flagged = [i for i, c in enumerate(relation.columns) if c.is_key]
@@ -915,32 +945,39 @@ def _loader(type_oid: int, fmt: Format) -> Converter:
     return load
 
 
-_DELTA_INVALID_CHARACTERS: Final = frozenset(" ,;{}()\n\t=")
-
-
-def _check_column_names(table: str, names: Sequence[str], reserved: frozenset[str]) -> None:
-    """Reject names Delta cannot hold or that clash with ours, before anything is written."""
+def _delta_column_names(
+    table: str, names: Sequence[str], reserved: frozenset[str], policy: ColumnNamePolicy
+) -> list[str]:
+    """The Delta names of a relation's columns (``naming``), checked before anything is
+    written: each one Delta can hold, none clashing with ours or another, case ignored."""
+    folded_reserved = {name.lower() for name in reserved}
     seen: dict[str, str] = {}
+    delta_names: list[str] = []
     for name in names:
-        if name in reserved or name.startswith(HELPER_PREFIX):
+        delta_name = delta_column_name(name, policy)
+        shown = repr(name) if delta_name == name else f"{name!r} (Delta {delta_name!r})"
+        folded = delta_name.lower()
+        # Spark resolves column names case-insensitively, so case does not tell apart.
+        if folded in folded_reserved or folded.startswith(HELPER_PREFIX):
             raise SinkDataError(
-                f"column {name!r} of {table} collides with a wal2delta metadata column; "
+                f"column {shown} of {table} collides with a wal2delta metadata column; "
                 "rename the metadata columns in the sink configuration"
             )
-        if _DELTA_INVALID_CHARACTERS.intersection(name):
+        if not delta_can_hold(delta_name):
             # Delta tables without column mapping reject these characters in Spark.
             raise SinkDataError(
                 f"column {name!r} of {table} contains a character Delta does not allow in "
-                "column names (space or one of ,;{}()=, tab, newline); rename the column"
+                "column names (space or one of ,;{}()=, tab, newline); rename the column, "
+                f"or set sink.column_names: map to store it as {delta_column_name(name, 'map')!r}"
             )
-        folded = name.lower()
         if folded in seen:
-            # Spark resolves column names case-insensitively.
             raise SinkDataError(
-                f"columns {seen[folded]!r} and {name!r} of {table} differ only in case, which "
-                "Spark cannot tell apart; rename one of them"
+                f"columns {seen[folded]} and {shown} of {table} differ only in case, which "
+                "Spark cannot tell apart (nor can sink.column_names: map); rename one of them"
             )
-        seen[folded] = name
+        seen[folded] = shown
+        delta_names.append(delta_name)
+    return delta_names
 
 
 def _where(change: RowChange, column: PlanColumn) -> str:

@@ -12,6 +12,7 @@ from typing import Literal
 
 SparkMode = Literal["embedded", "connect", "classic"]
 MissingKeyPolicy = Literal["error", "skip"]
+ColumnNamePolicy = Literal["error", "map"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +33,8 @@ class SinkSettings:
     """Where and how ``DeltaSink`` writes.
 
     Attributes:
-        path: root of the lake; a table lives at ``<path>/<schema>/<table>``.
+        path: root of the lake; a table lives at ``naming.table_path(path, schema, table)``,
+            ``<path>/<schema>/<table>`` with unsafe characters escaped.
         lsn_column: metadata column holding the source commit LSN of the row's last change.
         commit_time_column: metadata column holding that change's commit time (UTC).
         deleted_column: soft-delete flag column, present only when ``soft_delete`` is on.
@@ -55,6 +57,9 @@ class SinkSettings:
             table without any key under REPLICA IDENTITY FULL: the position of the INSERT
             that created it (``sink/keyless.py``).
         row_ordinal_column: see ``row_lsn_column``.
+        column_names: a source column whose name Delta cannot hold (a space or one of
+            ``,;{}()=``): ``error`` stops with a ``SinkDataError``, ``map`` stores it under
+            ``naming.mapped_column_name`` (``unit price`` -> ``unit_x0020_price``).
     """
 
     path: str
@@ -70,6 +75,7 @@ class SinkSettings:
     key_bucket_column: str = "_wal2delta_key_bucket"
     row_lsn_column: str = "_wal2delta_row_lsn"
     row_ordinal_column: str = "_wal2delta_row_ordinal"
+    column_names: ColumnNamePolicy = "error"
 
 
 @dataclass(frozen=True, slots=True)
