@@ -49,6 +49,7 @@ def sink_settings(config: AppConfig) -> SinkSettings:
             for name, entry in sink.partition_by_key.items()
         },
         key_bucket_column=sink.metadata.key_bucket_column,
+        column_names=sink.column_names,
     )
 
 

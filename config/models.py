@@ -72,6 +72,7 @@ MissingKeyPolicy = Literal["error", "skip"]
 SnapshotMode = Literal["initial", "never"]
 SparkMode = Literal["embedded", "connect", "classic"]
 MessagesMode = Literal["ignore", "table"]
+ColumnNamePolicy = Literal["error", "map"]
 LogFormat = Literal["auto", "json", "console"]
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
@@ -779,7 +780,9 @@ class SinkConfig(_Section):
     path: NonEmptyStr = Field(
         description=(
             "Lake root: a local path or a URI the engine can write (`s3://...`). Each table "
-            "lands at `<path>/<schema>/<table>`."
+            "lands at `<path>/<schema>/<table>`; a character other than `A-Z a-z 0-9 _ - .` "
+            "in a name is written `_xHHHH_` (`Sales EU` -> `Sales_x0020_EU`), as `status` "
+            "shows."
         ),
     )
     spark: SparkConfig = Field(default_factory=SparkConfig, description="Spark engine.")
@@ -815,6 +818,17 @@ class SinkConfig(_Section):
             "the batch instead of the table's size. Set it before the table is first "
             "written: an existing Delta table cannot be repartitioned, and the width "
             "cannot change later."
+        ),
+    )
+    column_names: ColumnNamePolicy = Field(
+        default="error",
+        description=(
+            "A column whose name Delta cannot hold (a space, one of `,;{}()=`, tab or "
+            "newline): `error` stops the daemon naming it; `map` stores it under a "
+            "reversible escaped name, each such character as `_xHHHH_` (`unit price` -> "
+            "`unit_x0020_price`; an `_` that would read as an escape becomes `_x005F_`). "
+            "Other names stay as they are; `wal2delta status` shows the map. Choose before "
+            "the first such column is written."
         ),
     )
 

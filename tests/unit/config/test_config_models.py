@@ -317,6 +317,14 @@ class TestTables:
         assert settings.key_buckets == {"public.orders": KeyBuckets(width=500, column="id")}
         assert settings.key_bucket_column == "bucket"
 
+    def test_column_names_is_error_or_map_and_reaches_the_sink_settings(self) -> None:
+        data = minimal()
+        assert sink_settings(parse(data)).column_names == "error"
+        data["sink"]["column_names"] = "map"
+        assert sink_settings(parse(data)).column_names == "map"
+        data["sink"]["column_names"] = "rename"
+        assert set(errors_of(data)) == {"sink.column_names"}
+
     def test_keys_of_tables_with_dots_in_their_names_reach_the_sink_by_relation_name(
         self,
     ) -> None:
