@@ -5,7 +5,8 @@ Spark path cannot hide itself. Both sides are normalised to the sink's type mapp
 json/jsonb/interval as their PostgreSQL text, uuid as text, numeric compared with its
 scale (``Decimal('1.50')`` differs from ``Decimal('1.5')``), timestamps as aware UTC,
 bytea as bytes, arrays as lists. Metadata columns (``_wal2delta_*``) are ignored, and
-soft-deleted rows do not count as present.
+soft-deleted rows do not count as present. Under ``sink.column_names: map`` each source
+column is compared with the Delta column its name maps to (``sink.naming``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from uuid import UUID
 
 import psycopg
 from psycopg import sql
+
+from sink import ColumnNamePolicy, column_map
 
 TEXT_CAST_TYPES = frozenset({"json", "jsonb", "interval", "_json", "_jsonb", "_interval"})
 METADATA_PREFIX = "_wal2delta_"
@@ -143,16 +146,36 @@ def read_delta(path: Path | str, *, deleted_column: str | None = None) -> list[d
 
 def compare_table(
     conn: psycopg.Connection[tuple[object, ...]],
-    qualified_name: str,
+    qualified_name: str | tuple[str, str],
     delta_path: Path | str,
     *,
     key: Sequence[str] | None = None,
     deleted_column: str | None = None,
+    column_names: ColumnNamePolicy = "error",
 ) -> TableComparison:
-    """Compare one source table with its Delta table."""
-    schema, _, table = qualified_name.partition(".")
+    """Compare one source table with its Delta table.
+
+    Args:
+        conn: a connection to the source database.
+        qualified_name: ``schema.table``, or ``(schema, table)`` when a name holds a dot.
+        delta_path: the Delta table's location (``sink.table_path``).
+        key: the columns identifying a row; default: primary key or replica identity
+            index, else the table is compared as a multiset of rows.
+        deleted_column: the soft-delete flag column, if the sink writes one.
+        column_names: the sink's ``column_names``; under ``map`` source column X is
+            compared with the Delta column ``sink.delta_column_name(X, "map")``.
+    """
+    if isinstance(qualified_name, tuple):
+        schema, table = qualified_name
+        qualified_name = f"{schema}.{table}"
+    else:
+        schema, _, table = qualified_name.partition(".")
     key_columns = list(key) if key else _primary_key(conn, schema, table)
-    delta_rows = read_delta(delta_path, deleted_column=deleted_column)
+    delta_rows = _source_named(
+        read_delta(delta_path, deleted_column=deleted_column),
+        [name for name, _ in _source_columns(conn, schema, table)],
+        column_names,
+    )
     delta_columns = [
         c for c in (delta_rows[0].keys() if delta_rows else []) if not c.startswith(METADATA_PREFIX)
     ]
@@ -199,6 +222,16 @@ def compare_table(
         different=different,
         duplicated=sorted(duplicated),
     )
+
+
+def _source_named(
+    rows: list[dict[str, object]], names: Sequence[str], policy: ColumnNamePolicy
+) -> list[dict[str, object]]:
+    """Delta rows with each mapped column under its source name (``sink.column_map``)."""
+    renamed = {delta: name for name, delta in column_map(names, policy).items()}
+    if not renamed:
+        return rows
+    return [{renamed.get(k, k): v for k, v in row.items()} for row in rows]
 
 
 def _compare_multisets(
