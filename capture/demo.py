@@ -119,7 +119,12 @@ def run_demo(*, workdir: Path, lake: Path, rounds: int, keep: bool) -> int:
             all_match = True
             for name in DEMO_TABLES:
                 schema, _, table = name.partition(".")
-                comparison = compare_table(conn, name, table_path(str(lake), schema, table))
+                comparison = compare_table(
+                    conn,
+                    (schema, table),
+                    table_path(str(lake), schema, table),
+                    column_names=config.sink.column_names,
+                )
                 all_match &= comparison.matches
                 verdict = "match" if comparison.matches else "MISMATCH"
                 print(

@@ -1,27 +1,56 @@
 """``wal2delta status``: the slot, its lag and retained WAL, and the Delta tables.
 
 Read-only: one normal connection to the source and delta-rs reads of the Delta logs.
+
+Each published table is shown with its Delta location (``sink.table_path``, the one
+mapping every reader and writer uses) and, under ``sink.column_names: map``, the Delta
+name of each column whose name Delta cannot hold (``sink.column_map``); under ``error``
+such columns are listed as the ones that will stop the daemon. When the lake is a local
+directory, Delta tables in it that no published table maps to (a table removed from the
+publication, say) are listed too, named through the inverse mapping
+(``sink.table_of_path``); object stores are not listed.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 
 from capture.monitor import sample_slot
-from capture.slots import publication_tables
+from capture.slots import read_published_tables
 from config import AppConfig
 from decoder import format_lsn
+from sink import ColumnNamePolicy, column_map, delta_can_hold, table_of_path, table_path
 
 
 @dataclass(frozen=True)
 class TableStatus:
+    """One published table and its Delta table.
+
+    Attributes:
+        table: ``schema.table``.
+        schema: the schema name, exactly.
+        name: the table name, exactly.
+        delta_path: the Delta table's location (``sink.table_path``).
+        delta_version: its latest Delta version; None while it does not exist.
+        column_map: source column -> Delta column, for each column stored under another
+            name (``sink.column_names: map``).
+        refused_columns: columns whose name Delta cannot hold, which stop the daemon
+            (``sink.column_names: error``).
+    """
+
     table: str
+    schema: str
+    name: str
     delta_path: str
     delta_version: int | None
+    column_map: dict[str, str] = field(default_factory=dict)
+    refused_columns: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -36,6 +65,10 @@ class Status:
     retained_wal_bytes: int | None
     publication: list[str]
     tables: list[TableStatus]
+    column_names: ColumnNamePolicy = "error"
+    other_delta_tables: list[TableStatus] | None = None
+    """Delta tables in the lake no published table maps to; None: the lake (an object
+    store) was not listed."""
 
 
 def _delta_version(path: str) -> int | None:
@@ -49,19 +82,30 @@ def _delta_version(path: str) -> int | None:
 def collect_status(config: AppConfig) -> Status:
     """Gather the status of one configured source."""
     source = config.source
+    root = str(config.sink.path)
+    policy = config.sink.column_names
+    table_status = []
     with psycopg.connect(source.conninfo(), autocommit=True) as conn:
         sample = sample_slot(conn, source.slot)
-        tables = publication_tables(conn, source.publication)
+        for published in read_published_tables(conn, source.publication, check_column_lists=False):
+            schema, name = published.schema, published.name
+            columns = published.columns or _table_columns(conn, schema, name)
+            path = table_path(root, schema, name)
+            table_status.append(
+                TableStatus(
+                    f"{schema}.{name}",
+                    schema,
+                    name,
+                    path,
+                    _delta_version(path),
+                    dict(column_map(columns, policy)),
+                    [c for c in columns if not delta_can_hold(c)] if policy == "error" else [],
+                )
+            )
     slot = sample.slot
     retained = None
     if slot is not None and slot.restart_lsn is not None:
         retained = max(0, sample.server_lsn - slot.restart_lsn)
-    root = str(config.sink.path)
-    table_status = []
-    for name in tables:
-        schema, _, table = name.partition(".")
-        path = str(Path(root) / schema / table)
-        table_status.append(TableStatus(name, path, _delta_version(path)))
     return Status(
         slot=source.slot,
         slot_exists=slot is not None,
@@ -77,7 +121,42 @@ def collect_status(config: AppConfig) -> Status:
         retained_wal_bytes=retained,
         publication=list(source.publication),
         tables=table_status,
+        column_names=policy,
+        other_delta_tables=_other_delta_tables(root, {t.delta_path for t in table_status}),
     )
+
+
+def _table_columns(
+    conn: psycopg.Connection[tuple[object, ...]], schema: str, table: str
+) -> list[str]:
+    """The live columns of a table, in column order."""
+    rows = conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+        "AND NOT attisdropped ORDER BY attnum",
+        (sql.Identifier(schema, table).as_string(conn),),
+    ).fetchall()
+    return [str(name) for (name,) in rows]
+
+
+def _other_delta_tables(root: str, published: set[str]) -> list[TableStatus] | None:
+    """Delta tables at ``<root>/<schema part>/<table part>`` that are not in ``published``.
+
+    Only a local lake is listed (``root`` without a URL scheme, or ``file://``).
+    """
+    local = root.removeprefix("file://")
+    if "://" in local:
+        return None
+    found = []
+    base = Path(local)
+    for schema_dir in sorted(base.iterdir()) if base.is_dir() else []:
+        for table_dir in sorted(schema_dir.iterdir()) if schema_dir.is_dir() else []:
+            path = f"{root.rstrip('/')}/{schema_dir.name}/{table_dir.name}"
+            named = table_of_path(root, path)
+            if named is None or path in published or not (table_dir / "_delta_log").is_dir():
+                continue
+            schema, name = named
+            found.append(TableStatus(f"{schema}.{name}", schema, name, path, _delta_version(path)))
+    return found
 
 
 def render_status(status: Status, *, as_json: bool) -> str:
@@ -93,13 +172,29 @@ def render_status(status: Status, *, as_json: bool) -> str:
         f"lag               {_bytes(status.lag_bytes)}",
         f"WAL retained      {_bytes(status.retained_wal_bytes)}",
         f"publication       {', '.join(status.publication)}",
+        f"column names      {status.column_names}",
         "",
         f"{'table':<32} {'delta version':>13}  path",
     ]
     for table in status.tables:
-        version = "-" if table.delta_version is None else str(table.delta_version)
-        lines.append(f"{table.table:<32} {version:>13}  {table.delta_path}")
+        lines.extend(_table_lines(table))
+    if status.other_delta_tables:
+        lines += ["", "Delta tables in the lake that no published table maps to:"]
+        for table in status.other_delta_tables:
+            lines.extend(_table_lines(table))
     return "\n".join(lines)
+
+
+def _table_lines(table: TableStatus) -> Sequence[str]:
+    version = "-" if table.delta_version is None else str(table.delta_version)
+    lines = [f"{table.table:<32} {version:>13}  {table.delta_path}"]
+    lines += [f"    column {s!r} is Delta column {d!r}" for s, d in table.column_map.items()]
+    lines += [
+        f"    column {name!r}: Delta cannot hold this name; the daemon stops at its first "
+        "change (set sink.column_names: map)"
+        for name in table.refused_columns
+    ]
+    return lines
 
 
 def _bytes(value: int | None) -> str:

@@ -108,5 +108,5 @@ def test_row_filters_column_lists_and_partitions_land_in_delta_as_published(
     assert not mismatches, "\n".join(mismatches)
     published = {"id", "region", "amount", "_wal2delta_lsn", "_wal2delta_commit_ts"}
     assert set(read_delta(table_path(root, "public", "orders"))[0]) == published
-    assert not (Path(root) / "public" / "readings_2024").exists()
-    assert not (Path(parts) / "public" / "readings").exists()
+    assert not Path(table_path(root, "public", "readings_2024")).exists()
+    assert not Path(table_path(parts, "public", "readings")).exists()
