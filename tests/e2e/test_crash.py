@@ -2,7 +2,8 @@
 
 A seeded, randomised multi-table workload (inserts, updates, key changes, deletes,
 truncates, savepoints, large streamed transactions, prepared transactions, identical rows
-in a table without a key) runs while the real daemon (``wal2delta run`` in a subprocess)
+in a table without a key, a table published with a row filter and a column list by a second
+publication) runs while the real daemon (``wal2delta run`` in a subprocess)
 is killed with SIGKILL at random points - during the initial snapshot, mid-MERGE, between
 MERGE and acknowledgement - and started again, at least 20 times. At the end every Delta
 table, read with delta-rs, equals its source table: nothing lost, nothing duplicated, no
@@ -47,6 +48,17 @@ CREATE TABLE crash.events (kind int, note text);
 ALTER TABLE crash.events REPLICA IDENTITY FULL;
 INSERT INTO crash.events SELECT g % 40, 'n' || (g % 3) FROM generate_series(1, 1200) g;
 """
+# A table only a second publication publishes, with a row filter and a column list: the
+# daemon subscribes to both (``source.publication: [w2d_crash, w2d_crash_ledger]``).
+LEDGER = ("crash.ledger_published", "crash.ledger")
+LEDGER_SCHEMA = """
+CREATE TABLE crash.ledger (id int PRIMARY KEY, amount int NOT NULL, memo text);
+CREATE UNIQUE INDEX ledger_identity ON crash.ledger (id, amount);
+ALTER TABLE crash.ledger REPLICA IDENTITY USING INDEX ledger_identity;
+INSERT INTO crash.ledger SELECT g, g, 'memo' FROM generate_series(1, 1500) g;
+CREATE PUBLICATION w2d_crash_ledger FOR TABLE crash.ledger (id, amount) WHERE (amount % 5 <> 0);
+CREATE VIEW crash.ledger_published AS SELECT id, amount FROM crash.ledger WHERE amount % 5 <> 0;
+"""
 KILLS = 20
 
 
@@ -70,8 +82,9 @@ class Workload:
                 "prepare",
                 "resolve",
                 "duplicates",
+                "ledger",
             ],
-            weights=[40, 8, 12, 12, 3, 8, 8, 12],
+            weights=[40, 8, 12, 12, 3, 8, 8, 12, 10],
         )[0]
         if kind == "resolve" and not self.prepared:
             kind = "small"
@@ -109,6 +122,9 @@ class Workload:
             conn.execute("COMMIT")
         elif kind == "duplicates":
             self._duplicates(conn)
+            conn.execute("COMMIT" if rng.random() > 0.1 else "ROLLBACK")
+        elif kind == "ledger":
+            self._ledger(conn)
             conn.execute("COMMIT" if rng.random() > 0.1 else "ROLLBACK")
         elif kind == "truncate":
             conn.execute("TRUNCATE crash.lines")
@@ -163,6 +179,25 @@ class Workload:
             else:
                 conn.execute("DELETE FROM crash.events WHERE kind = %s AND note = %s", (kind, note))
 
+    def _ledger(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        """Changes of the second publication's table; rows cross its row filter."""
+        rng = self.rng
+        for _ in range(rng.randint(1, 10)):
+            row, roll = rng.randrange(1, 2000), rng.random()
+            if roll < 0.4:
+                conn.execute(
+                    "INSERT INTO crash.ledger VALUES (%s, %s, 'new') ON CONFLICT (id) DO UPDATE "
+                    "SET amount = EXCLUDED.amount",
+                    (row, rng.randrange(1000)),
+                )
+            elif roll < 0.8:
+                conn.execute(
+                    "UPDATE crash.ledger SET amount = amount + 1, memo = memo || '+' WHERE id = %s",
+                    (row,),
+                )
+            else:
+                conn.execute("DELETE FROM crash.ledger WHERE id = %s", (row,))
+
     def _random_change(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
         rng = self.rng
         roll = rng.random()
@@ -212,7 +247,8 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
                 "source": {
                     "dsn": pg18_dsn,
                     "slot": "w2d_crash",
-                    "publication": "w2d_crash",
+                    "publication": ["w2d_crash", "w2d_crash_ledger"],
+                    "create_publication": False,
                     "tables": list(TABLES),
                     "two_phase": True,
                     "status_interval": "500ms",
@@ -235,6 +271,8 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
     )
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
+        conn.execute(LEDGER_SCHEMA)
+        conn.execute(f"CREATE PUBLICATION w2d_crash FOR TABLE {', '.join(TABLES)}".encode())
         workload = Workload(rng)
         kills = 0
         log = tmp_path / "daemon.log"
@@ -278,9 +316,11 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
             time.sleep(0.5)
         assert final.returncode == 0, log.read_text()[-3000:]
         mismatches = []
-        for name in TABLES:
+        checks: list[tuple[str, str, list[str] | None]] = [(t, t, None) for t in TABLES]
+        checks.append((*LEDGER, ["id"]))
+        for source, name, key in checks:
             schema, _, table = name.partition(".")
-            comparison = compare_table(conn, name, table_path(str(lake), schema, table))
+            comparison = compare_table(conn, source, table_path(str(lake), schema, table), key=key)
             if not comparison.matches:
                 mismatches.append(comparison.describe())
     assert kills >= 20
