@@ -17,7 +17,8 @@ first touches them:
    flagging MERGE) of rows at or below its LSN; a merge step ships its rows to Spark as
    one Arrow table with an explicit schema (``createDataFrame``), registers it as a
    temporary view and runs the step's MERGE. Target columns the step's relation does not
-   have (dropped in PostgreSQL) stay in Delta and become NULL in the rows it updates.
+   have (dropped in PostgreSQL, or left out of a column list) stay in Delta: the rows it
+   updates keep their value there, the rows it inserts hold NULL.
    When rows keep unchanged-TOAST columns, a count query first finds those whose value
    exists nowhere in the target; they are not inserted (the MERGE excludes them), but
    counted and logged.
@@ -880,12 +881,6 @@ class DeltaSink:
             arrow = arrow.append_column(partition.name, pa.array(values, BIGINT.arrow))
             columns = [*columns, partition]
             buckets = bucket_filter(partition.name, values)
-        step_columns = {c.name for c in step.columns}
-        unpublished = sorted(
-            name
-            for name in state.columns
-            if name not in step_columns and name not in self._meta.reserved
-        )
         anomalies = 0
         with engine_errors(f"merging into {table}"), self._view(arrow, columns) as view:
             count_query = render_toast_anomaly_count(
@@ -898,7 +893,6 @@ class DeltaSink:
                 self._meta,
                 target=target,
                 view=view,
-                unpublished=unpublished,
                 buckets=buckets,
             )
             self._sql(merge)

@@ -202,19 +202,20 @@ def render_merge(
     *,
     target: str,
     view: str,
-    unpublished: Sequence[str] = (),
     buckets: BucketFilter | None = None,
 ) -> str:
     """Render the MERGE that applies one merge step.
+
+    An update writes only the step's columns: a target column the step's relation does
+    not carry (dropped in PostgreSQL, or left out of the publication's column list) keeps
+    its stored value in updated rows and is NULL in inserted ones, as in the table of a
+    native subscriber (ARCHITECTURE, "An UPDATE writes only the columns it carries").
 
     Args:
         step: the planned rows and their shape.
         meta: metadata column names and the delete mode.
         target: the target table reference (``delta_table(path)``).
         view: the temporary view holding ``source_columns(step, meta)``.
-        unpublished: data columns of the target that the step's relation does not have
-            (dropped in PostgreSQL, or left out of the publication). An updated row gets
-            NULL there: the column stays in Delta, NULL from then on (ARCHITECTURE).
         buckets: for a table partitioned by key range (``partitioning.py``): the view
             also holds the partition column; the condition names the step's partitions
             and inserts write the column.
@@ -251,7 +252,6 @@ def render_merge(
             else:
                 value = source_column
             assignments.append(f"{target_column} = {value}")
-        assignments += [f"{_col('t', name)} = NULL" for name in unpublished]
         assignments += stamp
         if meta.soft_delete:
             assignments.append(f"{_col('t', meta.deleted)} = false")
