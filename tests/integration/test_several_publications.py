@@ -185,3 +185,37 @@ def test_a_snapshot_that_finds_no_table_of_nonempty_publications_fails(
     marker = sink.load_snapshot_marker(config.source.slot)
     assert marker is not None
     assert marker.status == "in_progress"
+
+
+def test_generated_columns_count_only_where_postgresql_18_publishes_them(pg18_dsn: str) -> None:
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute(SCHEMA.encode())
+        conn.execute(
+            "CREATE PUBLICATION with_generated FOR TABLE public.customers "
+            "WITH (publish_generated_columns = stored)"
+        )
+    (customers,) = published(pg18_dsn, "with_generated")
+    assert customers.columns == (*CUSTOMERS, "doubled")
+    # Published by one publication and not by another: different column lists.
+    with pytest.raises(PublicationError, match="different column lists"):
+        published(pg18_dsn, "with_generated", "big")
+    error = pgoutput_error(pg18_dsn, "with_generated,big", "INSERT INTO customers VALUES (1, 'eu')")
+    assert error is not None
+    assert "different" in error
+
+
+def test_the_snapshot_copies_published_generated_columns(pg18_dsn: str, tmp_path: Path) -> None:
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute(SCHEMA.encode())
+        conn.execute("INSERT INTO customers SELECT g, 'eu', 'c' || g FROM generate_series(1, 5) g")
+        conn.execute(
+            "CREATE PUBLICATION with_generated FOR TABLE public.customers "
+            "WITH (publish_generated_columns = stored)"
+        )
+        endpos = current_wal_lsn(conn)
+    sink = ModelSink()
+    CaptureService(
+        _snapshot_config(pg18_dsn, tmp_path, "with_generated"), sink, endpos=endpos
+    ).run()
+    rows = sorted(sink.tables["public.customers"].values(), key=lambda row: str(row["id"]))
+    assert [(row["id"], row["doubled"]) for row in rows] == [(n, 2 * n) for n in range(1, 6)]
