@@ -7,7 +7,8 @@ first touches them:
 
 1. Makes sure the table exists. A table is created at ``<path>/<schema>/<table>``
    (``naming.table_path``: characters engines would re-encode are escaped) from
-   the first merge step's columns plus the metadata columns by writing an empty DataFrame
+   the columns of its first relation in the batch (a merge step's, or a TRUNCATE's when
+   the batch only truncates it) plus the metadata columns by writing an empty DataFrame
    with save mode ``ignore`` (a no-op when the table exists). Sail (0.7) rejects
    ``CREATE TABLE delta.`path``` and ``ALTER TABLE ... ADD COLUMNS``, so this and the
    column additions below are plain DataFrame-writer calls that Sail and Spark+Delta
@@ -529,8 +530,10 @@ class DeltaSink:
         path = table_path(self._settings.path, plan.schema, plan.table)
         state = self._tables.get(path)
         if state is None or state.stale:
-            first = next((s for s in plan.steps if isinstance(s, MergeStep)), None)
-            data = [_plan_column(c) for c in first.columns] if first is not None else []
+            # A new table gets the columns of its first relation, also when the batch only
+            # truncates it (the TRUNCATE's relation is then in ``plan.columns``).
+            first = next((s for s in plan.steps if not isinstance(s, TruncateStep)), None)
+            data = [_plan_column(c) for c in (first.columns if first is not None else plan.columns)]
             wanted = data + self._metadata_columns(
                 ordinal=plan.uses_ordinal or plan.uses_row_ids, row_ids=plan.uses_row_ids
             )

@@ -433,6 +433,8 @@ class _TablePlan:
     steps: list[Step | _OpenStep | _OpenKeylessStep] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: {"insert": 0, "update": 0, "delete": 0})
     skipped: int = 0
+    truncated_columns: tuple[PlanColumn, ...] = ()
+    """The columns of the relation of the table's last TRUNCATE in the batch."""
 
     def open_step(self, shape: _Shape, lsn: Lsn) -> _OpenStep:
         last = self.steps[-1] if self.steps else None
@@ -454,7 +456,8 @@ class _TablePlan:
         steps = tuple(
             s.freeze() if isinstance(s, _OpenStep | _OpenKeylessStep) else s for s in self.steps
         )
-        columns: dict[str, PlanColumn] = {}
+        # A table whose batch only truncates it is still created with its columns.
+        columns: dict[str, PlanColumn] = {c.name: c for c in self.truncated_columns}
         for step in steps:
             if isinstance(step, MergeStep | KeylessStep):
                 for column in step.columns:
@@ -528,7 +531,9 @@ class _Planner:
                 for relation in change.relations:
                     # Everything planned so far for the table is at or below the
                     # truncate's LSN, so the truncate removes it anyway.
-                    self._table(relation).steps[:] = [step]
+                    table = self._table(relation)
+                    table.steps[:] = [step]
+                    table.truncated_columns = self._shape(relation).columns
 
     # --- shapes ----------------------------------------------------------------------------
 

@@ -294,6 +294,19 @@ def test_a_dropped_column_keeps_its_value_in_updated_rows_and_is_null_in_inserte
     )
 
 
+def test_a_table_whose_first_batch_ends_with_truncate_is_created_with_its_columns(
+    make_sink: SinkFactory, lake: Path
+) -> None:
+    make_sink().apply(batch(insert(DOCS, "1", "one", "1", lsn=10), truncate(DOCS, lsn=20)))
+    schema = DeltaTable(docs_path(lake)).to_pyarrow_table().schema
+    assert [(f.name, str(f.type)) for f in schema][:3] == [
+        ("id", "int32"),
+        ("body", "string"),
+        ("rev", "int32"),
+    ]
+    assert delta_rows(docs_path(lake)) == []
+
+
 class FakeCatalog:
     """A ``SourceCatalog`` answering from dictionaries (column -> fast default text)."""
 

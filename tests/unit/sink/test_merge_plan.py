@@ -679,3 +679,11 @@ def test_an_older_batch_replayed_after_newer_ones_never_regresses_a_surviving_ro
     # holding only part of a transaction can, until the rest of it is replayed too: a
     # TRUNCATE cannot tell rows its own transaction wrote later from those it removed.)
     assert replayed.live() == final.live()
+
+
+def test_a_table_the_batch_only_truncates_still_plans_the_columns_of_its_relation() -> None:
+    """So the executor creates a new table with its data columns, not only metadata."""
+    plan = plan_batch(batch(insert(DOCS, "1", "a", "1", lsn=10), truncate(DOCS, lsn=20)))
+    (table,) = plan.tables
+    assert [type(s) for s in table.steps] == [TruncateStep]
+    assert [c.name for c in table.columns] == [c.name for c in DOCS.columns]
