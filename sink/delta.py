@@ -557,7 +557,7 @@ class DeltaSink:
         try:
             for step in plan.steps:
                 if isinstance(step, TruncateStep):
-                    self._truncate(plan.qualified_name, target, step)
+                    self._truncate(plan.qualified_name, target, step, state)
                 elif isinstance(step, KeylessStep):
                     self._follow_relation(plan, path, state, step)
                     self._merge_keyless(plan.qualified_name, path, step, state)
@@ -850,7 +850,7 @@ class DeltaSink:
         rows = self._spark.sql(query).collect()
         return int(rows[0][column]) if rows else 0
 
-    def _truncate(self, table: str, target: str, step: TruncateStep) -> None:
+    def _truncate(self, table: str, target: str, step: TruncateStep, state: _TableState) -> None:
         with engine_errors(f"truncating {table}"):
             if not self._meta.soft_delete:
                 self._sql(render_truncate(step.lsn, self._meta, target=target, view=""))
@@ -866,8 +866,11 @@ class DeltaSink:
                     time_name: pa.array([step.commit_time], TIMESTAMP.arrow),
                 }
             )
+            ordinal = step.ordinal if self._meta.ordinal in state.columns else None
             with self._view(arrow, columns) as view:
-                self._sql(render_truncate(step.lsn, self._meta, target=target, view=view))
+                self._sql(
+                    render_truncate(step.lsn, self._meta, target=target, view=view, ordinal=ordinal)
+                )
 
     def _merge(self, table: str, path: str, step: MergeStep, state: _TableState) -> int:
         target = delta_table(path)

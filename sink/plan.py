@@ -202,10 +202,16 @@ class MergeStep:
 
 @dataclass(frozen=True, slots=True)
 class TruncateStep:
-    """Remove every target row whose LSN is at or below ``lsn``."""
+    """Remove every target row whose LSN is at or below ``lsn``.
+
+    ``ordinal`` is the TRUNCATE's position in its transaction: with soft deletes the
+    flagged rows are stamped (``lsn``, ``ordinal``), which tables without a key compare
+    with later changes of the same transaction.
+    """
 
     lsn: Lsn
     commit_time: datetime
+    ordinal: int = 0
 
 
 Step = MergeStep | KeylessStep | TruncateStep
@@ -527,7 +533,11 @@ class _Planner:
             case MessageChange():
                 messages.append(change)
             case TruncateChange():
-                step = TruncateStep(change.commit_lsn, pg_timestamp_to_datetime(change.commit_time))
+                step = TruncateStep(
+                    change.commit_lsn,
+                    pg_timestamp_to_datetime(change.commit_time),
+                    change.ordinal,
+                )
                 for relation in change.relations:
                     # Everything planned so far for the table is at or below the
                     # truncate's LSN, so the truncate removes it anyway.

@@ -313,7 +313,9 @@ def render_toast_anomaly_count(
     )
 
 
-def render_truncate(lsn: int, meta: MetadataColumns, *, target: str, view: str) -> str:
+def render_truncate(
+    lsn: int, meta: MetadataColumns, *, target: str, view: str, ordinal: int | None = None
+) -> str:
     """Remove (or flag) every target row written at or before ``lsn``.
 
     Args:
@@ -322,6 +324,8 @@ def render_truncate(lsn: int, meta: MetadataColumns, *, target: str, view: str) 
         target: the target table reference.
         view: with soft deletes, a one-row view of the truncate's LSN and commit time
             (``truncate_columns(meta)``); unused otherwise.
+        ordinal: with soft deletes on a table with the ordinal column, the TRUNCATE's
+            ordinal, stamped with its LSN on the flagged rows (a stamp is a position).
     """
     if not meta.soft_delete:
         return f"DELETE FROM {target} WHERE {quote(meta.lsn)} <= {int(lsn)}"
@@ -332,6 +336,7 @@ def render_truncate(lsn: int, meta: MetadataColumns, *, target: str, view: str) 
         f"WHEN MATCHED THEN UPDATE SET {_col('t', meta.deleted)} = true, "
         f"{_col('t', meta.lsn)} = {_col('s', meta.lsn)}, "
         f"{_col('t', meta.commit_time)} = {_col('s', meta.commit_time)}"
+        + ("" if ordinal is None else f", {_col('t', meta.ordinal)} = {int(ordinal)}")
     )
 
 

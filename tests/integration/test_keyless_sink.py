@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from sink import DeltaSink, SinkSettings, table_path
 from tests.support.delta_compare import assert_delta_matches, delta_rows
-from tests.unit.sink.sink_changes import INT4, batch, col, delete, insert, rel, update
+from tests.unit.sink.sink_changes import INT4, batch, col, delete, insert, rel, truncate, update
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -164,3 +164,18 @@ def test_a_table_that_loses_its_key_gives_its_rows_an_identity_first(
     assert_delta_matches(log_path(lake), rows((1, "x")))
     stored = delta_rows(log_path(lake), include_metadata=True)
     assert all(r["_wal2delta_row_lsn"] is not None for r in stored)
+
+
+def test_a_soft_truncate_stamps_its_own_position_so_later_changes_of_its_transaction_apply(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    settings = SinkSettings(path=str(lake), soft_delete=True)
+    DeltaSink(spark_session, settings).apply(
+        batch(*(insert(LOG, "1", "x", lsn=10, ordinal=i) for i in range(4)))
+    )
+    # After a restart the floor is read from the table, tombstones included.
+    DeltaSink(spark_session, settings).apply(
+        batch(truncate(LOG, lsn=20), insert(LOG, "1", "x", lsn=20, ordinal=1))
+    )
+    assert_delta_matches(log_path(lake), rows((1, "x")))

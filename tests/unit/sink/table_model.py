@@ -138,7 +138,10 @@ def _truncate(model: TableModel, rows: dict[tuple[object, ...], Row], step: Trun
     for key, row in list(rows.items()):
         if _lsn(row) <= step.lsn:
             if model.soft_delete:
-                rows[key] = {**row, LSN: step.lsn, TIME: step.commit_time, DELETED: True}
+                stamp: Row = {LSN: step.lsn, TIME: step.commit_time}
+                if ORDINAL in row:  # the SQL stamps it where the table has the column
+                    stamp[ORDINAL] = step.ordinal
+                rows[key] = {**row, **stamp, DELETED: True}
             else:
                 del rows[key]
 
@@ -275,7 +278,7 @@ def replay_changes(
             for relation in change.relations:
                 rows = model.tables.setdefault(relation.qualified_name, {})
                 time = pg_timestamp_to_datetime(change.commit_time)
-                _truncate(model, rows, TruncateStep(change.commit_lsn, time))
+                _truncate(model, rows, TruncateStep(change.commit_lsn, time, change.ordinal))
         elif isinstance(change, RowChange):
             _replay_row(model, change, keys, decoder)
     return model
