@@ -2,7 +2,8 @@
 
 Other packages import only from here. The layers, bottom up: ``wire`` (bounds-checked
 reads), ``frames`` (CopyData frames), ``parser`` (one message), ``assembler`` (messages to
-committed transactions, spooled through ``spill``), ``values`` (column bytes to Python).
+committed transactions, spooled through ``spill``), ``values`` (column bytes to Python),
+with ``textforms`` and ``usertypes`` (binary values to PostgreSQL's text form).
 """
 
 from decoder.assembler import (
@@ -74,6 +75,25 @@ from decoder.spill import (
     MemoryChangeBuffer,
     spilling_buffers,
 )
+from decoder.textforms import (
+    Reader,
+    UnknownBinaryFormatError,
+    builtin_text_reader,
+    float8_text,
+)
+from decoder.usertypes import (
+    ArrayType,
+    CompositeField,
+    CompositeType,
+    DomainType,
+    EnumType,
+    MultirangeType,
+    OpaqueType,
+    RangeType,
+    TypeDescription,
+    TypeLookup,
+    UserTypeForms,
+)
 from decoder.values import (
     TEXT_KEPT_TYPE_OIDS,
     UNCHANGED_TOAST,
@@ -87,6 +107,7 @@ __all__ = [
     "TEXT_KEPT_TYPE_OIDS",
     "TRANSITIONS",
     "UNCHANGED_TOAST",
+    "ArrayType",
     "Assembler",
     "AssemblerOutput",
     "AssemblerState",
@@ -100,8 +121,12 @@ __all__ = [
     "Commit",
     "CommitPrepared",
     "CommittedTransaction",
+    "CompositeField",
+    "CompositeType",
     "DecodeError",
     "Delete",
+    "DomainType",
+    "EnumType",
     "FileChangeBuffer",
     "Insert",
     "LogicalMessage",
@@ -110,14 +135,18 @@ __all__ = [
     "MemoryChangeBuffer",
     "Message",
     "MessageChange",
+    "MultirangeType",
     "NonTransactionalMessage",
     "Oid",
+    "OpaqueType",
     "Origin",
     "PgTimestamp",
     "Prepare",
     "PrimaryKeepalive",
     "ProtocolOptions",
     "ProtocolSequenceError",
+    "RangeType",
+    "Reader",
     "Relation",
     "RelationCache",
     "RelationColumn",
@@ -137,14 +166,20 @@ __all__ = [
     "TruncateChange",
     "TupleData",
     "Type",
+    "TypeDescription",
+    "TypeLookup",
+    "UnknownBinaryFormatError",
     "Update",
+    "UserTypeForms",
     "ValueDecoder",
     "Wal2DeltaError",
     "XLogData",
     "Xid",
+    "builtin_text_reader",
     "datetime_to_pg_timestamp",
     "decode_tuple",
     "encode_standby_status_update",
+    "float8_text",
     "format_lsn",
     "load_tuple_wire",
     "message_event",

@@ -33,6 +33,8 @@ from psycopg.types.string import TextBinaryLoader, TextLoader
 
 from decoder.errors import MalformedMessageError
 from decoder.messages import ColumnKind, Relation, TupleData
+from decoder.textforms import Reader, format_interval
+from decoder.usertypes import TypeLookup, UserTypeForms
 
 
 class _UnchangedToast:
@@ -70,51 +72,6 @@ class _JsonbBinaryAsText(adapt.Loader):
 _INTERVAL_BINARY: Final = struct.Struct(">qii")
 _U32: Final = struct.Struct(">I")
 _Load = Callable[[adapt.Buffer], object]
-_INT32_MAX: Final = 2**31 - 1
-_INT64_MAX: Final = 2**63 - 1
-
-
-def _trunc_divmod(value: int, divisor: int) -> tuple[int, int]:
-    """Divide like C: the quotient truncates toward zero, the remainder keeps the sign."""
-    quotient = abs(value) // divisor
-    if value < 0:
-        quotient = -quotient
-    return quotient, value - quotient * divisor
-
-
-def format_interval(microseconds: int, days: int, months: int) -> str:
-    """Render an interval as PostgreSQL's ``interval_out`` does with IntervalStyle postgres.
-
-    A port of ``EncodeInterval`` (``INTSTYLE_POSTGRES``) and ``AppendSeconds`` in
-    ``datetime.c``: nonzero year/mon/day parts, then ``[-]HH:MM:SS[.ffffff]`` when the time
-    part is nonzero or nothing else was printed; a part after a negative one gets an
-    explicit ``+`` when positive. PostgreSQL 17's infinite intervals print as
-    ``infinity`` and ``-infinity``.
-    """
-    if (microseconds, days, months) == (_INT64_MAX, _INT32_MAX, _INT32_MAX):
-        return "infinity"
-    if (microseconds, days, months) == (-_INT64_MAX - 1, -_INT32_MAX - 1, -_INT32_MAX - 1):
-        return "-infinity"
-    years, months = _trunc_divmod(months, 12)
-    parts: list[str] = []
-    is_before = False
-    for value, unit in ((years, "year"), (months, "mon"), (days, "day")):
-        if value == 0:
-            continue
-        sign = "+" if is_before and value > 0 else ""
-        parts.append(f"{sign}{value} {unit}{'' if value == 1 else 's'}")
-        is_before = value < 0
-    hours, rest = _trunc_divmod(microseconds, 3_600_000_000)
-    minutes, rest = _trunc_divmod(rest, 60_000_000)
-    seconds, fraction = _trunc_divmod(rest, 1_000_000)
-    if not parts or microseconds != 0:
-        minus = hours < 0 or minutes < 0 or seconds < 0 or fraction < 0
-        sign = "-" if minus else "+" if is_before else ""
-        text = f"{sign}{abs(hours):02d}:{abs(minutes):02d}:{abs(seconds):02d}"
-        if fraction:
-            text += "." + f"{abs(fraction):06d}".rstrip("0")
-        parts.append(text)
-    return " ".join(parts)
 
 
 class _IntervalBinaryAsText(adapt.Loader):
@@ -149,10 +106,18 @@ TEXT_KEPT_TYPE_OIDS: Final = frozenset(
 
 
 class ValueDecoder:
-    """Decodes TupleData of any relation; caches one loader per (type OID, format)."""
+    """Decodes TupleData of any relation; caches one loader per (type OID, format).
 
-    def __init__(self) -> None:
+    Args:
+        types: describes type OIDs psycopg has no binary loader for (user types) from the
+            source catalog; their binary values then load as PostgreSQL's text form
+            (``decoder.usertypes``). Without it only builtin types are read that way, and
+            a user type's binary value raises ``UnknownBinaryFormatError``.
+    """
+
+    def __init__(self, types: TypeLookup | None = None) -> None:
         self._transformer = adapt.Transformer(_context_adapters())
+        self._forms = UserTypeForms(types)
         self._loaders: dict[tuple[int, Format], _Load] = {}
         self._cached: tuple[Relation | None, list[_Load], list[_Load]] = (None, [], [])
 
@@ -160,9 +125,26 @@ class ValueDecoder:
         key = (type_oid, fmt)
         load = self._loaders.get(key)
         if load is None:
-            load = self._transformer.get_loader(type_oid, fmt).load
+            text_form = self.binary_text_reader(type_oid) if fmt is Format.BINARY else None
+            if text_form is not None:
+                load = _bytes_reader(text_form)
+            else:
+                load = self._transformer.get_loader(type_oid, fmt).load
             self._loaders[key] = load
         return load
+
+    def binary_text_reader(self, type_oid: int) -> Reader | None:
+        """PostgreSQL's text form of ``type_oid``'s binary values, for a type psycopg has
+        no binary loader for (enums, domains, composites, their arrays, extension types);
+        None when psycopg loads the type.
+
+        The first call for a user type describes it through ``types`` (I/O in the
+        caller's lookup); later calls are a dictionary hit. The reader raises
+        ``UnknownBinaryFormatError`` when the type has no known binary layout.
+        """
+        if _ADAPTERS.get_loader(type_oid, Format.BINARY) is not None:
+            return None
+        return self._forms.reader(type_oid)
 
     def decode_value(self, type_oid: int, kind: ColumnKind, data: bytes | None) -> object:
         """Decode one column value; NULL gives None and unchanged TOAST the marker."""
@@ -280,6 +262,15 @@ def load_tuple_wire(
     if pos > len(buf):
         raise IndexError(pos)
     return values
+
+
+def _bytes_reader(read: Reader) -> _Load:
+    """A ``Reader`` as a loader: psycopg hands loaders a buffer, not always ``bytes``."""
+
+    def load(data: adapt.Buffer) -> object:
+        return read(data if isinstance(data, bytes) else bytes(data))
+
+    return load
 
 
 class _AdaptersContext:

@@ -30,6 +30,11 @@ Decisions (see docs/decisions.md):
   other arrays are one STRING in PostgreSQL's array text form. Multi-dimensional values
   cannot live in a one-level ARRAY column and are rejected when converted; array lower
   bounds other than 1 are not kept (psycopg drops them).
+* User-defined types - enums, domains (whatever their base type), composites, ranges and
+  arrays of them - are STRING in PostgreSQL's text form in both protocol modes, so the
+  Delta type never depends on the mode or on the catalog. In binary mode the decoder
+  prints their send format the way their output function would (``decoder.usertypes``);
+  a type whose binary layout is unknown stops the sink naming it.
 """
 
 from __future__ import annotations
@@ -37,8 +42,6 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import ipaddress
-import math
-import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -46,6 +49,8 @@ from typing import Final
 from uuid import UUID
 
 import pyarrow as pa
+
+from decoder import builtin_text_reader, float8_text
 
 MAX_DECIMAL_PRECISION: Final = 38
 _VARHDRSZ: Final = 4
@@ -96,8 +101,6 @@ TIMESTAMP_NTZ: Final = DeltaType("TIMESTAMP_NTZ", pa.timestamp("us"), ValueForm.
 
 NUMERIC_OID: Final = 1700
 NUMERIC_ARRAY_OID: Final = 1231
-TIME_OID: Final = 1083
-TIMETZ_OID: Final = 1266
 
 # Built-in type OIDs are fixed in PostgreSQL's catalog (pg_type.dat); the unit tests check
 # this table against psycopg's type registry.
@@ -263,9 +266,12 @@ def checked_decimal(target: DeltaType, value: object) -> Decimal:
 # --- PostgreSQL text forms -----------------------------------------------------------------
 #
 # In text mode pgoutput already sends PostgreSQL's text form and the sink stores those bytes
-# as they are. With ``binary true`` the value arrives in binary form, psycopg loads it into a
-# Python object, and the functions below print that object back the way PostgreSQL's output
-# functions do (ISO DateStyle, hex bytea, timestamptz in UTC).
+# as they are. With ``binary true`` the value arrives in binary form: a builtin type whose
+# layout the decoder ports (``decoder.textforms``, through ``binary_text_form``) is printed
+# from its bytes; user types are printed by the decoder from the catalog's description
+# (``decoder.usertypes``); any other value psycopg loads into a Python object, which the
+# functions below print back the way PostgreSQL's output functions do (ISO DateStyle, hex
+# bytea, timestamptz in UTC).
 
 _ARRAY_SPECIAL: Final = frozenset('{},"\\')
 _RANGE_SPECIAL: Final = frozenset('()[],"\\')
@@ -302,29 +308,8 @@ def _datetime_text(value: dt.datetime) -> str:
 
 
 def _float_text(value: float) -> str:
-    """Print a float as float8out does: shortest exact digits, %g-style exponent rule."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    if value == 0:
-        return "-0" if math.copysign(1.0, value) < 0 else "0"
-    # repr gives the shortest digits that round-trip, as PostgreSQL's Ryu output does.
-    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
-    assert isinstance(exponent, int)
-    text = "".join(map(str, digits))
-    point = len(text) + exponent  # position of the decimal point in ``text``
-    decimal_exponent = point - 1
-    if decimal_exponent < -4 or decimal_exponent >= 15:
-        mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
-        body = f"{mantissa}e{'-' if decimal_exponent < 0 else '+'}{abs(decimal_exponent):02d}"
-    elif point <= 0:
-        body = "0." + "0" * -point + text
-    elif point >= len(text):
-        body = text + "0" * (point - len(text))
-    else:
-        body = text[:point] + "." + text[point:]
-    return ("-" if sign else "") + body
+    """Print a float as float8out does (the decoder's port of PostgreSQL's Ryu output)."""
+    return float8_text(value)
 
 
 def _quoted(text: str, special: frozenset[str]) -> str:
@@ -387,9 +372,9 @@ def pg_text_form(value: object) -> str:
         case dt.time():
             return _time_text(value)
         case bytes() | bytearray() | memoryview():
-            # psycopg hands back raw bytes for a binary value it has no loader for; those
-            # bytes are the type's send format, not its text, so printing them would store
-            # something PostgreSQL never shows.
+            # Raw bytes are a binary value nothing could read (psycopg's fallback): the
+            # type's send format, not its text, so printing them would store something
+            # PostgreSQL never shows.
             raise UnrepresentableValueError(
                 "the binary format of this type has no known text form; replicate the table "
                 "in text mode (source binary: false)"
@@ -414,92 +399,20 @@ def pg_text_form(value: object) -> str:
     return str(value)
 
 
-def _time_of_day(microseconds: int) -> str:
-    """``HH:MM:SS[.ffffff]`` from microseconds since midnight; 24:00:00 is a valid time."""
-    seconds, fraction = divmod(microseconds, 1_000_000)
-    minutes, secs = divmod(seconds, 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours:02d}:{minutes:02d}:{secs:02d}{_fraction(fraction)}"
-
-
-def _signed(data: bytes) -> int:
-    return int.from_bytes(data, "big", signed=True)
-
-
-def _unsigned(data: bytes) -> int:
-    return int.from_bytes(data, "big", signed=False)
-
-
-def _time_send(data: bytes) -> str:
-    return _time_of_day(_signed(data[:8]))
-
-
-def _timetz_send(data: bytes) -> str:
-    # timetz_send: int64 microseconds, then the zone as int32 seconds *west* of UTC.
-    return _time_of_day(_signed(data[:8])) + _utc_offset(dt.timedelta(seconds=-_signed(data[8:12])))
-
-
-def _bit_send(data: bytes) -> str:
-    # bit_send: int32 bit length, then the bits, most significant first.
-    length = _signed(data[:4])
-    bits = "".join(f"{byte:08b}" for byte in data[4:])
-    return bits[:length]
-
-
-def _char_send(data: bytes) -> str:
-    # charout prints NUL as an empty string and bytes above 127 as \ooo octal.
-    if not data or data[0] == 0:
-        return ""
-    return chr(data[0]) if data[0] < 128 else f"\\{data[0]:03o}"
-
-
-def _point_send(data: bytes) -> str:
-    x, y = struct.unpack("!dd", data)
-    return f"({_float_text(x)},{_float_text(y)})"
-
-
-def _lsn_send(data: bytes) -> str:
-    lsn = _unsigned(data)
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
-
-
-def _tid_send(data: bytes) -> str:
-    return f"({_unsigned(data[:4])},{_unsigned(data[4:6])})"
-
-
-# Binary send formats of text-kept types that psycopg has no loader for (or whose Python
-# value cannot hold every PostgreSQL value: time reaches 24:00:00), printed directly.
-_BINARY_TEXT_FORMS: Final[Mapping[int, Callable[[bytes], str]]] = {
-    18: _char_send,
-    27: _tid_send,
-    28: lambda data: str(_unsigned(data)),  # xid
-    29: lambda data: str(_unsigned(data)),  # cid
-    142: lambda data: data.decode("utf-8"),  # xml, sent in the client encoding
-    600: _point_send,
-    829: lambda data: ":".join(f"{b:02x}" for b in data),  # macaddr
-    774: lambda data: ":".join(f"{b:02x}" for b in data),  # macaddr8
-    TIME_OID: _time_send,
-    TIMETZ_OID: _timetz_send,
-    1560: _bit_send,
-    1562: _bit_send,  # varbit
-    3220: _lsn_send,
-    5069: lambda data: str(_unsigned(data)),  # xid8
-}
-
-
 def binary_text_form(type_oid: int, data: bytes) -> str | None:
-    """PostgreSQL's text form of a binary value that psycopg cannot load faithfully.
+    """PostgreSQL's text form of a builtin type's binary value, printed from its layout.
 
     Returns:
-        The text form, or None when psycopg's loader handles the type.
+        The text form, or None when the decoder has no port of the type's layout (psycopg
+        then loads the value, or the type is not builtin).
     """
-    decode = _BINARY_TEXT_FORMS.get(type_oid)
+    decode = builtin_text_reader(type_oid)
     return None if decode is None else decode(data)
 
 
 def binary_text_decoder(type_oid: int) -> Callable[[bytes], str] | None:
-    """The function ``binary_text_form`` uses for ``type_oid``; None when psycopg loads it."""
-    return _BINARY_TEXT_FORMS.get(type_oid)
+    """The function ``binary_text_form`` uses for ``type_oid``; None when it has none."""
+    return builtin_text_reader(type_oid)
 
 
 def _multirange_text(value: object) -> str | None:

@@ -15,8 +15,10 @@ from decoder import (
     UNCHANGED_TOAST,
     ColumnKind,
     ColumnValue,
+    EnumType,
     MalformedMessageError,
     TupleData,
+    UnknownBinaryFormatError,
     ValueDecoder,
     decode_tuple,
 )
@@ -97,10 +99,20 @@ def test_decode_tuple_maps_null_and_unchanged_toast_and_uses_column_types():
     assert repr(UNCHANGED_TOAST) == "UNCHANGED_TOAST"
 
 
-def test_unknown_type_oids_are_text_in_text_mode_and_bytes_in_binary_mode():
+def test_user_type_oids_are_text_in_text_mode_and_need_a_description_in_binary_mode():
     decoder = ValueDecoder()
     assert decoder.decode_value(16390, ColumnKind.TEXT, b"happy") == "happy"
-    assert decoder.decode_value(16390, ColumnKind.BINARY, b"happy") == b"happy"
+    with pytest.raises(UnknownBinaryFormatError, match=r"type OID 16390.*no source catalog"):
+        decoder.decode_value(16390, ColumnKind.BINARY, b"happy")
+
+
+def test_described_user_types_load_as_their_text_form_in_binary_mode():
+    described = {16390: EnumType(16390, "public", "mood")}
+    decoder = ValueDecoder(described.get)
+    assert decoder.decode_value(16390, ColumnKind.BINARY, b"happy") == "happy"
+    assert decoder.binary_text_reader(16390) is not None
+    # psycopg loads builtin types itself.
+    assert decoder.binary_text_reader(INT4_OID) is None
 
 
 def test_a_tuple_with_another_column_count_than_its_relation_is_malformed():

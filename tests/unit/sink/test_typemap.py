@@ -264,5 +264,18 @@ def test_binary_send_formats_without_a_faithful_loader_print_as_postgresql_text(
     assert binary_text_form(oid(name), data) == text
 
 
-def test_types_psycopg_loads_faithfully_have_no_special_binary_form() -> None:
-    assert binary_text_form(oid("uuid"), bytes(16)) is None
+def test_builtin_types_with_a_ported_layout_print_from_their_bytes() -> None:
+    # Printed by decoder.textforms, not by psycopg's loader and Python's str (which
+    # writes IPv4-mapped IPv6 addresses differently from PostgreSQL).
+    assert binary_text_form(oid("uuid"), bytes(16)) == "00000000-0000-0000-0000-000000000000"
+    assert (
+        binary_text_form(
+            oid("inet"), bytes([3, 128, 0, 16]) + bytes(10) + b"\xff\xff\x01\x02\x03\x04"
+        )
+        == "::ffff:1.2.3.4"
+    )
+
+
+def test_types_without_a_ported_layout_have_no_binary_text_form() -> None:
+    assert binary_text_form(oid("money"), bytes(8)) is None
+    assert binary_text_form(987_654, b"happy") is None
