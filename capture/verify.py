@@ -2,8 +2,8 @@
 
 The Delta side is read with ``deltalake`` (delta-rs), not through Spark, so a bug in the
 Spark path cannot hide itself. Both sides are normalised to the sink's type mapping:
-json/jsonb/interval as their PostgreSQL text, uuid as text, numeric compared with its
-scale (``Decimal('1.50')`` differs from ``Decimal('1.5')``), timestamps as aware UTC,
+json/jsonb/interval and domains as their PostgreSQL text, uuid as text, numeric compared
+with its scale (``Decimal('1.50')`` differs from ``Decimal('1.5')``), timestamps as aware UTC,
 bytea as bytes, arrays as lists. Metadata columns (``_wal2delta_*``) are ignored, and
 soft-deleted rows do not count as present. Under ``sink.column_names: map`` each source
 column is compared with the Delta column its name maps to (``sink.naming``).
@@ -25,6 +25,10 @@ from psycopg import sql
 from sink import ColumnNamePolicy, column_map
 
 TEXT_CAST_TYPES = frozenset({"json", "jsonb", "interval", "_json", "_jsonb", "_interval"})
+DOMAIN = "(domain)"
+"""The type name ``_source_columns`` gives a domain column: the sink stores every domain as
+its text form, but PostgreSQL sends clients the base type (an int for a domain over int),
+so the source side is text-cast too."""
 METADATA_PREFIX = "_wal2delta_"
 
 
@@ -84,11 +88,12 @@ def _source_columns(
 ) -> list[tuple[str, str]]:
     rows = conn.execute(
         """
-        SELECT a.attname, t.typname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+        SELECT a.attname, CASE WHEN t.typtype = 'd' THEN %s ELSE t.typname END
+        FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
         WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
         ORDER BY a.attnum
         """,
-        (sql.Identifier(schema, table).as_string(conn),),
+        (DOMAIN, sql.Identifier(schema, table).as_string(conn)),
     ).fetchall()
     return [(str(name), str(typ)) for name, typ in rows]
 
@@ -124,7 +129,7 @@ def read_source(
         described = [(n, t) for n, t in described if n in columns]
     select_list = sql.SQL(", ").join(
         sql.SQL("{}::text").format(sql.Identifier(name))
-        if typ in TEXT_CAST_TYPES
+        if typ in TEXT_CAST_TYPES or typ == DOMAIN
         else sql.Identifier(name)
         for name, typ in described
     )
