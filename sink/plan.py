@@ -84,6 +84,7 @@ from decoder import (
     RowChange,
     TruncateChange,
     TupleData,
+    UnknownBinaryFormatError,
     ValueDecoder,
     format_lsn,
     load_tuple_wire,
@@ -825,7 +826,7 @@ _PLAIN_HASHABLE: Final = frozenset({int, str, bytes, bool, Decimal, date, dateti
 
 def _value_error(change: RowChange, column: PlanColumn, exc: Exception) -> SinkDataError:
     """The error for a value of ``column`` that did not convert, ``exc`` chained by caller."""
-    if isinstance(exc, UnrepresentableValueError):
+    if isinstance(exc, UnrepresentableValueError | UnknownBinaryFormatError):
         return SinkDataError(f"cannot store a value of {_where(change, column)}: {exc}")
     # The loader's message may quote the value; it stays in the chained exception.
     return SinkDataError(
@@ -891,6 +892,11 @@ def column_converter(column: PlanColumn, kind: ColumnKind, decoder: ValueDecoder
         text_form = binary_text_decoder(column.type_oid)
         if text_form is not None:
             return text_form
+        # A user type (enum, domain, composite, their arrays): described from the source
+        # catalog here, once per relation shape, so no catalog I/O happens per value.
+        user_form = decoder.binary_text_reader(column.type_oid)
+        if user_form is not None:
+            return user_form
         return _generic_converter(column, kind, decoder)
     if column.type_oid in TEXT_KEPT_TYPE_OIDS:
         # The decoder loads these with loaders of its own; never the case for the types
