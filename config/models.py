@@ -427,7 +427,14 @@ class SourceConfig(_Section):
     )
     binary: bool = Field(
         default=False,
-        description="Ask the server for binary column values instead of text.",
+        description=(
+            "Ask the server for binary column values instead of text. Delta holds the same "
+            "values in both modes: enums, domains, composites, ranges and arrays of them "
+            "are printed as PostgreSQL's text form, their layout read from the source "
+            "catalog. A column whose type has no known binary layout (an extension base "
+            "type such as citext or hstore, money, the reg* types) stops the daemon naming "
+            "table, column and type; a source with such columns needs `binary: false`."
+        ),
     )
     messages: bool = Field(
         default=False,
