@@ -33,7 +33,7 @@ from psycopg.types.string import TextBinaryLoader, TextLoader
 
 from decoder.errors import MalformedMessageError
 from decoder.messages import ColumnKind, Relation, TupleData
-from decoder.textforms import Reader, format_interval
+from decoder.textforms import Reader, UnknownBinaryFormatError, format_interval
 from decoder.usertypes import TypeLookup, UserTypeForms
 
 
@@ -207,6 +207,8 @@ class ValueDecoder:
             )
         try:
             values = load_tuple_wire(buf, start, text_loaders, binary_loaders)
+        except UnknownBinaryFormatError:
+            raise  # the bytes are fine; the type cannot be read
         except (IndexError, ValueError, struct.error):
             raise MalformedMessageError(
                 "a spooled TupleData part is damaged", offset=start, message_type="TUPLE DATA"

@@ -1,8 +1,8 @@
 """Real server streams through the assembler: what replays is exactly what committed.
 
 Each capture is fed to a fresh ``Assembler``; the committed transactions are replayed and
-their rows decoded with ``decode_tuple``. Text and binary captures, PostgreSQL 15 and 18,
-streamed and not, must all give the same values.
+their rows decoded with ``ValueDecoder.decode_tuple``. Text and binary captures, PostgreSQL
+15 and 18, streamed and not, must all give the same values.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from decoder import (
     AssemblerOutput,
     Change,
     CommittedTransaction,
+    EnumType,
     MessageChange,
     NonTransactionalMessage,
     RowChange,
@@ -26,7 +27,8 @@ from decoder import (
     TransactionPrepared,
     TransactionRolledBack,
     TruncateChange,
-    decode_tuple,
+    UnknownBinaryFormatError,
+    ValueDecoder,
 )
 from tests.golden import Capture, load_captures
 
@@ -48,14 +50,21 @@ def run(found: Capture) -> tuple[list[AssemblerOutput], list[tuple[CommittedTran
     return outputs, replayed
 
 
+def harvest_types(type_oid: int) -> EnumType:
+    """The catalog of the harvest database (tests/golden/harvest.py) for user types: its
+    only one is the enum ``mood``."""
+    return EnumType(type_oid, "public", "mood")
+
+
 def rows(found: Capture) -> list[tuple[str, str, str | None, object, object]]:
     """(table, op, old_kind, old values, new values) of every replayed row change."""
+    decoder = ValueDecoder(harvest_types)
     result = []
     for _, changes in run(found)[1]:
         for change in changes:
             if isinstance(change, RowChange):
-                old = decode_tuple(change.relation, change.old) if change.old else None
-                new = decode_tuple(change.relation, change.new) if change.new else None
+                old = decoder.decode_tuple(change.relation, change.old) if change.old else None
+                new = decoder.decode_tuple(change.relation, change.new) if change.new else None
                 result.append((change.relation.relation_name, change.op, change.old_kind, old, new))
     return result
 
@@ -99,10 +108,8 @@ NULLS = (None,) * 11
 
 @pytest.mark.parametrize("found", by_workload("dml"), ids=lambda found: found.id)
 def test_dml_workload_replays_every_row_with_its_values(found):
+    # The enum is its label in both modes (binary mode through its catalog description).
     first = FIRST_ROW
-    if found.options.binary:
-        # A user enum has no loader: binary mode gives the label's bytes (see values.py).
-        first = (*FIRST_ROW[:-1], b"happy")
     renamed = (1, "beta", *first[2:])
     big = "0123456789abcdef" * 250
     second_span = "-1 mons +1 day -00:00:01.5"
@@ -135,6 +142,21 @@ def test_dml_workload_replays_every_row_with_its_values(found):
     assert {r.relation_name for r in truncates[0].relations} == {"plain", "full_ident"}
     assert truncates[0].cascade
     assert truncates[0].restart_identity
+
+
+@pytest.mark.parametrize(
+    "found", [f for f in by_workload("dml") if f.options.binary], ids=lambda found: found.id
+)
+def test_a_binary_user_type_without_a_description_is_named_not_called_damaged(found):
+    insert = next(
+        change
+        for _, changes in run(found)[1]
+        for change in changes
+        if isinstance(change, RowChange) and change.relation.relation_name == "typed"
+    )
+    assert insert.new is not None
+    with pytest.raises(UnknownBinaryFormatError, match=r"type OID \d+.*no source catalog"):
+        ValueDecoder().decode_tuple(insert.relation, insert.new)
 
 
 def _plain_ids(found: Capture) -> list[int]:
