@@ -21,8 +21,18 @@ replay guard makes that harmless (invariant 2).
 
 ``--endpos`` (like ``pg_recvlogical --endpos``) stops once every transaction committed at
 or before that LSN is durable and acknowledged; a transaction committed after it is not
-applied. SIGTERM/SIGINT stop reading, apply what is committed, send a final status update
-and return 0.
+applied. The server has sent every such transaction once it sends a keepalive whose
+``walEnd`` is at or past endpos while no transaction (or stream block) is being received,
+or a commit past endpos. A transaction still open at that point - streamed to us in part
+or not sent at all yet - does not hold the run: it commits after endpos. The final status
+update acknowledges what the ``FlushTracker`` allows: while a streamed transaction is open,
+the durable frontier and never the keepalive's ``walEnd``; a transaction the server has not
+sent at all is invisible here and may be passed by ``walEnd``. Either way the position stays
+before the open transaction's commit, and the server, which decides by commit LSN what to
+send again, sends that transaction in full to the next run.
+
+SIGTERM/SIGINT stop reading, apply what is committed, send a final status update and
+return 0.
 """
 
 from __future__ import annotations
@@ -70,6 +80,7 @@ from capture.stream import ReplicationStream
 from config import AppConfig
 from decoder import (
     Assembler,
+    AssemblerState,
     Change,
     CommittedTransaction,
     Lsn,
@@ -558,6 +569,18 @@ class _Session:
         self.service._drain_worker()
         self._send_status(reason="final", reply_requested=False)
         positions = self.tracker.positions(decoder_idle=self.assembler.idle)
+        if self.endpos_reached and self.endpos is not None and not self.assembler.idle:
+            log.info(
+                "endpos reached with a transaction open",
+                endpos=format_lsn(self.endpos),
+                flushed_lsn=format_lsn(positions.flush),
+                received_lsn=format_lsn(self.tracker.received),
+                open_streamed_transactions=self.assembler.open_streamed_transactions,
+                consequence=(
+                    "the acknowledged position stays before the open transaction's commit, "
+                    "which is after endpos; the next run receives it in full"
+                ),
+            )
         log.info(
             "replication stopped",
             flushed_lsn=format_lsn(positions.flush),
@@ -610,8 +633,14 @@ class _Session:
         self.tracker.on_keepalive(message.wal_end)
         if message.reply_requested:
             self.policy.request_reply()
-        if self.endpos is not None and message.wal_end >= self.endpos and self.assembler.idle:
+        if self.endpos is not None and message.wal_end >= self.endpos and self._between_blocks():
+            # Every commit before walEnd was sent; a transaction still open (streamed in
+            # part, or not sent yet) commits after endpos and does not hold the run.
             self.endpos_reached = True
+
+    def _between_blocks(self) -> bool:
+        """No transaction, prepare or stream block is being received right now."""
+        return self.assembler.state is AssemblerState.IDLE
 
     def _sink_busy(self) -> bool:
         """The sink still works on an earlier batch: let the open batch grow instead.
@@ -717,9 +746,10 @@ class _Session:
             self._send_status(reason="periodic", reply_requested=self._want_reply())
 
     def _want_reply(self) -> bool:
-        # While waiting for --endpos with nothing in flight, ask the server for a
-        # keepalive so its walEnd tells us when everything up to endpos was sent.
-        return self.endpos is not None and self.assembler.idle
+        # While waiting for --endpos between blocks (a streamed transaction may be open),
+        # ask the server for a keepalive: its walEnd tells when everything up to endpos
+        # was sent.
+        return self.endpos is not None and self._between_blocks()
 
     def _send_status(self, *, reason: str, reply_requested: bool) -> None:
         now = self.service.clock()
