@@ -583,7 +583,7 @@ def _quoted_element(text: str, delimiter: str) -> str:
     are backslash-escaped inside the quotes."""
     needs_quotes = (
         text == ""
-        or text.upper() == "NULL"
+        or (text.isascii() and text.upper() == "NULL")  # pg_strcasecmp folds ASCII only
         or any(ch in '{}"\\' or ch == delimiter or ch in _ASCII_SPACE for ch in text)
     )
     if not needs_quotes:
