@@ -13,9 +13,13 @@ the catalog has them:
   returned in PostgreSQL's text form (``(attmissingval::text::text[])[1]``: the one
   element of the array, exactly as the type's output function writes it, which is what
   pgoutput's text mode sends), and converted by the sink like any sent value.
-* **Renames of the last column.** A dropped column leaves an ``attisdropped`` attribute
-  behind for ever; a renamed one does not. The sink compares the number of dropped
-  attributes with the columns Delta holds that the table no longer has.
+* **Which attribute a column name means.** The Relation message carries no ``attnum``s.
+  The sink records, per Delta column, the ``attnum`` (and table OID) it came from, and
+  compares with the live attributes here: the same name with a new ``attnum`` is a
+  column dropped and added again, the same ``attnum`` under a new name a rename. A
+  dropped column also leaves an ``attisdropped`` attribute behind for ever, a renamed one
+  does not: the count of dropped attributes catches renames of columns nothing was
+  recorded for.
 * **Primary keys** of REPLICA IDENTITY FULL (and NOTHING) tables, whose Relation message
   flags every (or no) column: the sink matches on the primary key rather than on every
   column when the configuration names no key.
@@ -78,18 +82,19 @@ def describe_table(conn: Conn, schema: str, table: str) -> CatalogTable | None:
         table: exact table name.
 
     Returns:
-        Live columns with their ``attnum`` and fast default, the number of dropped
-        attributes and the primary key; None when the table does not exist.
+        The table's OID, live columns with their ``attnum`` and fast default, the
+        ``attnum``s of dropped attributes and the primary key; None when the table does
+        not exist.
     """
     row = conn.execute(_TABLE, (schema, table)).fetchone()
     if row is None:
         return None
     oid = row[0]
     columns: dict[str, CatalogColumn] = {}
-    dropped = 0
+    dropped: set[int] = set()
     for name, attnum, is_dropped, missing in conn.execute(_COLUMNS, (oid,)).fetchall():
         if is_dropped:
-            dropped += 1
+            dropped.add(int(str(attnum)))
             continue
         columns[str(name)] = CatalogColumn(
             name=str(name),
@@ -97,7 +102,13 @@ def describe_table(conn: Conn, schema: str, table: str) -> CatalogTable | None:
             missing_value=None if missing is None else str(missing),
         )
     primary_key = tuple(str(r[0]) for r in conn.execute(_PRIMARY_KEY, (oid,)).fetchall())
-    return CatalogTable(columns=columns, dropped_columns=dropped, primary_key=primary_key)
+    return CatalogTable(
+        columns=columns,
+        dropped_columns=len(dropped),
+        primary_key=primary_key,
+        oid=int(str(oid)),
+        dropped_attnums=frozenset(dropped),
+    )
 
 
 class PostgresCatalog:

@@ -73,7 +73,13 @@ from decoder import (
     pg_timestamp_to_datetime,
 )
 from sink.base import Batch, BatchResult, SinkDataError
-from sink.evolution import CatalogTable, SourceCatalog, delta_type_name, evolve
+from sink.evolution import (
+    CatalogTable,
+    ColumnOrigin,
+    SourceCatalog,
+    delta_type_name,
+    evolve,
+)
 from sink.keyless import (
     NO_POSITION,
     Candidate,
@@ -90,6 +96,7 @@ from sink.settings import KeyBuckets, SinkSettings
 from sink.spark import engine_errors
 from sink.sql import (
     ANOMALY_COUNT,
+    COLUMN_ORIGIN_COLUMNS,
     DELETE_FLAG,
     KEYLESS_INSERT,
     KEYLESS_KIND,
@@ -107,6 +114,7 @@ from sink.sql import (
     moved_from_column,
     quote,
     render_added_columns_select,
+    render_column_origins_merge,
     render_column_reset,
     render_keyless_candidates,
     render_keyless_merge,
@@ -130,6 +138,7 @@ log = structlog.get_logger("wal2delta.sink")
 
 MESSAGES_TABLE: Final = "_wal2delta_messages"
 SNAPSHOTS_TABLE: Final = "_wal2delta_snapshots"
+COLUMNS_TABLE: Final = "_wal2delta_columns"
 
 
 class SnapshotMarkerLike(Protocol):
@@ -419,6 +428,7 @@ class DeltaSink:
         self._tables: dict[str, _TableState] = {}
         self._primary_keys: dict[Relation, tuple[str, ...]] = {}
         self._view_numbers = itertools.count(1)
+        self._origins: dict[tuple[str, str], dict[str, ColumnOrigin]] | None = None
 
     # --- Sink protocol ---------------------------------------------------------------------
 
@@ -465,6 +475,7 @@ class DeltaSink:
         """Forget cached table schemas; the Spark session and the catalog stay open."""
         self._tables.clear()
         self._primary_keys.clear()
+        self._origins = None
 
     def _primary_key(self, relation: Relation) -> tuple[str, ...]:
         """The table's primary key from the catalog, once per Relation message."""
@@ -523,6 +534,64 @@ class DeltaSink:
         )
         with engine_errors("writing a snapshot marker"), self._view(arrow, columns) as view:
             self._sql(render_snapshot_marker_merge(target=delta_table(path), view=view))
+
+    # --- column origins (evolution.ColumnOrigin) -------------------------------------------
+
+    def _origins_table(self) -> tuple[str, list[_Column]]:
+        path = f"{self._settings.path.rstrip('/')}/{COLUMNS_TABLE}"
+        schema, table, column, attnum, oid, since, updated = COLUMN_ORIGIN_COLUMNS
+        columns = [
+            _Column(schema, STRING.spark_sql, STRING.arrow),
+            _Column(table, STRING.spark_sql, STRING.arrow),
+            _Column(column, STRING.spark_sql, STRING.arrow),
+            _Column(attnum, BIGINT.spark_sql, BIGINT.arrow),
+            _Column(oid, BIGINT.spark_sql, BIGINT.arrow),
+            _Column(since, BIGINT.spark_sql, BIGINT.arrow),
+            _Column(updated, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+        ]
+        self._ensure_columns(path, COLUMNS_TABLE, columns)
+        return path, columns
+
+    def _column_origins(self, schema: str, table: str) -> dict[str, ColumnOrigin]:
+        """The recorded origins of the Delta columns of ``schema.table``, by Delta name.
+
+        The whole record is read once per sink: it holds a row per Delta column.
+        """
+        if self._origins is None:
+            path, _ = self._origins_table()
+            with engine_errors("reading the column origins"):
+                rows = self._spark.read.format("delta").load(path).collect()
+            names = COLUMN_ORIGIN_COLUMNS
+            origins: dict[tuple[str, str], dict[str, ColumnOrigin]] = {}
+            for row in rows:
+                since = row[names[5]]
+                origins.setdefault((str(row[names[0]]), str(row[names[1]])), {})[
+                    str(row[names[2]])
+                ] = ColumnOrigin(
+                    int(row[names[3]]), int(row[names[4]]), None if since is None else int(since)
+                )
+            self._origins = origins
+        return self._origins.get((schema, table), {})
+
+    def _record_column_origins(
+        self, schema: str, table: str, entries: Sequence[tuple[str, ColumnOrigin]]
+    ) -> None:
+        """Record (replace) the origins of some Delta columns of ``schema.table``."""
+        path, columns = self._origins_table()
+        now = datetime.now(UTC)
+        arrays: list[list[object]] = [[] for _ in columns]
+        for name, origin in entries:
+            row = (schema, table, name, origin.attnum, origin.table_oid, origin.since_lsn, now)
+            for values, value in zip(arrays, row, strict=True):
+                values.append(value)
+        arrow = _arrow_table(f"{schema}.{table}", columns, arrays)
+        with (
+            engine_errors(f"recording the column origins of {schema}.{table}"),
+            self._view(arrow, columns) as view,
+        ):
+            self._sql(render_column_origins_merge(target=delta_table(path), view=view))
+        if self._origins is not None:
+            self._origins.setdefault((schema, table), {}).update(entries)
 
     # --- tables ----------------------------------------------------------------------------
 
@@ -694,11 +763,20 @@ class DeltaSink:
             return
         reserved = set(meta.reserved)
         data = {name: typ for name, typ in state.columns.items() if name not in reserved}
-        before = {c.name for c in state.relation} if state.relation is not None else set(data)
         catalog: CatalogTable | None = None
-        if self._catalog is not None and any(c.name not in before for c in step.columns):
+        origins: dict[str, ColumnOrigin] = {}
+        if self._catalog is not None:
             catalog = self._delta_named(self._catalog.table(plan.schema, plan.table))
-        change = evolve(plan.qualified_name, step.columns, data, state.relation, catalog)
+            origins = self._column_origins(plan.schema, plan.table)
+        change = evolve(
+            plan.qualified_name,
+            step.columns,
+            data,
+            state.relation,
+            catalog,
+            origins=origins,
+            first_lsn=step.first_lsn,
+        )
         values = self._missing_values(plan, (*change.added, *change.returned), catalog)
         table = plan.qualified_name
         plain = [_plan_column(c) for c in change.added if c.name not in values] + metadata
@@ -711,6 +789,10 @@ class DeltaSink:
         reset = [c for c in change.returned if catalog is None or c.name in catalog.columns]
         if reset:
             self._reset_columns(path, table, reset, values, lsn=step.first_lsn)
+        # Recorded only now: a crash before this line finds the old origins and repeats
+        # the additions and resets (harmless); one after it finds them done.
+        if change.origins:
+            self._record_column_origins(plan.schema, plan.table, change.origins)
         if change.added or change.returned:
             log.info(
                 "delta table follows relation",

@@ -425,6 +425,34 @@ def render_snapshot_marker_merge(*, target: str, view: str) -> str:
     )
 
 
+COLUMN_ORIGIN_COLUMNS: Final = (
+    "schema_name",
+    "table_name",
+    "column_name",
+    "attnum",
+    "table_oid",
+    "since_lsn",
+    "updated_at",
+)
+"""The columns of the lake's column origin table (``delta.COLUMNS_TABLE``); the first three
+identify a Delta column by its source table's names and its Delta name."""
+
+
+def render_column_origins_merge(*, target: str, view: str) -> str:
+    """Insert or replace the recorded origin of each Delta column in the view."""
+    names = COLUMN_ORIGIN_COLUMNS
+    on = " AND ".join(f"{_col('t', n)} = {_col('s', n)}" for n in names[:3])
+    assignments = ", ".join(f"{_col('t', n)} = {_col('s', n)}" for n in names[3:])
+    return (
+        f"MERGE INTO {target} AS t\n"
+        f"USING {quote(view)} AS s\n"
+        f"ON {on}\n"
+        f"WHEN MATCHED THEN UPDATE SET {assignments}\n"
+        f"WHEN NOT MATCHED THEN INSERT ({', '.join(quote(n) for n in names)})\n"
+        f"  VALUES ({', '.join(_col('s', n) for n in names)})"
+    )
+
+
 # --- tables without a key (keyless.py) -------------------------------------------------------
 
 KEYLESS_KIND: Final = f"{HELPER_PREFIX}kind"

@@ -316,10 +316,14 @@ class FakeCatalog:
         *,
         dropped: int = 0,
         primary_key: tuple[str, ...] = (),
+        attnums: dict[str, int] | None = None,
+        dropped_attnums: frozenset[int] = frozenset(),
     ) -> None:
         self.columns = columns
         self.dropped = dropped
         self.primary_key = primary_key
+        self.attnums = attnums or {}
+        self.dropped_attnums = dropped_attnums
 
     def table(self, schema: str, table: str) -> CatalogTable | None:
         described = self.columns.get(f"{schema}.{table}")
@@ -327,11 +331,12 @@ class FakeCatalog:
             return None
         return CatalogTable(
             columns={
-                name: CatalogColumn(name, attnum, missing)
+                name: CatalogColumn(name, self.attnums.get(name, attnum), missing)
                 for attnum, (name, missing) in enumerate(described.items(), start=1)
             },
-            dropped_columns=self.dropped,
+            dropped_columns=max(self.dropped, len(self.dropped_attnums)),
             primary_key=self.primary_key,
+            dropped_attnums=self.dropped_attnums,
         )
 
 
@@ -380,7 +385,12 @@ def test_columns_added_with_a_fast_default_are_backfilled_in_older_rows_in_the_s
 def test_a_dropped_column_whose_name_returns_is_reset_in_the_rows_that_predate_it(
     spark_session: Any, lake: Path
 ) -> None:
-    catalog = FakeCatalog({"public.docs": {"id": None, "body": None, "rev": "99"}})
+    # rev was dropped (attribute 3) and added again with DEFAULT 99 (attribute 4).
+    catalog = FakeCatalog(
+        {"public.docs": {"id": None, "body": None, "rev": "99"}},
+        attnums={"rev": 4},
+        dropped_attnums=frozenset({3}),
+    )
     sink = DeltaSink(spark_session, SinkSettings(path=str(lake)), catalog=catalog)
     without_rev = rel("public.docs", col("id", INT4, key=True), col("body"))
     sink.apply(

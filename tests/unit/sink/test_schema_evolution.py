@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sink import CatalogColumn, CatalogTable, SinkDataError
-from sink.evolution import SchemaChange, delta_type_name, evolve, pg_type_label
+from sink.evolution import ColumnOrigin, SchemaChange, delta_type_name, evolve, pg_type_label
 from sink.plan import PlanColumn
 from sink.typemap import delta_type
 
@@ -100,7 +100,7 @@ def test_dropping_the_last_column_and_adding_another_is_not_a_rename() -> None:
         [ID, TITLE, BODY],
         catalog("id", "title", "content", dropped=1),
     )
-    assert change == SchemaChange(added=(content,))
+    assert (change.added, change.returned) == ((content,), ())
 
 
 def test_without_a_catalog_a_last_column_rename_cannot_be_told_from_drop_and_add() -> None:
@@ -148,3 +148,212 @@ def test_type_names_read_like_postgresql_and_delta_types_compare_normalised() ->
     assert pg_type_label(16400, -1) == "type OID 16400"
     assert delta_type_name("DECIMAL(10, 2)") == "decimal(10,2)"
     assert delta_type_name("ARRAY<BIGINT>") == "array<bigint>"
+
+
+# --- origins: the attnum each Delta column came from ---------------------------------------
+
+B, C = column("b"), column("c")
+
+
+def at(
+    attnums: dict[str, int],
+    *,
+    dropped: int = 0,
+    oid: int = 7,
+    dropped_attnums: set[int] | None = None,
+) -> CatalogTable:
+    """The catalog now: live columns with their attnums."""
+    return CatalogTable(
+        columns={n: CatalogColumn(n, a) for n, a in attnums.items()},
+        dropped_columns=max(dropped, len(dropped_attnums or ())),
+        oid=oid,
+        dropped_attnums=frozenset(dropped_attnums or ()),
+    )
+
+
+def origins(*, since: int | None = None, oid: int = 7, **attnums: int) -> dict[str, ColumnOrigin]:
+    return {n: ColumnOrigin(a, oid, since) for n, a in attnums.items()}
+
+
+A = column("a", INT4)
+
+
+@pytest.mark.parametrize("previous", [[A, B], None], ids=["running", "after a restart"])
+def test_a_dropped_column_added_back_under_its_name_is_a_new_column_not_a_rename(
+    previous: list[PlanColumn] | None,
+) -> None:
+    """ALTER TABLE t DROP b, ADD c text DEFAULT 'x', ADD b text (the issue's example)."""
+    change = evolve(
+        "public.t",
+        [A, C, B],
+        delta_of(A, B),
+        previous,
+        at({"a": 1, "c": 3, "b": 4}, dropped_attnums={2}),
+        origins=origins(a=1, b=2),
+        first_lsn=500,
+    )
+    assert change.added == (C,)
+    assert change.returned == (B,)
+    assert dict(change.origins) == {"c": ColumnOrigin(3, 7, 500), "b": ColumnOrigin(4, 7, 500)}
+
+
+def test_a_column_holding_a_recorded_attnum_under_a_new_name_is_a_rename() -> None:
+    with pytest.raises(SinkDataError) as caught:
+        evolve(
+            "public.docs",
+            [ID, TITLE, column("content")],
+            delta_of(ID, TITLE, BODY),
+            None,
+            at({"id": 1, "title": 2, "content": 3}),
+            origins=origins(id=1, title=2, body=3),
+        )
+    message = str(caught.value)
+    assert message.startswith("column 'content' of public.docs was renamed or replaced: it is ")
+    assert "attribute 3 of the source table" in message
+    assert "Delta holds as column 'body'" in message
+
+
+def test_a_column_left_out_of_a_column_list_and_listed_again_is_the_same_column() -> None:
+    change = evolve(
+        "public.docs",
+        [ID, TITLE, BODY],
+        delta_of(ID, TITLE, BODY),
+        [ID, BODY],
+        at({"id": 1, "title": 2, "body": 3}),
+        origins=origins(id=1, title=2, body=3),
+        first_lsn=900,
+    )
+    assert change == SchemaChange()
+
+
+def test_a_previously_unpublished_column_listed_before_known_ones_is_added_not_a_rename() -> None:
+    """The catalog places it: ALTER PUBLICATION ... SET TABLE t (id, title, body)."""
+    change = evolve(
+        "public.docs",
+        [ID, TITLE, BODY],
+        delta_of(ID, BODY),
+        [ID, BODY],
+        at({"id": 1, "title": 2, "body": 3}),
+        origins=origins(id=1, body=3),
+    )
+    assert change.added == (TITLE,)
+
+
+def test_the_step_that_brought_a_column_back_resets_it_again_when_replayed() -> None:
+    args = ("public.t", [A, B], delta_of(A, B), None, at({"a": 1, "b": 4}, dropped_attnums={2}))
+    recorded = {**origins(a=1), **origins(b=4, since=500)}
+    assert evolve(*args, origins=recorded, first_lsn=500).returned == (B,)
+    assert evolve(*args, origins=recorded, first_lsn=400).returned == (B,)
+    assert evolve(*args, origins=recorded, first_lsn=600) == SchemaChange()
+
+
+def test_a_catalog_moved_on_by_later_renames_is_not_read_against_an_older_relation() -> None:
+    """b and c swapped names later: the catalog's attnums for [a, b, c] do not increase."""
+    change = evolve(
+        "public.t",
+        [A, B, C],
+        delta_of(A, B, C),
+        None,
+        at({"a": 1, "b": 3, "c": 2}),
+        origins=origins(a=1, b=2, c=3),
+    )
+    assert change == SchemaChange()
+
+
+def test_a_column_gone_from_the_catalog_since_is_new_when_its_recorded_attnum_cannot_fit() -> None:
+    """DROP b, ADD c, ADD b, then later RENAME b TO d: applying the [a, c, b] step."""
+    change = evolve(
+        "public.t",
+        [A, C, B],
+        delta_of(A, B),
+        None,
+        at({"a": 1, "c": 3, "d": 4}, dropped_attnums={2}),
+        origins=origins(a=1, b=2),
+        first_lsn=500,
+    )
+    assert (change.added, change.returned) == ((C,), (B,))
+    # Nothing later in the relation vouches for c's attnum, so it is not learned yet.
+    assert change.origins == ()
+
+
+def test_a_column_gone_from_the_catalog_since_keeps_its_origin_where_it_fits() -> None:
+    """b was dropped after the step being applied: it is still the recorded column."""
+    change = evolve(
+        "public.t",
+        [A, B],
+        delta_of(A, B),
+        None,
+        at({"a": 1}, dropped_attnums={2}),
+        origins=origins(a=1, b=2),
+    )
+    assert change == SchemaChange()
+
+
+def test_origins_of_a_table_dropped_and_created_again_are_ignored_and_learned_anew() -> None:
+    change = evolve(
+        "public.t",
+        [A, C, B],
+        delta_of(A, B),
+        [A, B],
+        at({"a": 1, "c": 2, "b": 3}, oid=8),
+        origins=origins(a=1, b=2, oid=7),
+        first_lsn=500,
+    )
+    assert (change.added, change.returned) == ((C,), ())
+    assert dict(change.origins) == {
+        "a": ColumnOrigin(1, 8),
+        "b": ColumnOrigin(3, 8),
+        "c": ColumnOrigin(2, 8, 500),
+    }
+
+
+def test_a_table_without_records_learns_the_origins_of_its_relation_columns_on_first_sight() -> (
+    None
+):
+    change = evolve(
+        "public.t", [A, B], delta_of(A, B, C), None, at({"a": 1, "b": 2, "c": 3}), origins={}
+    )
+    assert change.added == change.returned == ()
+    assert dict(change.origins) == {"a": ColumnOrigin(1, 7), "b": ColumnOrigin(2, 7)}
+
+
+def test_a_last_column_that_may_have_been_added_again_since_is_not_learned() -> None:
+    """The catalog is later than the step: b may be attribute 2 here, dropped since."""
+    change = evolve(
+        "public.t",
+        [A, B],
+        delta_of(A, B),
+        None,
+        at({"a": 1, "b": 3}, dropped_attnums={2}),
+        origins={},
+    )
+    assert change == SchemaChange(origins=(("a", ColumnOrigin(1, 7)),))
+
+
+def test_a_column_followed_by_a_sure_one_is_sure_whatever_was_dropped_before_it() -> None:
+    change = evolve(
+        "public.t",
+        [A, C, B],
+        delta_of(A, C, B),
+        None,
+        at({"a": 1, "c": 3, "b": 4}, dropped_attnums={2}),
+        origins={},
+    )
+    assert [name for name, _ in change.origins] == ["a", "c", "b"]
+
+
+def test_a_name_whose_attribute_changed_after_a_restart_is_reset_and_learned_with_its_step() -> (
+    None
+):
+    """Without a record b would be learned; with one, attribute 4 is a new column b."""
+    change = evolve(
+        "public.t",
+        [A, B],
+        delta_of(A, B),
+        None,
+        at({"a": 1, "b": 4}, dropped_attnums={2}),
+        origins=origins(a=1, b=2),
+        first_lsn=800,
+    )
+    assert change.returned == (B,)
+    assert dict(change.origins) == {"b": ColumnOrigin(4, 7, 800)}
