@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 pgoutput's Relation message tells a client the column names, types and key flags of a
-table, and nothing else. Three things the Delta sink must get right need more, and only
+table, and nothing else. Four things the Delta sink must get right need more, and only
 the catalog has them:
 
 * **Fast defaults.** ``ALTER TABLE ... ADD COLUMN c ... DEFAULT <constant>`` does not
@@ -23,11 +23,17 @@ the catalog has them:
 * **Primary keys** of REPLICA IDENTITY FULL (and NOTHING) tables, whose Relation message
   flags every (or no) column: the sink matches on the primary key rather than on every
   column when the configuration names no key.
+* **User-defined types in binary mode.** A column of an enum, domain, composite, range
+  or an array of them arrives in its send format; which layout a type OID has (its
+  ``typtype``, base, element and delimiter, range subtype, composite fields) is read
+  here (``describe_type``), once per type OID for the life of the catalog, and
+  ``decoder.usertypes`` prints the values as PostgreSQL's text form with it.
 
 ``PostgresCatalog`` opens one regular (non-replication) connection lazily, on the sink
-worker thread that calls it, and is asked only when a relation changes or a key is
-missing - never per row. Answers describe the catalog *now*, which may be later than the
-change being applied; the sink's documentation lists what that can miss.
+worker thread that calls it, and is asked only when a relation changes, a key is
+missing or a user type is first seen - never per row. Answers describe the catalog
+*now*, which may be later than the change being applied; the sink's documentation lists
+what that can miss.
 
 Errors: a lost connection becomes ``ReplicationConnectionLostError`` (retryable: the
 service reconnects and replays from the last durable LSN, and the catalog reconnects on
@@ -43,6 +49,17 @@ from typing import Self
 import psycopg
 
 from capture.errors import map_psycopg_errors
+from decoder import (
+    ArrayType,
+    CompositeField,
+    CompositeType,
+    DomainType,
+    EnumType,
+    MultirangeType,
+    OpaqueType,
+    RangeType,
+    TypeDescription,
+)
 from sink import CatalogColumn, CatalogTable, SinkError
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -71,6 +88,74 @@ JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnu
 WHERE i.indrelid = %s AND i.indisprimary
 ORDER BY k.position
 """
+
+
+# What decides a type's binary layout: its kind, and what it is built from. An array is a
+# base type whose send function is array_send (int2vector and oidvector have a typelem too,
+# but their own send and output functions; a domain over an array shares array_send but is
+# read as its base type); its elements are separated by the element type's typdelim.
+# Ranges name their subtype in pg_range, multiranges their range type.
+_TYPE = """
+SELECT n.nspname, t.typname, t.typtype, t.typbasetype, t.typrelid,
+       CASE WHEN t.typtype = 'b' AND t.typsend = 'pg_catalog.array_send'::pg_catalog.regproc
+            THEN t.typelem END,
+       e.typdelim, r.rngsubtype
+FROM pg_catalog.pg_type t
+JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem
+LEFT JOIN pg_catalog.pg_range r ON r.rngtypid = t.oid
+WHERE t.oid = %s
+"""
+
+_MULTIRANGE = "SELECT rngtypid FROM pg_catalog.pg_range WHERE rngmultitypid = %s"
+
+_FIELDS = """
+SELECT a.attname, a.atttypid
+FROM pg_catalog.pg_attribute a
+WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum
+"""
+
+
+def describe_type(conn: Conn, type_oid: int) -> TypeDescription | None:
+    """Read what decides the binary layout of type ``type_oid`` from the catalog.
+
+    Args:
+        conn: a regular connection to the source database.
+        type_oid: ``pg_type.oid``.
+
+    Returns:
+        Its description (``decoder.usertypes``); None when no such type exists.
+    """
+    row = conn.execute(_TYPE, (type_oid,)).fetchone()
+    if row is None:
+        return None
+    schema, name, kind, base, relid, element, delimiter, subtype = row
+    schema, name, kind = str(schema), str(name), str(kind)
+    if element is not None:
+        return ArrayType(type_oid, schema, name, _oid(element), str(delimiter or ","))
+    match kind:
+        case "e":
+            return EnumType(type_oid, schema, name)
+        case "d":
+            return DomainType(type_oid, schema, name, _oid(base))
+        case "c":
+            fields = tuple(
+                CompositeField(str(field), _oid(field_type))
+                for field, field_type in conn.execute(_FIELDS, (relid,)).fetchall()
+            )
+            return CompositeType(type_oid, schema, name, fields)
+        case "r" if subtype is not None:
+            return RangeType(type_oid, schema, name, _oid(subtype))
+        case "m":
+            ranges = conn.execute(_MULTIRANGE, (type_oid,)).fetchone()
+            if ranges is not None:
+                return MultirangeType(type_oid, schema, name, _oid(ranges[0]))
+    return OpaqueType(type_oid, schema, name, kind)
+
+
+def _oid(value: object) -> int:
+    return int(str(value))
 
 
 def describe_table(conn: Conn, schema: str, table: str) -> CatalogTable | None:
@@ -122,6 +207,7 @@ class PostgresCatalog:
     def __init__(self, conninfo: str | Callable[[], str]) -> None:
         self._conninfo = conninfo
         self._conn: Conn | None = None
+        self._types: dict[int, TypeDescription | None] = {}
 
     def _connection(self) -> Conn:
         if self._conn is None or self._conn.closed:
@@ -150,6 +236,34 @@ class PostgresCatalog:
                 problem = exc.diag.message_primary or type(exc).__name__
                 raise SinkError(f"{what} failed: {problem}") from exc
             raise
+
+    def describe_type(self, type_oid: int) -> TypeDescription | None:
+        """Describe type ``type_oid`` (kind, base, element, fields); None when it is gone.
+
+        Asked once per type OID for the life of the catalog: a type OID always names the
+        same type while it exists (a dropped and re-created type gets a new OID), and the
+        parts that may change - a composite's fields, an enum's labels - are read from
+        each value's own bytes, not from this description.
+
+        Raises:
+            ReplicationConnectionLostError: the connection to PostgreSQL was lost
+                (retryable); the next call reconnects.
+            SinkError: the catalog query failed otherwise.
+        """
+        if type_oid in self._types:
+            return self._types[type_oid]
+        what = f"reading the catalog entry of type OID {type_oid}"
+        try:
+            with map_psycopg_errors(what):
+                description = describe_type(self._connection(), type_oid)
+        except BaseException as exc:
+            self.close()
+            if isinstance(exc, psycopg.Error):
+                problem = exc.diag.message_primary or type(exc).__name__
+                raise SinkError(f"{what} failed: {problem}") from exc
+            raise
+        self._types[type_oid] = description
+        return description
 
     def close(self) -> None:
         """Close the connection, if one is open."""

@@ -58,15 +58,19 @@ catalog no longer has (dropped or renamed since) keeps its recorded origin, unle
 recorded ``attnum`` cannot sit where the relation puts it (between the ``attnum``s of its
 neighbours): then it is a newer column under that name.
 
-Limitations (docs/decisions.md): a Relation message that looks exactly like the previous
-one (``DROP b, ADD b`` of the same type as the last column, while the daemon runs) is not
-looked at again, so its rows keep the old values until a restart or another schema change
-reveals the new ``attnum``; when the catalog has moved on by several DDL statements on the
-same name, the decision falls back to names; a table written before the records existed
-learns them on first sight, so a drop-and-add that happened before is taken for the same
-column; a column filled by a volatile default (``DEFAULT now()``) or a ``USING`` type
-change is written by a table rewrite that logical decoding does not see, so Delta keeps
-NULL or the old values for rows not changed since.
+A Relation message that looks exactly like the previous one (``DROP b, ADD b`` of the last
+column, same type) changes nothing the relation shows: the plan starts a new step at every
+new Relation message (``MergePlan.relations``), and the executor asks ``evolve`` there.
+
+Limitations (docs/decisions.md): the catalog may already show DDL the stream has not
+reached; a name dropped and added back *after* the step being applied is then reset at
+that step, and rows changed between it and the DDL keep the old column's values; when the
+catalog has moved on by several DDL statements on the same name, the decision falls back
+to names; a table written before the records existed learns them on first sight, so a
+drop-and-add that happened before is taken for the same column; a column filled by a
+volatile default (``DEFAULT now()``) or a ``USING`` type change is written by a table
+rewrite that logical decoding does not see, so Delta keeps NULL or the old values for rows
+not changed since.
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from decoder import TypeDescription
 from sink.base import SinkDataError
 from sink.plan import PlanColumn
 from sink.typemap import ARRAY_ELEMENT_OIDS, NUMERIC_OID, SCALAR_TYPE_NAMES, numeric_precision_scale
@@ -131,6 +136,19 @@ class SourceCatalog(Protocol):
 
     def table(self, schema: str, table: str) -> CatalogTable | None:
         """Describe ``schema.table``; None when it no longer exists.
+
+        Raises:
+            Wal2DeltaError: the catalog could not be read (a retryable error when the
+                connection was lost).
+        """
+        ...
+
+    def describe_type(self, type_oid: int) -> TypeDescription | None:
+        """Describe what decides type ``type_oid``'s binary layout; None when it is gone.
+
+        The sink asks once per user-defined column type (enum, domain, composite, their
+        arrays), when planning a relation's first change; ``decoder.usertypes`` prints
+        binary values of the type as PostgreSQL's text form with it.
 
         Raises:
             Wal2DeltaError: the catalog could not be read (a retryable error when the
