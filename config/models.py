@@ -166,7 +166,9 @@ class TableConfig(_Section):
         default=None,
         description=(
             "Column list for the publication (PostgreSQL 15+); all columns when null. "
-            "Must include the key columns."
+            "Must include the key columns. A column left out later (or dropped in "
+            "PostgreSQL) stays in Delta, as in a native subscriber's table: rows updated "
+            "afterwards keep its last value, rows inserted afterwards hold NULL."
         ),
     )
     key: ColumnList | None = Field(
@@ -789,7 +791,9 @@ class SinkConfig(_Section):
             "Lake root: a local path or a URI the engine can write (`s3://...`). Each table "
             "lands at `<path>/<schema>/<table>`; a character other than `A-Z a-z 0-9 _ - .` "
             "in a name is written `_xHHHH_` (`Sales EU` -> `Sales_x0020_EU`), as `status` "
-            "shows."
+            "shows. `<path>/_wal2delta_columns` records which source attribute (`attnum`) "
+            "each Delta column holds, so a column dropped and added back under its name is "
+            "told from a rename."
         ),
     )
     spark: SparkConfig = Field(default_factory=SparkConfig, description="Spark engine.")

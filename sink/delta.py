@@ -385,6 +385,8 @@ class _TableState:
             ``evolution.delta_type_name`` normalises it.
         relation: the columns of the last merge step applied in this process; None until
             one was.
+        message: the Relation message object of that step; a step with another one
+            (even an equal one) makes the table follow its relation again.
         stale: a statement failed; ``columns`` must be read from the table again.
         partition_column: the key-range partition column when the table has one.
         buckets_checked: the stored buckets were compared with the configured width.
@@ -396,6 +398,7 @@ class _TableState:
 
     columns: dict[str, str]
     relation: tuple[PlanColumn, ...] | None = None
+    message: Relation | None = None
     stale: bool = False
     partition_column: str | None = None
     buckets_checked: bool = False
@@ -624,15 +627,16 @@ class DeltaSink:
         target = delta_table(path)
         anomalies = 0
         try:
-            for step in plan.steps:
+            messages = plan.relations or (None,) * len(plan.steps)
+            for step, message in zip(plan.steps, messages, strict=True):
                 if isinstance(step, TruncateStep):
                     self._truncate(plan.qualified_name, target, step, state)
                 elif isinstance(step, KeylessStep):
-                    self._follow_relation(plan, path, state, step)
+                    self._follow_relation(plan, path, state, step, message)
                     self._merge_keyless(plan.qualified_name, path, step, state)
                 elif step.rows:
                     state.row_ids_complete = False
-                    self._follow_relation(plan, path, state, step)
+                    self._follow_relation(plan, path, state, step, message)
                     anomalies += self._merge(plan.qualified_name, path, step, state)
         except BaseException:
             # A failed schema change may or may not have committed: read the schema again
@@ -746,7 +750,12 @@ class DeltaSink:
     # --- schema evolution ------------------------------------------------------------------
 
     def _follow_relation(
-        self, plan: MergePlan, path: str, state: _TableState, step: MergeStep | KeylessStep
+        self,
+        plan: MergePlan,
+        path: str,
+        state: _TableState,
+        step: MergeStep | KeylessStep,
+        message: Relation | None = None,
     ) -> None:
         """Make the table ready for ``step``'s relation (see the module docstring)."""
         meta = self._meta
@@ -759,7 +768,7 @@ class DeltaSink:
             )
             if c.name not in state.columns
         ]
-        if step.columns == state.relation and not metadata:
+        if step.columns == state.relation and not metadata and message is state.message:
             return
         reserved = set(meta.reserved)
         data = {name: typ for name, typ in state.columns.items() if name not in reserved}
@@ -803,6 +812,7 @@ class DeltaSink:
                 lsn=format_lsn(step.first_lsn),
             )
         state.relation = step.columns
+        state.message = message
 
     def _delta_named(self, catalog: CatalogTable | None) -> CatalogTable | None:
         """``catalog`` with its columns under their Delta names, as ``evolve`` compares them."""

@@ -9,7 +9,9 @@ rows all share one relation *shape*: the same columns (names, types) and the sam
 identity. A relation whose shape differs from the previous change's (a column added, a
 type or the replica identity changed) closes the current merge step and starts a new one,
 so the executor applies steps strictly in order and every MERGE sees the effect of the
-ones before it (ARCHITECTURE invariant 3).
+ones before it (ARCHITECTURE invariant 3). So does a new Relation message that looks like
+the last: ``DROP b, ADD b`` changes no name or type, and only the catalog tells
+(``evolution.py``), at exactly that step.
 
 A TRUNCATE is a barrier: it replaces every step planned before it for its tables, because
 it removes every row at or below its commit LSN, and everything planned earlier in the
@@ -234,6 +236,9 @@ class MergePlan:
         counts: row changes of the batch for this table by operation.
         skipped: UPDATE and DELETE changes dropped because the table has no identity and
             ``on_missing_key`` is ``skip``; not in ``counts``.
+        relations: for each step, the Relation message object its rows came with (None
+            for a TRUNCATE). Consecutive changes with another object - a new Relation
+            message, even one equal to the last - start a new step.
     """
 
     schema: str
@@ -244,6 +249,7 @@ class MergePlan:
     counts: Mapping[str, int]
     skipped: int = 0
     uses_row_ids: bool = False
+    relations: tuple[Relation | None, ...] = ()
 
     @property
     def qualified_name(self) -> str:
@@ -413,6 +419,7 @@ class _OpenStep:
     shape: _Shape
     first_lsn: Lsn
     rows: dict[tuple[object, ...], _Row] = field(default_factory=dict)
+    relation: Relation | None = None
 
     def freeze(self) -> MergeStep:
         return MergeStep(
@@ -428,6 +435,7 @@ class _OpenStep:
 class _OpenKeylessStep:
     shape: _Shape
     changes: list[KeylessChange] = field(default_factory=list)
+    relation: Relation | None = None
 
     def freeze(self) -> KeylessStep:
         return KeylessStep(self.shape.columns, tuple(self.changes))
@@ -443,19 +451,31 @@ class _TablePlan:
     truncated_columns: tuple[PlanColumn, ...] = ()
     """The columns of the relation of the table's last TRUNCATE in the batch."""
 
-    def open_step(self, shape: _Shape, lsn: Lsn) -> _OpenStep:
+    # A new Relation message (a new object, even one equal to the last) may follow DDL that
+    # the shape does not show (a column dropped and added back): it starts a new step, so
+    # the executor can look at the catalog exactly there (``MergePlan.relations``).
+
+    def open_step(self, shape: _Shape, lsn: Lsn, relation: Relation) -> _OpenStep:
         last = self.steps[-1] if self.steps else None
-        if isinstance(last, _OpenStep) and (last.shape is shape or last.shape == shape):
+        if (
+            isinstance(last, _OpenStep)
+            and last.relation is relation
+            and (last.shape is shape or last.shape == shape)
+        ):
             return last
-        step = _OpenStep(shape, lsn)
+        step = _OpenStep(shape, lsn, relation=relation)
         self.steps.append(step)
         return step
 
-    def open_keyless_step(self, shape: _Shape) -> list[KeylessChange]:
+    def open_keyless_step(self, shape: _Shape, relation: Relation) -> list[KeylessChange]:
         last = self.steps[-1] if self.steps else None
-        if isinstance(last, _OpenKeylessStep) and (last.shape is shape or last.shape == shape):
+        if (
+            isinstance(last, _OpenKeylessStep)
+            and last.relation is relation
+            and (last.shape is shape or last.shape == shape)
+        ):
             return last.changes
-        step = _OpenKeylessStep(shape)
+        step = _OpenKeylessStep(shape, relation=relation)
         self.steps.append(step)
         return step.changes
 
@@ -478,6 +498,10 @@ class _TablePlan:
             counts=dict(self.counts),
             skipped=self.skipped,
             uses_row_ids=any(isinstance(s, KeylessStep) for s in steps),
+            relations=tuple(
+                s.relation if isinstance(s, _OpenStep | _OpenKeylessStep) else None
+                for s in self.steps
+            ),
         )
 
 
@@ -699,7 +723,7 @@ class _Planner:
         if shape.identity == "row":
             self._add_keyless_row(change, table, shape, commit_time)
             return
-        step = table.open_step(shape, change.commit_lsn)
+        step = table.open_step(shape, change.commit_lsn, relation)
         if change.op == "insert":
             new = self._decode(change, shape, _required(change.new, change, "new"))
             identity = self._identity(change, shape, new)
@@ -761,7 +785,7 @@ class _Planner:
         self, change: RowChange, table: _TablePlan, shape: _Shape, commit_time: datetime
     ) -> None:
         """Decode a change of a table without any key; the executor folds (``keyless.py``)."""
-        changes = table.open_keyless_step(shape)
+        changes = table.open_keyless_step(shape, change.relation)
         lsn, ordinal = change.commit_lsn, change.ordinal
         old: tuple[object, ...] | None = None
         new: tuple[object, ...] | None = None

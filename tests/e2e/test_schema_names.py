@@ -15,6 +15,7 @@ the source no longer has a column, with the native subscriber's table.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from capture.verify import compare_table, read_delta
 from config import AppConfig
 from sink import DeltaSink, SinkDataError, table_path
 from tests.support.configs import make_config
-from tests.support.harness import confirmed_flush
+from tests.support.harness import confirmed_flush, wait_for_flush
 from tests.support.subscriber import native_subscriber, wait_for_subscriber
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -119,6 +120,42 @@ def test_a_column_dropped_and_added_back_under_its_name_is_new_also_across_a_res
     # dropped column's value; c shows its fast default.
     assert (wide[1]["b"], wide[1]["c"], wide[3]["b"], wide[5]["b"]) == (None, "x", None, "new b")
     assert (same[1]["b"], same[4]["b"], same[31]["b"]) == ("fresh", "fresh", "fresh")
+
+
+def test_a_column_dropped_and_added_back_while_the_daemon_runs_is_new_from_that_point(
+    pg18_dsn: str, tmp_path: Path, spark_session: object
+) -> None:
+    """The daemon keeps up; its Relation message after the DDL looks like the one before."""
+    dsn, lake = pg18_dsn, tmp_path / "lake"
+    execute(dsn, "CREATE TABLE public.same (id int PRIMARY KEY, note text, b text)")
+    config = make_config(dsn, lake, ["public.same"])
+    prepare_source(config)
+    settings = replace(sink_settings(config), on_missing_key=config.source.on_missing_key)
+    stop = threading.Event()
+    with PostgresCatalog(dsn) as catalog:
+        sink = DeltaSink(spark_session, settings, catalog=catalog)  # type: ignore[arg-type]
+        service = CaptureService(config, sink, stop_event=stop)
+        runner = threading.Thread(target=service.run)
+        runner.start()
+        try:
+            first = execute(
+                dsn, "INSERT INTO same SELECT g, 'n', 'old b ' || g FROM generate_series(1, 30) g"
+            )
+            wait_for_flush(dsn, config.source.slot, first)
+            end = execute(
+                dsn,
+                "ALTER TABLE same DROP b, ADD b text DEFAULT 'fresh'",
+                "UPDATE same SET note = 'changed' WHERE id % 4 = 0",
+                "UPDATE same SET b = 'new b' WHERE id % 5 = 0",
+                "INSERT INTO same (id, note) VALUES (31, 'after')",
+            )
+            wait_for_flush(dsn, config.source.slot, end)
+        finally:
+            stop.set()
+            runner.join()
+    assert not mismatches(dsn, lake, ["public.same"])
+    same = delta_by_id(lake, "same")
+    assert [same[i]["b"] for i in (1, 4, 5, 31)] == ["fresh", "fresh", "new b", "fresh"]
 
 
 def test_a_true_rename_still_stops_with_the_rename_message_after_a_restart(

@@ -395,12 +395,23 @@ def test_relation_gaining_a_column_starts_a_new_step_and_the_plan_lists_every_co
     assert [c.name for c in second.columns] == ["id", "body", "rev", "tag"]
 
 
-def test_repeated_identical_relations_stay_in_one_step() -> None:
+def test_changes_of_one_relation_message_stay_in_one_step() -> None:
+    plan = plan_batch(
+        batch(insert(DOCS, "1", "a", "1", lsn=10), insert(DOCS, "2", "b", "1", lsn=20))
+    )
+    assert len(plan.tables[0].steps) == 1
+    assert plan.tables[0].relations == (DOCS,)
+
+
+def test_a_new_relation_message_starts_a_new_step_even_when_it_looks_the_same() -> None:
+    """DROP b, ADD b changes no column name or type: only the catalog can tell."""
     same = rel("public.docs", col("id", INT4, key=True), col("body"), col("rev", INT4))
     plan = plan_batch(
         batch(insert(DOCS, "1", "a", "1", lsn=10), insert(same, "2", "b", "1", lsn=20))
     )
-    assert len(plan.tables[0].steps) == 1
+    (table,) = plan.tables
+    assert [s.first_lsn for s in table.steps if isinstance(s, MergeStep)] == [10, 20]
+    assert [r is same for r in table.relations] == [False, True]
 
 
 @pytest.mark.parametrize(
