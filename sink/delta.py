@@ -68,6 +68,7 @@ from decoder import (
     Lsn,
     MessageChange,
     Relation,
+    TypeDescription,
     ValueDecoder,
     format_lsn,
     pg_timestamp_to_datetime,
@@ -413,11 +414,13 @@ class DeltaSink:
     it. One sink instance is used by one thread at a time (the sink worker).
 
     ``catalog`` (optional) reads the source catalog: fast defaults of added columns, the
-    evidence that tells a renamed last column from a dropped one, and primary keys for
-    REPLICA IDENTITY FULL and NOTHING tables. Without it, added columns are NULL in
-    existing rows, only renames of a column that is not the last are detected, and such
-    tables match on every column (FULL) or on the insert's position (NOTHING) unless
-    ``settings.keys`` names a key. The catalog is the caller's to close.
+    evidence that tells a renamed last column from a dropped one, primary keys for
+    REPLICA IDENTITY FULL and NOTHING tables, and the layout of user-defined column types
+    sent in binary. Without it, added columns are NULL in existing rows, only renames of a
+    column that is not the last are detected, such tables match on every column (FULL) or
+    on the insert's position (NOTHING) unless ``settings.keys`` names a key, and a binary
+    value of a user-defined type is a ``SinkDataError``. The catalog is the caller's to
+    close.
     """
 
     def __init__(
@@ -427,7 +430,9 @@ class DeltaSink:
         self._settings = settings
         self._catalog = catalog
         self._meta = MetadataColumns.from_settings(settings)
-        self._decoder = ValueDecoder()
+        # User types in binary mode are described from the catalog (decoder.usertypes), on
+        # the first relation that has one.
+        self._decoder = ValueDecoder(self._describe_type if catalog is not None else None)
         self._tables: dict[str, _TableState] = {}
         self._primary_keys: dict[Relation, tuple[str, ...]] = {}
         self._view_numbers = itertools.count(1)
@@ -479,6 +484,11 @@ class DeltaSink:
         self._tables.clear()
         self._primary_keys.clear()
         self._origins = None
+
+    def _describe_type(self, type_oid: int) -> TypeDescription | None:
+        """A user type's description from the catalog (``ValueDecoder`` caches it per OID)."""
+        assert self._catalog is not None
+        return self._catalog.describe_type(type_oid)
 
     def _primary_key(self, relation: Relation) -> tuple[str, ...]:
         """The table's primary key from the catalog, once per Relation message."""
