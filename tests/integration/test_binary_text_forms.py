@@ -225,7 +225,10 @@ USER_CASES: tuple[tuple[str, str], ...] = (
               '2024-01-01 12:00:00+02', 12.5, '\\x00ff', 0.1)::outer_rec""",
     ),
     ("outer_rec", "ROW(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::outer_rec"),
-    ("outer_rec", "ROW(1, '', '', ROW(NULL, NULL), '{}', '{}', 'infinity', 0, '', 'NaN')::outer_rec"),
+    (
+        "outer_rec",
+        "ROW(1, '', '', ROW(NULL, NULL), '{}', '{}', 'infinity', 0, '', 'NaN')::outer_rec",
+    ),
     (
         "outer_rec[]",
         """ARRAY[ROW(1, 'x', 'sad', ROW(1, 'y'), ARRAY['z'], ARRAY['happy']::mood[],
@@ -260,7 +263,9 @@ def both_forms(conn: Conn, expression: str, type_name: str) -> tuple[int, bytes,
         binary.error_message or text.error_message
     )
     raw, printed, oid = binary.get_value(0, 0), text.get_value(0, 0), text.get_value(0, 1)
-    assert raw is not None and printed is not None and oid is not None
+    assert raw is not None
+    assert printed is not None
+    assert oid is not None
     return int(oid), bytes(raw), bytes(printed).decode()
 
 
@@ -309,12 +314,16 @@ def test_the_catalog_describes_each_kind_of_user_type(dsn: str) -> None:
 
         assert described("mood") == EnumType(int(_oid(conn, "mood")), "public", "mood")
         domain = described("nested_posint")
-        assert isinstance(domain, DomainType) and domain.base_oid == _oid(conn, "posint")
+        assert isinstance(domain, DomainType)
+        assert domain.base_oid == _oid(conn, "posint")
         array = described("mood[]")
-        assert isinstance(array, ArrayType) and array.element_oid == _oid(conn, "mood")
-        assert array.name == "_mood" and array.delimiter == ","
+        assert isinstance(array, ArrayType)
+        assert array.element_oid == _oid(conn, "mood")
+        assert array.name == "_mood"
+        assert array.delimiter == ","
         boxes = described("boxd[]")
-        assert isinstance(boxes, ArrayType) and boxes.delimiter == ";"
+        assert isinstance(boxes, ArrayType)
+        assert boxes.delimiter == ";"
         record = described("dropped_field")
         assert isinstance(record, CompositeType)
         assert [(f.name, f.type_oid) for f in record.fields] == [("a", 23), ("c", 25)]
