@@ -201,9 +201,7 @@ def test_truncate_of_several_tables_puts_a_barrier_in_each() -> None:
 FULL = rel("public.full", col("id", INT4), col("body"), col("rev", INT4), identity="f")
 
 
-def test_full_identity_without_key_takes_one_equal_row_and_fills_toast_from_the_old_tuple() -> (
-    None
-):
+def test_full_identity_without_key_takes_one_equal_row_toast_filled_from_old_tuple() -> None:
     plan = plan_batch(
         batch(update(FULL, "1", U, "3", old=["1", "body", "2"], old_kind="O", lsn=10)),
         reserved_columns=RESERVED,
