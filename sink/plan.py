@@ -9,9 +9,12 @@ rows all share one relation *shape*: the same columns (names, types) and the sam
 identity. A relation whose shape differs from the previous change's (a column added, a
 type or the replica identity changed) closes the current merge step and starts a new one,
 so the executor applies steps strictly in order and every MERGE sees the effect of the
-ones before it (ARCHITECTURE invariant 3). So does a new Relation message that looks like
-the last: ``DROP b, ADD b`` changes no name or type, and only the catalog tells
-(``evolution.py``), at exactly that step.
+ones before it (ARCHITECTURE invariant 3). A new Relation message equal to the last one
+does not: the server re-sends the Relation in every streamed transaction, and a step per
+message would cost a MERGE per streamed transaction. Each step keeps the Relation message
+of its first change (``MergePlan.relations``); the executor asks the catalog about a step
+whose message is new (``evolution.py``), which is how ``DROP b, ADD b`` - no name or type
+changed - is noticed, at the first step of the batch that carries the new message.
 
 A TRUNCATE is a barrier: it replaces every step planned before it for its tables, because
 it removes every row at or below its commit LSN, and everything planned earlier in the
@@ -236,9 +239,8 @@ class MergePlan:
         counts: row changes of the batch for this table by operation.
         skipped: UPDATE and DELETE changes dropped because the table has no identity and
             ``on_missing_key`` is ``skip``; not in ``counts``.
-        relations: for each step, the Relation message object its rows came with (None
-            for a TRUNCATE). Consecutive changes with another object - a new Relation
-            message, even one equal to the last - start a new step.
+        relations: for each step, the Relation message object of its first change (None
+            for a TRUNCATE); later changes with an equal message share the step.
     """
 
     schema: str
@@ -451,17 +453,13 @@ class _TablePlan:
     truncated_columns: tuple[PlanColumn, ...] = ()
     """The columns of the relation of the table's last TRUNCATE in the batch."""
 
-    # A new Relation message (a new object, even one equal to the last) may follow DDL that
-    # the shape does not show (a column dropped and added back): it starts a new step, so
-    # the executor can look at the catalog exactly there (``MergePlan.relations``).
+    # A step keeps the Relation message of its first change: the executor looks at the
+    # catalog when that message is new (``MergePlan.relations``). Equal messages re-sent
+    # later (one per streamed transaction) share the step.
 
     def open_step(self, shape: _Shape, lsn: Lsn, relation: Relation) -> _OpenStep:
         last = self.steps[-1] if self.steps else None
-        if (
-            isinstance(last, _OpenStep)
-            and last.relation is relation
-            and (last.shape is shape or last.shape == shape)
-        ):
+        if isinstance(last, _OpenStep) and (last.shape is shape or last.shape == shape):
             return last
         step = _OpenStep(shape, lsn, relation=relation)
         self.steps.append(step)
@@ -469,11 +467,7 @@ class _TablePlan:
 
     def open_keyless_step(self, shape: _Shape, relation: Relation) -> list[KeylessChange]:
         last = self.steps[-1] if self.steps else None
-        if (
-            isinstance(last, _OpenKeylessStep)
-            and last.relation is relation
-            and (last.shape is shape or last.shape == shape)
-        ):
+        if isinstance(last, _OpenKeylessStep) and (last.shape is shape or last.shape == shape):
             return last.changes
         step = _OpenKeylessStep(shape, relation=relation)
         self.steps.append(step)
