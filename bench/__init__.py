@@ -14,7 +14,7 @@ server did not start, the daemon lost rows...).
 * ``bench.workload``: the issue's backlog (insert/update/delete mix in fixed-size
   transactions), single large transactions, and fresh copies of one slot so that every
   consumer reads exactly the same WAL;
-* ``bench.daemon``: runs ``CaptureService`` up to an end LSN into a sink, timed;
+* ``bench.daemon``: runs ``daemon.Supervisor`` up to an end LSN into a sink, timed;
 * ``bench.report``: figures, ratios, and the ``--json`` output.
 """
 

@@ -16,10 +16,10 @@ Method
      ``/dev/null``: the server's decoding plus libpq's transport, no client work;
    * ``read loop``: the daemon's own ``ReplicationStream.read_frames`` with nothing done
      per frame: what Python + psycopg cost before any decoding;
-   * ``daemon``: ``CaptureService`` into a counting sink (``bench.daemon``): receive,
+   * ``daemon``: ``daemon.Supervisor`` into a counting sink (``bench.daemon``): receive,
      frame parsing, assembler, replay into changes, batcher, sink worker hand-off,
      feedback and metrics, i.e. everything but Delta; with the garbage-collector
-     settings ``wal2delta run`` applies (``capture.gc_tuning``).
+     settings ``wal2delta run`` applies (``daemon.gc_tuning``).
 
    A warm-up ``pg_recvlogical`` run first makes sure the WAL is in the page cache for
    everybody. Repetitions rotate the order of the contenders, and the median is kept.
@@ -65,10 +65,10 @@ from bench.workload import (
     write_mixed_backlog,
 )
 from capture.negotiation import start_replication_options
-from capture.pgserver import LocalPostgres
 from capture.stream import ReplicationStream
 from config import AppConfig
 from decoder import ProtocolOptions, encode_standby_status_update, format_lsn
+from devtools.pgserver import LocalPostgres
 
 SOURCE_SLOT = "bench_source"
 DAEMON_TARGET = 0.9

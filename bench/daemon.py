@@ -1,4 +1,4 @@
-"""Run the daemon's capture path (``CaptureService``) up to an end LSN, timed.
+"""Run the daemon's capture path (``daemon.Supervisor``) up to an end LSN, timed.
 
 The service runs exactly as ``wal2delta run`` runs it (same loop, same decoder, same
 batcher and sink worker thread) with two substitutions: the sink is ``CountingSink``, which
@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from capture.gc_tuning import tune_garbage_collector
-from capture.logging import configure_logging
-from capture.service import CaptureService
 from config import AppConfig, parse_config
+from daemon.gc_tuning import tune_garbage_collector
+from daemon.logging import configure_logging
+from daemon.supervisor import Supervisor
 from decoder import Lsn, RowChange
 from sink import Batch, BatchResult, Sink
 
@@ -106,7 +106,7 @@ def bench_config(
 def run_daemon(
     config: AppConfig, endpos: Lsn, sink: Sink | None = None, *, tune_gc: bool = True
 ) -> DaemonRun:
-    """Run ``CaptureService`` from the configured slot until ``endpos``; time it.
+    """Run ``daemon.Supervisor`` from the configured slot until ``endpos``; time it.
 
     Args:
         config: see ``bench_config``.
@@ -120,7 +120,7 @@ def run_daemon(
     """
     configure_logging("console", "warning")
     counting = CountingSink()
-    service = CaptureService(config, sink if sink is not None else counting, endpos=endpos)
+    service = Supervisor(config, sink if sink is not None else counting, endpos=endpos)
     with daemon_gc(tune_gc), _GcTimer() as gc_timer:
         cpu_started = time.process_time()
         started = time.perf_counter()
@@ -138,7 +138,7 @@ def run_daemon(
 
 @contextlib.contextmanager
 def daemon_gc(enabled: bool) -> Iterator[None]:
-    """The daemon's collector settings (``capture.gc_tuning``) for one run, then undone."""
+    """The daemon's collector settings (``daemon.gc_tuning``) for one run, then undone."""
     thresholds = gc.get_threshold()
     if enabled:
         tune_garbage_collector()

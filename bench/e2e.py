@@ -23,7 +23,7 @@ Method
      subscriber's ``max(id)`` is the source's. Transactions apply atomically and in
      commit order and every one inserts higher keys, so that is the moment the last
      transaction is visible; the row counts are then compared.
-   * ``daemon``: ``CaptureService`` with ``DeltaSink`` on an embedded Sail session, in
+   * ``daemon``: ``daemon.Supervisor`` with ``DeltaSink`` on an embedded Sail session, in
      the production configuration (adaptive batching), until everything up to the
      backlog's end LSN is durable in Delta (``bench.daemon``). The Delta table is then
      read with delta-rs and its row count compared with the source.

@@ -9,7 +9,7 @@ Method
 1. Start PostgreSQL 18 (``bench.postgres``) with the benchmark table holding
    ``--table-rows`` seed rows and its publication (``bench.workload``), and a Delta table
    with the same rows (``bench.sink_scaling.build_table``); create the daemon's slot.
-2. Start the daemon (``CaptureService`` + ``DeltaSink`` on embedded Sail, production
+2. Start the daemon (``daemon.Supervisor`` + ``DeltaSink`` on embedded Sail, production
    batching settings) in a thread. One warm-up transaction is written and waited for,
    so Sail's first-query start-up is not counted.
 3. A writer commits one transaction of ``--per-transaction`` changes (the backlog's mix:
@@ -47,9 +47,9 @@ from bench.postgres import bench_server
 from bench.report import Ratio, median_figure, print_report
 from bench.sink_scaling import bucketed_settings, build_table, layout_description
 from bench.workload import PUBLICATION, TABLE, create_source_slot, create_table
-from capture.logging import configure_logging
-from capture.service import CaptureService
 from capture.slots import current_wal_lsn
+from daemon.logging import configure_logging
+from daemon.supervisor import Supervisor
 from decoder import Lsn, RowChange, pg_timestamp_to_datetime
 from sink import (
     Batch,
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         stop = threading.Event()
         # The collector settings of `wal2delta run`, as the other daemon benchmarks use.
         stack.enter_context(daemon_gc(True))
-        service = CaptureService(config, sink, stop_event=stop)
+        service = Supervisor(config, sink, stop_event=stop)
         failures: list[BaseException] = []
 
         def serve() -> None:

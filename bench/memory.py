@@ -10,7 +10,7 @@ For each size, in this order so that no run sees the other's transaction:
 1. create a slot, insert the rows (~100 bytes each, ``bench.workload``) in one
    transaction, and note the WAL insert position after it;
 2. in a fresh Python process (so that ``ru_maxrss`` covers only this run), stream the
-   slot through ``CaptureService`` into a counting sink up to that position
+   slot through ``daemon.Supervisor`` into a counting sink up to that position
    (``bench.daemon``), with the production spill settings unless ``--spool-limit`` says
    otherwise, and report the peak RSS.
 

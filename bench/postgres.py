@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
-from capture.pgserver import LOGICAL_REPLICATION_SETTINGS, LocalPostgres
+from devtools.pgserver import LOGICAL_REPLICATION_SETTINGS, LocalPostgres
 
 BENCH_SERVER_SETTINGS: Final[Mapping[str, str]] = {
     **LOGICAL_REPLICATION_SETTINGS,

@@ -1,0 +1,79 @@
+"""Replication: the connection, slots and publications, the initial snapshot, the session
+loop, batching and LSN feedback, the slot monitor and the source catalog.
+
+``capture`` reads no configuration files: ``daemon`` hands it ``CaptureSettings``. Other
+packages import only from this root.
+"""
+
+from capture.batcher import Batcher
+from capture.catalog import PostgresCatalog
+from capture.errors import (
+    EXIT_CONFIG,
+    EXIT_FATAL,
+    EXIT_OK,
+    EXIT_SLOT_IN_USE,
+    CaptureError,
+    PublicationError,
+    ReplicationConnectionLostError,
+    ServerCapabilityError,
+    SlotInUseError,
+    SlotInvalidatedError,
+    SlotNotFoundError,
+    map_psycopg_errors,
+)
+from capture.feedback import FeedbackPolicy, FlushTracker
+from capture.metrics import Metrics
+from capture.monitor import SlotSample, SourceMonitor, sample_slot
+from capture.negotiation import ReplicationRequest, negotiate, start_replication_options
+from capture.session import ServiceState, Session
+from capture.settings import BatchSettings, CaptureSettings, ReconnectSettings
+from capture.sink_worker import AppliedBatch, FailedBatch, SinkWorker
+from capture.slots import PublishedTable, current_wal_lsn, read_published_tables, slot_state
+from capture.snapshot import SnapshotCopier, SnapshotMarker, SnapshotMarkerStore
+from capture.startup import SourceInfo, ensure_snapshot, prepare_source
+from capture.stream import ReplicationStream
+
+__all__ = [
+    "EXIT_CONFIG",
+    "EXIT_FATAL",
+    "EXIT_OK",
+    "EXIT_SLOT_IN_USE",
+    "AppliedBatch",
+    "BatchSettings",
+    "Batcher",
+    "CaptureError",
+    "CaptureSettings",
+    "FailedBatch",
+    "FeedbackPolicy",
+    "FlushTracker",
+    "Metrics",
+    "PostgresCatalog",
+    "PublicationError",
+    "PublishedTable",
+    "ReconnectSettings",
+    "ReplicationConnectionLostError",
+    "ReplicationRequest",
+    "ReplicationStream",
+    "ServerCapabilityError",
+    "ServiceState",
+    "Session",
+    "SinkWorker",
+    "SlotInUseError",
+    "SlotInvalidatedError",
+    "SlotNotFoundError",
+    "SlotSample",
+    "SnapshotCopier",
+    "SnapshotMarker",
+    "SnapshotMarkerStore",
+    "SourceInfo",
+    "SourceMonitor",
+    "current_wal_lsn",
+    "ensure_snapshot",
+    "map_psycopg_errors",
+    "negotiate",
+    "prepare_source",
+    "read_published_tables",
+    "sample_slot",
+    "slot_state",
+    "start_replication_options",
+]

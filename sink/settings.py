@@ -1,6 +1,6 @@
 """Plain settings for the sink and the Spark session, so ``sink`` does not import ``config``.
 
-``capture`` translates the validated configuration into these (``capture.cli``); tests
+``capture`` translates the validated configuration into these (``daemon.cli``); tests
 build them directly.
 """
 

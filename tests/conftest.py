@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from capture.pgserver import DEBIAN_PG15_BIN, LOGICAL_REPLICATION_SETTINGS, LocalPostgres
+from devtools.pgserver import DEBIAN_PG15_BIN, LOGICAL_REPLICATION_SETTINGS, LocalPostgres
 
 TEST_SERVER_SETTINGS = {
     **LOGICAL_REPLICATION_SETTINGS,

@@ -26,8 +26,8 @@ import pytest
 import yaml
 
 from capture.slots import current_wal_lsn
-from capture.verify import compare_table
 from decoder import format_lsn
+from devtools.verify import compare_table
 from sink import table_path
 from tests.support.harness import start_daemon
 

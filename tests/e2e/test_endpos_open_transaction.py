@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from capture.slots import current_wal_lsn
-from capture.verify import compare_table, read_delta
 from decoder import format_lsn
+from devtools.verify import compare_table, read_delta
 from sink import table_path
 from tests.support.harness import confirmed_flush, run_cli
 

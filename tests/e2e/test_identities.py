@@ -27,11 +27,11 @@ import pytest
 from psycopg import errors as pg_errors
 
 from capture.catalog import PostgresCatalog
-from capture.cli import sink_settings
-from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn
-from capture.verify import compare_table, read_delta
 from config import AppConfig
+from daemon.supervisor import Supervisor
+from daemon.wiring import prepare_configured_source, sink_settings
+from devtools.verify import compare_table, read_delta
 from sink import DeltaSink, table_path
 from tests.support.configs import make_config
 
@@ -95,7 +95,7 @@ def run_daemon(dsn: str, config: AppConfig, spark_session: Any, endpos: int) -> 
     settings = replace(sink_settings(config), on_missing_key=config.source.on_missing_key)
     with PostgresCatalog(dsn) as catalog:
         sink = DeltaSink(spark_session, settings, catalog=catalog)
-        CaptureService(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
+        Supervisor(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
 
 
 def test_every_replica_identity_lands_in_delta_equal_to_the_source(
@@ -105,7 +105,7 @@ def test_every_replica_identity_lands_in_delta_equal_to_the_source(
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
     config = make_config(pg18_dsn, lake, TABLES)
-    prepare_source(config)
+    prepare_configured_source(config)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         for statement in WORKLOAD:
             conn.execute(statement.encode())

@@ -20,11 +20,11 @@ import psycopg
 import pytest
 
 from capture.catalog import PostgresCatalog
-from capture.cli import sink_settings
-from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn
-from capture.verify import compare_table
 from config import AppConfig
+from daemon.supervisor import Supervisor
+from daemon.wiring import prepare_configured_source, sink_settings
+from devtools.verify import compare_table
 from sink import DeltaSink, table_path
 from tests.support.configs import make_config
 from tests.support.subscriber import native_subscriber, wait_for_subscriber
@@ -81,7 +81,7 @@ def run_daemon(dsn: str, config: AppConfig, spark_session: Any, endpos: int) -> 
     settings = replace(sink_settings(config), on_missing_key=config.source.on_missing_key)
     with PostgresCatalog(dsn) as catalog:
         sink = DeltaSink(spark_session, settings, catalog=catalog)
-        CaptureService(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
+        Supervisor(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
 
 
 def mismatches(dsn: str, lake: Path) -> list[str]:
@@ -106,7 +106,7 @@ def test_identical_rows_land_in_delta_as_in_a_native_subscriber(
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(DDL.encode())
     config = make_config(dsn, lake, TABLES)
-    prepare_source(config)
+    prepare_configured_source(config)
     # make_config names the publication after the slot.
     with native_subscriber(dsn, DDL, [config.source.slot]) as subscriber:
         with psycopg.connect(dsn, autocommit=True) as conn:

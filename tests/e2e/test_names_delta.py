@@ -20,11 +20,11 @@ import pytest
 import yaml
 from psycopg import sql
 
-from capture.cli import run_service
 from capture.slots import current_wal_lsn
-from capture.verify import compare_table, read_delta
 from config import load_config
+from daemon import run_service
 from decoder import format_lsn, parse_lsn
+from devtools.verify import compare_table, read_delta
 from sink import table_path
 from tests.support.harness import confirmed_flush, run_cli
 

@@ -16,10 +16,10 @@ import pytest
 from deltalake import DeltaTable
 
 from capture.catalog import PostgresCatalog
-from capture.cli import sink_settings
-from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn
-from capture.verify import compare_table, read_delta
+from daemon.supervisor import Supervisor
+from daemon.wiring import prepare_configured_source, sink_settings
+from devtools.verify import compare_table, read_delta
 from sink import DeltaSink, table_path
 from tests.support.configs import make_config
 
@@ -50,14 +50,14 @@ def test_a_key_partitioned_table_equals_its_source_row_by_row(
         ["public.orders"],
         sink={"batch": {"max_rows": 300}, "partition_by_key": {"orders": {"width": 100}}},
     )
-    prepare_source(config)
+    prepare_configured_source(config)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         for statement in WORKLOAD:
             conn.execute(statement.encode())
         endpos = current_wal_lsn(conn)
     with PostgresCatalog(pg18_dsn) as catalog:
         sink = DeltaSink(spark_session, sink_settings(config), catalog=catalog)
-        CaptureService(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
+        Supervisor(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
 
     path = table_path(str(lake), "public", "orders")
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:

@@ -16,13 +16,13 @@ import psycopg
 import pytest
 import yaml
 
-from capture.cli import run_service
-from capture.service import prepare_source
 from capture.slots import current_wal_lsn
-from capture.verify import compare_table
-from capture.workload import DEMO_TABLES, Workload, create_schema
 from config import AppConfig
+from daemon import run_service
+from daemon.wiring import prepare_configured_source
 from decoder import format_lsn
+from devtools.verify import compare_table
+from devtools.workload import DEMO_TABLES, Workload, create_schema
 from sink import table_path
 from tests.support.configs import make_config
 from tests.support.harness import confirmed_flush
@@ -47,7 +47,7 @@ def test_demo_workload_lands_in_delta_equal_to_source(pg18_dsn: str, tmp_path: P
     config = make_config(pg18_dsn, tmp_path / "lake", list(DEMO_TABLES))
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         create_schema(conn)
-        prepare_source(config)
+        prepare_configured_source(config)
         workload = Workload(seed=11)
         for _ in range(12):
             workload.run_round(conn)
@@ -83,7 +83,7 @@ def test_cli_run_with_endpos_exits_zero_once_everything_is_in_delta(
             [
                 sys.executable,
                 "-m",
-                "capture.cli",
+                "daemon.cli",
                 "run",
                 "-c",
                 str(config_file),
@@ -104,7 +104,7 @@ def test_cli_run_with_endpos_exits_zero_once_everything_is_in_delta(
             [
                 sys.executable,
                 "-m",
-                "capture.cli",
+                "daemon.cli",
                 "run",
                 "-c",
                 str(config_file),
@@ -131,7 +131,7 @@ def test_restart_after_some_batches_loses_and_duplicates_nothing(
     )
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         create_schema(conn)
-        prepare_source(config)
+        prepare_configured_source(config)
         workload = Workload(seed=23)
         stop = threading.Event()
         codes: list[int] = []

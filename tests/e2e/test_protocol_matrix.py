@@ -16,10 +16,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from capture.cli import sink_settings
-from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn
-from capture.verify import compare_table, normalise, read_source
+from daemon.supervisor import Supervisor
+from daemon.wiring import prepare_configured_source, sink_settings
+from devtools.verify import compare_table, normalise, read_source
 from sink import DeltaSink, table_path
 from tests.support.configs import make_config
 from tests.support.model_sink import ModelSink
@@ -87,14 +87,14 @@ def run_matrix_case(
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(PROTOCOL_SCHEMA)
     config = make_config(dsn, tmp_path / "lake", list(PROTOCOL_TABLES), source=source_options)
-    options = prepare_source(config).options
+    options = prepare_configured_source(config).options
     assert options.proto_version == source_options["protocol_version"]
     run_protocol_workload(dsn, two_phase=True)
     with psycopg.connect(dsn, autocommit=True) as conn:
         endpos = current_wal_lsn(conn)
     model = ModelSink()
     delta = DeltaSink(spark_session, sink_settings(config))  # type: ignore[arg-type]
-    service = CaptureService(config, TeeSink(delta, model), endpos=endpos)
+    service = Supervisor(config, TeeSink(delta, model), endpos=endpos)
     service.run()
     received = {
         sample.labels["message_type"]: sample.value

@@ -15,10 +15,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from capture.cli import sink_settings
-from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn
-from capture.verify import compare_table, read_delta
+from daemon.supervisor import Supervisor
+from daemon.wiring import prepare_configured_source, sink_settings
+from devtools.verify import compare_table, read_delta
 from sink import DeltaSink, table_path
 from tests.support.configs import make_config
 from tests.support.scenarios import PROTOCOL_SCHEMA, PROTOCOL_TABLES, run_protocol_workload
@@ -32,12 +32,12 @@ def run_into_delta(
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(PROTOCOL_SCHEMA)
     config = make_config(dsn, lake, list(PROTOCOL_TABLES), source=source_options, **extra)
-    prepare_source(config)
+    prepare_configured_source(config)
     run_protocol_workload(dsn, two_phase=True)
     with psycopg.connect(dsn, autocommit=True) as conn:
         endpos = current_wal_lsn(conn)
     sink = DeltaSink(spark_session, sink_settings(config))  # type: ignore[arg-type]
-    CaptureService(config, sink, endpos=endpos).run()
+    Supervisor(config, sink, endpos=endpos).run()
     mismatches = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         for name in PROTOCOL_TABLES:
@@ -66,7 +66,7 @@ def test_postgresql_18_parallel_streaming_and_two_phase_land_in_delta(
 def test_binary_mode_gives_the_same_delta_contents_as_text_mode(
     pg18_dsn: str, tmp_path: Path, spark_session: object
 ) -> None:
-    from capture.workload import DEMO_TABLES, Workload, create_schema
+    from devtools.workload import DEMO_TABLES, Workload, create_schema
 
     lakes = {}
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
@@ -79,15 +79,15 @@ def test_binary_mode_gives_the_same_delta_contents_as_text_mode(
             slot="w2d_binary",
             source={"binary": True, "publication": "w2d_text"},
         )
-        prepare_source(text_config)
-        prepare_source(binary_config)
+        prepare_configured_source(text_config)
+        prepare_configured_source(binary_config)
         workload = Workload(seed=3)
         for _ in range(6):
             workload.run_round(conn)
         endpos = current_wal_lsn(conn)
     for name, config in (("text", text_config), ("binary", binary_config)):
         sink = DeltaSink(spark_session, sink_settings(config))  # type: ignore[arg-type]
-        CaptureService(config, sink, endpos=endpos).run()
+        Supervisor(config, sink, endpos=endpos).run()
         lakes[name] = {
             table: sorted(
                 (

@@ -14,10 +14,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from capture.cli import sink_settings
-from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn
-from capture.verify import compare_table, read_delta
+from daemon.supervisor import Supervisor
+from daemon.wiring import prepare_configured_source, sink_settings
+from devtools.verify import compare_table, read_delta
 from sink import DeltaSink, table_path
 from tests.support.configs import make_config
 
@@ -82,14 +82,14 @@ def test_row_filters_column_lists_and_partitions_land_in_delta_as_published(
         source={"publish_via_partition_root": False},
     )
     for config in (via_root, per_partition):
-        prepare_source(config)
+        prepare_configured_source(config)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         for statement in WORKLOAD:
             conn.execute(statement.encode())
         endpos = current_wal_lsn(conn)
     for config in (via_root, per_partition):
         sink = DeltaSink(spark_session, sink_settings(config))  # type: ignore[arg-type]
-        CaptureService(config, sink, endpos=endpos).run()
+        Supervisor(config, sink, endpos=endpos).run()
 
     root, parts = str(tmp_path / "root"), str(tmp_path / "parts")
     checks = [

@@ -20,11 +20,11 @@ import psycopg
 import pytest
 
 from capture.catalog import PostgresCatalog
-from capture.cli import sink_settings
-from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn, slot_state
-from capture.verify import compare_table, read_delta
 from config import AppConfig
+from daemon.supervisor import Supervisor
+from daemon.wiring import prepare_configured_source, sink_settings
+from devtools.verify import compare_table, read_delta
 from sink import DeltaSink, SinkDataError, table_path
 from tests.support.configs import make_config
 
@@ -36,13 +36,13 @@ def run_daemon(dsn: str, config: AppConfig, spark_session: Any, endpos: int) -> 
     settings = replace(sink_settings(config), on_missing_key=config.source.on_missing_key)
     with PostgresCatalog(dsn) as catalog:
         sink = DeltaSink(spark_session, settings, catalog=catalog)
-        CaptureService(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
+        Supervisor(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
 
 
 def stream(dsn: str, lake: Path, tables: list[str], workload: list[str]) -> tuple[AppConfig, int]:
     """Create the slot, run ``workload`` statement by statement; return config and end LSN."""
     config = make_config(dsn, lake, tables)
-    prepare_source(config)
+    prepare_configured_source(config)
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in workload:
             conn.execute(statement.encode())
@@ -148,7 +148,7 @@ def test_a_column_renamed_inside_a_streamed_transaction_stops_before_its_rows_ar
         conn.execute("CREATE TABLE public.docs (id int PRIMARY KEY, title text, body text)")
     lake = tmp_path / "lake"
     config = make_config(pg18_dsn, lake, ["public.docs"])
-    prepare_source(config)
+    prepare_configured_source(config)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO docs SELECT g, 't' || g, 'b' FROM generate_series(1, 10) g")
         before_rename = current_wal_lsn(conn)
@@ -178,7 +178,7 @@ def test_renaming_the_last_column_is_told_from_drop_and_add_by_the_catalog(
         conn.execute("CREATE TABLE public.docs (id int PRIMARY KEY, title text, body text)")
     lake = tmp_path / "lake"
     config = make_config(pg18_dsn, lake, ["public.docs"])
-    prepare_source(config)
+    prepare_configured_source(config)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO docs SELECT g, 't' || g, 'b' FROM generate_series(1, 10) g")
         conn.execute("ALTER TABLE docs RENAME COLUMN body TO content")
@@ -204,7 +204,7 @@ def test_a_type_change_delta_cannot_hold_stops_naming_both_types_while_a_longer_
         conn.execute("CREATE TABLE public.docs (id int PRIMARY KEY, title varchar(10), rev int)")
     lake = tmp_path / "lake"
     config = make_config(pg18_dsn, lake, ["public.docs"])
-    prepare_source(config)
+    prepare_configured_source(config)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO docs SELECT g, 't' || g, g FROM generate_series(1, 10) g")
         conn.execute("ALTER TABLE docs ALTER COLUMN title TYPE varchar(200)")

@@ -25,11 +25,11 @@ import pytest
 from deltalake import DeltaTable
 
 from capture.catalog import PostgresCatalog
-from capture.cli import sink_settings
-from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn
-from capture.verify import compare_table, read_delta
 from config import AppConfig
+from daemon.supervisor import Supervisor
+from daemon.wiring import prepare_configured_source, sink_settings
+from devtools.verify import compare_table, read_delta
 from sink import DeltaSink, SinkDataError, table_path
 from tests.support.configs import make_config
 from tests.support.harness import confirmed_flush, wait_for_flush
@@ -43,7 +43,7 @@ def run_daemon(dsn: str, config: AppConfig, spark_session: Any, endpos: int) -> 
     settings = replace(sink_settings(config), on_missing_key=config.source.on_missing_key)
     with PostgresCatalog(dsn) as catalog:
         sink = DeltaSink(spark_session, settings, catalog=catalog)
-        CaptureService(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
+        Supervisor(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
 
 
 def execute(dsn: str, *statements: str) -> int:
@@ -87,7 +87,7 @@ def test_a_column_dropped_and_added_back_under_its_name_is_new_also_across_a_res
     tables = ["public.wide", "public.same"]
     execute(dsn, RETURNING)
     config = make_config(dsn, lake, tables)
-    prepare_source(config)
+    prepare_configured_source(config)
     first = execute(
         dsn,
         "INSERT INTO wide SELECT g, 'old b ' || g, 'n' FROM generate_series(1, 30) g",
@@ -129,12 +129,12 @@ def test_a_column_dropped_and_added_back_while_the_daemon_runs_is_new_from_that_
     dsn, lake = pg18_dsn, tmp_path / "lake"
     execute(dsn, "CREATE TABLE public.same (id int PRIMARY KEY, note text, b text)")
     config = make_config(dsn, lake, ["public.same"])
-    prepare_source(config)
+    prepare_configured_source(config)
     settings = replace(sink_settings(config), on_missing_key=config.source.on_missing_key)
     stop = threading.Event()
     with PostgresCatalog(dsn) as catalog:
         sink = DeltaSink(spark_session, settings, catalog=catalog)  # type: ignore[arg-type]
-        service = CaptureService(config, sink, stop_event=stop)
+        service = Supervisor(config, sink, stop_event=stop)
         runner = threading.Thread(target=service.run)
         runner.start()
         try:
@@ -164,7 +164,7 @@ def test_a_true_rename_still_stops_with_the_rename_message_after_a_restart(
     lake = tmp_path / "lake"
     execute(pg18_dsn, "CREATE TABLE public.docs (id int PRIMARY KEY, title text, body text)")
     config = make_config(pg18_dsn, lake, ["public.docs"])
-    prepare_source(config)
+    prepare_configured_source(config)
     first = execute(pg18_dsn, "INSERT INTO docs SELECT g, 't', 'b' FROM generate_series(1, 10) g")
     run_daemon(pg18_dsn, config, spark_session, first)
     before_insert = execute(pg18_dsn, "ALTER TABLE docs RENAME COLUMN body TO content")
@@ -192,7 +192,7 @@ def test_columns_no_longer_published_keep_their_last_value_as_in_a_native_subscr
     tables = ["public.dropping", "public.listed"]
     execute(dsn, KEPT)
     config = make_config(dsn, lake, tables)
-    prepare_source(config)
+    prepare_configured_source(config)
     # The subscriber's tables keep every column: its operator drops nothing there.
     with native_subscriber(dsn, KEPT, [config.source.publication[0]]) as subscriber:
         first = execute(
@@ -206,7 +206,7 @@ def test_columns_no_longer_published_keep_their_last_value_as_in_a_native_subscr
         narrowed = make_config(
             dsn, lake, ["public.dropping", {"name": "public.listed", "columns": ["id", "a"]}]
         )
-        prepare_source(narrowed)
+        prepare_configured_source(narrowed)
         end = execute(
             dsn,
             "UPDATE dropping SET a = 'updated', kept = kept + 100 WHERE id % 2 = 0",
@@ -242,7 +242,7 @@ def test_a_table_whose_first_batch_ends_with_truncate_is_created_with_its_data_c
     lake = tmp_path / "lake"
     execute(pg18_dsn, "CREATE TABLE public.emptied (id int PRIMARY KEY, v text, n numeric(8,2))")
     config = make_config(pg18_dsn, lake, ["public.emptied"])
-    prepare_source(config)
+    prepare_configured_source(config)
     first = execute(
         pg18_dsn,
         "BEGIN; INSERT INTO emptied SELECT g, 'v', g FROM generate_series(1, 5) g; "

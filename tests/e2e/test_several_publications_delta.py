@@ -27,11 +27,11 @@ import psycopg
 import pytest
 
 from capture.catalog import PostgresCatalog
-from capture.cli import sink_settings
-from capture.service import CaptureService
 from capture.slots import current_wal_lsn
-from capture.verify import compare_table, read_delta
 from config import AppConfig
+from daemon.supervisor import Supervisor
+from daemon.wiring import sink_settings
+from devtools.verify import compare_table, read_delta
 from sink import DeltaSink, table_path
 from tests.support.configs import make_config
 from tests.support.harness import wait_until
@@ -110,7 +110,7 @@ def run_daemon(dsn: str, config: AppConfig, spark_session: Any, endpos: int) -> 
     settings = replace(sink_settings(config), on_missing_key=config.source.on_missing_key)
     with PostgresCatalog(dsn) as catalog:
         sink = DeltaSink(spark_session, settings, catalog=catalog)
-        CaptureService(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
+        Supervisor(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
 
 
 def execute(dsn: str, statements: list[str], *, in_one_transaction: bool = False) -> int:

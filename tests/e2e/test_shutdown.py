@@ -11,12 +11,12 @@ import psycopg
 import pytest
 import yaml
 
-from capture.service import prepare_source
 from capture.slots import current_wal_lsn, slot_state
-from capture.verify import compare_table
-from capture.workload import DEMO_TABLES, Workload, create_schema
 from config import load_config
+from daemon.wiring import prepare_configured_source
 from decoder import format_lsn
+from devtools.verify import compare_table
+from devtools.workload import DEMO_TABLES, Workload, create_schema
 from sink import table_path
 from tests.support.harness import start_daemon
 
@@ -55,7 +55,7 @@ def test_sigterm_drains_acknowledges_and_exits_zero(pg18_dsn: str, tmp_path: Pat
     log = tmp_path / "daemon.log"
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         create_schema(conn)
-        prepare_source(config)
+        prepare_configured_source(config)
         daemon = start_daemon(config_path, log)
         deadline = time.monotonic() + 120
         while not any(e.get("event") == "replication started" for e in _events(log)):

@@ -16,11 +16,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from capture.cli import sink_settings
-from capture.service import CaptureService
 from capture.slots import current_wal_lsn
-from capture.verify import compare_table, read_delta
 from config import AppConfig
+from daemon.supervisor import Supervisor
+from daemon.wiring import sink_settings
+from devtools.verify import compare_table, read_delta
 from sink import Batch, BatchResult, DeltaSink, table_path
 from tests.support.configs import make_config
 from tests.support.harness import wait_for_flush
@@ -79,7 +79,7 @@ def test_snapshot_and_stream_meet_in_delta_without_gaps_or_duplicates(
     config = _config(pg18_dsn, lake)
     sink = _delta_sink(spark_session, config)
     stop = threading.Event()
-    service = CaptureService(config, sink, stop_event=stop)
+    service = Supervisor(config, sink, stop_event=stop)
     runner = threading.Thread(target=service.run)
     writer = threading.Thread(target=_writer, args=(pg18_dsn,))
     runner.start()
@@ -124,7 +124,7 @@ def test_interrupted_snapshot_into_delta_restarts_cleanly(
     config = _config(pg18_dsn, lake)
     failing = _FailingDeltaSink(spark_session, sink_settings(config))  # type: ignore[arg-type]
     with pytest.raises(InjectedFaultError):
-        CaptureService(config, failing).run()
+        Supervisor(config, failing).run()
     marker = failing.load_snapshot_marker(config.source.slot)
     assert marker is not None
     assert marker.status == "in_progress"
@@ -134,7 +134,7 @@ def test_interrupted_snapshot_into_delta_restarts_cleanly(
         conn.execute("UPDATE accounts SET region = 'us' WHERE id BETWEEN 101 AND 200")
         endpos = current_wal_lsn(conn)
     restarted = _delta_sink(spark_session, config)
-    CaptureService(config, restarted, endpos=endpos).run()
+    Supervisor(config, restarted, endpos=endpos).run()
     marker = restarted.load_snapshot_marker(config.source.slot)
     assert marker is not None
     assert marker.status == "complete"
@@ -155,7 +155,7 @@ def test_snapshot_into_delta_honours_the_row_filter_and_column_list(
     config = _config(pg18_dsn, lake, table)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         endpos = current_wal_lsn(conn)
-    CaptureService(config, _delta_sink(spark_session, config), endpos=endpos).run()
+    Supervisor(config, _delta_sink(spark_session, config), endpos=endpos).run()
     rows = read_delta(table_path(str(lake), "public", "accounts"))
     assert {name for name in rows[0] if not name.startswith("_wal2delta")} == {
         "id",

@@ -27,12 +27,12 @@ import psycopg
 import pytest
 
 from capture.catalog import PostgresCatalog
-from capture.cli import sink_settings
-from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn, slot_state
-from capture.verify import compare_table, read_delta
 from config import AppConfig
+from daemon.supervisor import Supervisor
+from daemon.wiring import prepare_configured_source, sink_settings
 from decoder import ColumnKind, RowChange
+from devtools.verify import compare_table, read_delta
 from sink import Batch, BatchResult, DeltaSink, SinkDataError, table_path
 from tests.support.configs import make_config
 
@@ -112,7 +112,7 @@ def run_daemon(dsn: str, config: AppConfig, spark_session: Any, endpos: int) -> 
     with PostgresCatalog(dsn) as catalog:
         sink = KindCountingSink(spark_session, settings, catalog=catalog)
         sink.kinds = Counter()
-        CaptureService(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
+        Supervisor(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
     return sink.kinds
 
 
@@ -168,8 +168,8 @@ def test_user_types_in_binary_mode_land_in_delta_as_postgresql_prints_them(
         slot="w2d_binary",
         source={"binary": True, "publication": "w2d_text"},
     )
-    prepare_source(text)
-    prepare_source(binary)
+    prepare_configured_source(text)
+    prepare_configured_source(binary)
     middle = run_statements(dsn, FIRST)
     kinds = run_daemon(dsn, binary, spark_session, middle)
     run_statements(dsn, SECOND)
@@ -212,7 +212,7 @@ def test_a_type_without_a_known_binary_layout_stops_the_daemon_before_its_batch_
     lake = tmp_path / "lake"
     tables = ["public.plain", "public.tagged"]
     config = make_config(pg18_dsn, lake, tables, source={"binary": True})
-    prepare_source(config)
+    prepare_configured_source(config)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         before = current_wal_lsn(conn)
         with conn.transaction():

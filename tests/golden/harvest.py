@@ -5,7 +5,7 @@ Usage (from the repository root, with the project's virtualenv)::
     python -m tests.golden.harvest            # PostgreSQL 18 (embedded) and Debian's 15
     python -m tests.golden.harvest --only 18  # one server
 
-What it does: starts a throw-away server with ``capture.pgserver.LocalPostgres``, creates
+What it does: starts a throw-away server with ``devtools.pgserver.LocalPostgres``, creates
 one logical slot per option set (two-phase slots with ``two_phase => true``), runs each
 workload below, and after every workload reads what each slot produced with
 ``pg_logical_slot_get_binary_changes(slot, NULL, NULL, <pgoutput options>)``. That SQL
@@ -35,7 +35,7 @@ from typing import Any
 
 import psycopg
 
-from capture.pgserver import DEBIAN_PG15_BIN, LOGICAL_REPLICATION_SETTINGS, LocalPostgres
+from devtools.pgserver import DEBIAN_PG15_BIN, LOGICAL_REPLICATION_SETTINGS, LocalPostgres
 
 GOLDEN_DIR = Path(__file__).resolve().parent
 PUBLICATION = "golden_pub"

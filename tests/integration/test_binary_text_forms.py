@@ -24,7 +24,6 @@ from psycopg import sql
 from psycopg.types.numeric import DecimalBinaryDumper
 
 from capture.catalog import PostgresCatalog
-from capture.pgserver import LocalPostgres
 from decoder import (
     ArrayType,
     CompositeType,
@@ -35,6 +34,7 @@ from decoder import (
     UserTypeForms,
     builtin_text_reader,
 )
+from devtools.pgserver import LocalPostgres
 from tests.conftest import fresh_database
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]

@@ -15,8 +15,9 @@ import psycopg
 import pytest
 
 from capture.errors import SlotInUseError
-from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn
+from daemon.supervisor import Supervisor
+from daemon.wiring import prepare_configured_source
 from decoder import RowChange
 from tests.support.configs import make_config
 from tests.support.harness import confirmed_flush, wait_until
@@ -36,7 +37,7 @@ def test_committed_rows_reach_the_sink_in_commit_order_and_flush_reaches_endpos(
 ) -> None:
     _setup(pg18_dsn)
     config = make_config(pg18_dsn, tmp_path / "lake", ["public.items"])
-    prepare_source(config)
+    prepare_configured_source(config)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         for i in range(1, 6):
             with conn.transaction():
@@ -44,7 +45,7 @@ def test_committed_rows_reach_the_sink_in_commit_order_and_flush_reaches_endpos(
                 conn.execute("UPDATE items SET label = label || '!' WHERE id = %s", (i,))
         endpos = current_wal_lsn(conn)
     sink = MemorySink()
-    CaptureService(config, sink, endpos=endpos).run()
+    Supervisor(config, sink, endpos=endpos).run()
 
     changes = [c for b in sink.batches for c in b.changes if isinstance(c, RowChange)]
     assert [(c.op, c.relation.relation_name) for c in changes] == [
@@ -60,14 +61,14 @@ def test_committed_rows_reach_the_sink_in_commit_order_and_flush_reaches_endpos(
 def test_idle_slot_advances_past_wal_of_unpublished_tables(pg18_dsn: str, tmp_path: Path) -> None:
     _setup(pg18_dsn)
     config = make_config(pg18_dsn, tmp_path / "lake", ["public.items"])
-    prepare_source(config)
+    prepare_configured_source(config)
     before = confirmed_flush(pg18_dsn, config.source.slot)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         for _ in range(50):
             conn.execute("INSERT INTO unpublished (filler) SELECT repeat('x', 1000)")
         endpos = current_wal_lsn(conn)
     sink = MemorySink()
-    CaptureService(config, sink, endpos=endpos).run()
+    Supervisor(config, sink, endpos=endpos).run()
     assert not [c for b in sink.batches for c in b.changes]
     after = confirmed_flush(pg18_dsn, config.source.slot)
     assert after >= endpos > before
@@ -78,7 +79,7 @@ def test_flush_lsn_never_passes_a_batch_the_sink_failed(pg18_dsn: str, tmp_path:
     config = make_config(
         pg18_dsn, tmp_path / "lake", ["public.items"], sink={"batch": {"max_rows": 1}}
     )
-    prepare_source(config)
+    prepare_configured_source(config)
     start = confirmed_flush(pg18_dsn, config.source.slot)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         for i in range(1, 4):
@@ -87,14 +88,14 @@ def test_flush_lsn_never_passes_a_batch_the_sink_failed(pg18_dsn: str, tmp_path:
     memory = MemorySink()
     faulty = FaultySink(memory, deque(["ok", "fail_before"]))
     with pytest.raises(InjectedFaultError):
-        CaptureService(config, faulty, endpos=endpos).run()
+        Supervisor(config, faulty, endpos=endpos).run()
     confirmed = confirmed_flush(pg18_dsn, config.source.slot)
     durable = max(memory.durable_lsns, default=start)
     assert confirmed <= durable < endpos
 
     # The server sends the failed transactions again; nothing is lost.
     retry = MemorySink()
-    CaptureService(config, retry, endpos=endpos).run()
+    Supervisor(config, retry, endpos=endpos).run()
     ids = sorted(
         c.new.values[0].data
         for b in retry.batches
@@ -108,15 +109,15 @@ def test_flush_lsn_never_passes_a_batch_the_sink_failed(pg18_dsn: str, tmp_path:
 def test_a_second_daemon_on_the_same_slot_is_refused(pg18_dsn: str, tmp_path: Path) -> None:
     _setup(pg18_dsn)
     config = make_config(pg18_dsn, tmp_path / "lake", ["public.items"])
-    prepare_source(config)
+    prepare_configured_source(config)
     stop = threading.Event()
-    first = CaptureService(config, MemorySink(), stop_event=stop)
+    first = Supervisor(config, MemorySink(), stop_event=stop)
     runner = threading.Thread(target=first.run)
     runner.start()
     try:
         wait_until(lambda: first.state.connected, 10, "the first daemon to connect")
         with pytest.raises(SlotInUseError, match="is active for PID"):
-            CaptureService(config, MemorySink()).run()
+            Supervisor(config, MemorySink()).run()
     finally:
         stop.set()
         runner.join(30)
@@ -137,7 +138,7 @@ def test_a_retryable_sink_error_reconnects_and_replays_without_loss(
         source={"reconnect": {"initial_delay": "100ms", "max_delay": "200ms"}},
         sink={"batch": {"max_rows": 2}},
     )
-    prepare_source(config)
+    prepare_configured_source(config)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         for i in range(1, 11):
             conn.execute("INSERT INTO items VALUES (%s, 'x')", (i,))
@@ -155,7 +156,7 @@ def test_a_retryable_sink_error_reconnects_and_replays_without_loss(
             return super().apply(batch)
 
     model = FlakyOnce()
-    service = CaptureService(config, model, endpos=endpos)
+    service = Supervisor(config, model, endpos=endpos)
     service.run()
     assert model.failed
     assert service.metrics.reconnects._value.get() == 1
@@ -176,7 +177,7 @@ def test_batches_of_wide_rows_close_at_max_bytes_before_max_rows(
         ["public.items"],
         sink={"batch": {"max_rows": 50_000, "max_bytes": "1MiB"}},
     )
-    prepare_source(config)
+    prepare_configured_source(config)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO items SELECT g, (SELECT string_agg(md5(g::text || i), '') "
@@ -184,7 +185,7 @@ def test_batches_of_wide_rows_close_at_max_bytes_before_max_rows(
         )
         endpos = current_wal_lsn(conn)
     sink = MemorySink()
-    CaptureService(config, sink, endpos=endpos).run()
+    Supervisor(config, sink, endpos=endpos).run()
 
     sizes = [len(b.changes) for b in sink.batches if b.changes]
     assert sum(sizes) == 600

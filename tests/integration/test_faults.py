@@ -13,12 +13,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from capture.cli import sink_settings
 from capture.errors import SlotInvalidatedError
-from capture.pgserver import LocalPostgres
-from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn, slot_state
-from capture.verify import compare_table, normalise, read_source
+from daemon.supervisor import Supervisor
+from daemon.wiring import prepare_configured_source, sink_settings
+from devtools.pgserver import LocalPostgres
+from devtools.verify import compare_table, normalise, read_source
 from sink import DeltaSink, table_path
 from tests.conftest import TEST_SERVER_SETTINGS, server_dir
 from tests.support.configs import make_config
@@ -65,11 +65,11 @@ def test_daemon_reconnects_after_server_restart_and_loses_nothing(
         ["public.items"],
         source={"reconnect": {"initial_delay": "200ms", "max_delay": "1s"}},
     )
-    prepare_source(config)
+    prepare_configured_source(config)
     model = ModelSink()
     delta = DeltaSink(spark_session, sink_settings(config))  # type: ignore[arg-type]
     stop = threading.Event()
-    service = CaptureService(config, TeeSink(delta, model), stop_event=stop)
+    service = Supervisor(config, TeeSink(delta, model), stop_event=stop)
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -112,7 +112,7 @@ def test_invalidated_slot_stops_the_daemon_with_a_clear_error(
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
     config = make_config(dsn, tmp_path / "lake", ["public.items"])
-    prepare_source(config)
+    prepare_configured_source(config)
     with psycopg.connect(dsn, autocommit=True) as conn:
         # Write more WAL than max_slot_wal_keep_size while nobody consumes the slot.
         for _ in range(6):
@@ -126,7 +126,7 @@ def test_invalidated_slot_stops_the_daemon_with_a_clear_error(
     assert state is not None
     assert state.wal_status == "lost"
     with pytest.raises(SlotInvalidatedError, match="invalidated"):
-        CaptureService(config, ModelSink()).run()
+        Supervisor(config, ModelSink()).run()
     with psycopg.connect(dsn, autocommit=True) as conn:
         after = slot_state(conn, config.source.slot)
     assert after is not None, "the lost slot is never dropped or recreated silently"
@@ -163,10 +163,10 @@ def test_quiet_publication_does_not_make_the_slot_retain_wal(
             }
         },
     )
-    prepare_source(config)
+    prepare_configured_source(config)
     model = ModelSink()
     stop = threading.Event()
-    service = CaptureService(config, model, stop_event=stop)
+    service = Supervisor(config, model, stop_event=stop)
     runner = threading.Thread(target=service.run)
     runner.start()
     generated = 0

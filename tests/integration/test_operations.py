@@ -19,9 +19,10 @@ import psycopg
 import pytest
 import yaml
 
-from capture.health import HealthServer, loop_alive_check
-from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn
+from daemon.health import HealthServer, loop_alive_check
+from daemon.supervisor import Supervisor
+from daemon.wiring import prepare_configured_source
 from decoder import format_lsn
 from tests.support.configs import make_config
 from tests.support.harness import run_cli, wait_until
@@ -88,9 +89,9 @@ def test_running_daemon_exposes_exactly_the_listed_metrics_and_health(
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
     config = make_config(pg18_dsn, tmp_path / "lake", ["public.items"])
-    prepare_source(config)
+    prepare_configured_source(config)
     stop = threading.Event()
-    service = CaptureService(config, ModelSink(), stop_event=stop)
+    service = Supervisor(config, ModelSink(), stop_event=stop)
     server = HealthServer(
         service.metrics,
         host="127.0.0.1",
@@ -208,9 +209,9 @@ def test_second_daemon_on_the_same_slot_exits_with_code_3(pg18_dsn: str, tmp_pat
         conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
     config_path = _config_file(tmp_path, pg18_dsn)
     config = make_config(pg18_dsn, tmp_path / "lake2", ["public.items"], slot="w2d_ops")
-    prepare_source(config)
+    prepare_configured_source(config)
     stop = threading.Event()
-    first = CaptureService(config, ModelSink(), stop_event=stop)
+    first = Supervisor(config, ModelSink(), stop_event=stop)
     runner = threading.Thread(target=first.run)
     runner.start()
     try:

@@ -14,9 +14,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn
-from capture.verify import normalise
+from daemon.supervisor import Supervisor
+from daemon.wiring import prepare_configured_source
+from devtools.verify import normalise
 from tests.support.configs import make_config
 from tests.support.model_sink import ModelSink
 
@@ -40,13 +41,13 @@ def _stream(
     dsn: str, tmp_path: Path, tables: list[Any], workload: list[str], **source: Any
 ) -> ModelSink:
     config = make_config(dsn, tmp_path / "lake", tables, source=source)
-    prepare_source(config)
+    prepare_configured_source(config)
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in workload:
             conn.execute(statement.encode())
         endpos = current_wal_lsn(conn)
     model = ModelSink()
-    CaptureService(config, model, endpos=endpos).run()
+    Supervisor(config, model, endpos=endpos).run()
     return model
 
 

@@ -15,8 +15,8 @@ import psycopg
 import pytest
 import yaml
 
-from capture.recording import RECORD_HEADER, read_records
 from capture.slots import current_wal_lsn
+from daemon.recording import RECORD_HEADER, read_records
 from decoder import format_lsn, parse_lsn
 from tests.support.harness import run_cli
 

@@ -17,8 +17,9 @@ import pytest
 
 from capture import snapshot as snapshot_module
 from capture.errors import CaptureError, PublicationError
-from capture.service import CaptureService, prepare_source
 from capture.slots import PublishedTable, current_wal_lsn, read_published_tables
+from daemon.supervisor import Supervisor
+from daemon.wiring import prepare_configured_source
 from tests.support.configs import make_config
 from tests.support.model_sink import ModelSink
 
@@ -133,7 +134,7 @@ def test_missing_publications_are_named_at_start_up(dsn: str, tmp_path: Path) ->
         source={"publication": ["eu", "gone", "Also Gone"], "create_publication": False},
     )
     with pytest.raises(PublicationError, match="Publications 'gone', 'Also Gone' do not exist"):
-        prepare_source(config)
+        prepare_configured_source(config)
 
 
 def test_start_up_refuses_publications_pgoutput_would_refuse(dsn: str, tmp_path: Path) -> None:
@@ -144,7 +145,7 @@ def test_start_up_refuses_publications_pgoutput_would_refuse(dsn: str, tmp_path:
         source={"publication": ["eu", "notes"], "create_publication": False},
     )
     with pytest.raises(PublicationError, match="different column lists") as caught:
-        prepare_source(config)
+        prepare_configured_source(config)
     assert caught.value.exit_code == 2
 
 
@@ -163,7 +164,7 @@ def test_an_empty_publication_snapshots_nothing_and_streams(dsn: str, tmp_path: 
     with psycopg.connect(dsn, autocommit=True) as conn:
         endpos = current_wal_lsn(conn)
     sink = ModelSink()
-    CaptureService(config, sink, endpos=endpos).run()
+    Supervisor(config, sink, endpos=endpos).run()
     marker = sink.load_snapshot_marker(config.source.slot)
     assert marker is not None
     assert marker.status == "complete"
@@ -181,7 +182,7 @@ def test_a_snapshot_that_finds_no_table_of_nonempty_publications_fails(
     config = _snapshot_config(dsn, tmp_path, "in_schema")
     sink = ModelSink()
     with pytest.raises(CaptureError, match="found no table to copy although publications"):
-        CaptureService(config, sink, endpos=endpos).run()
+        Supervisor(config, sink, endpos=endpos).run()
     marker = sink.load_snapshot_marker(config.source.slot)
     assert marker is not None
     assert marker.status == "in_progress"
@@ -214,8 +215,6 @@ def test_the_snapshot_copies_published_generated_columns(pg18_dsn: str, tmp_path
         )
         endpos = current_wal_lsn(conn)
     sink = ModelSink()
-    CaptureService(
-        _snapshot_config(pg18_dsn, tmp_path, "with_generated"), sink, endpos=endpos
-    ).run()
+    Supervisor(_snapshot_config(pg18_dsn, tmp_path, "with_generated"), sink, endpos=endpos).run()
     rows = sorted(sink.tables["public.customers"].values(), key=lambda row: str(row["id"]))
     assert [(row["id"], row["doubled"]) for row in rows] == [(n, 2 * n) for n in range(1, 6)]

@@ -15,9 +15,9 @@ import psycopg
 import pytest
 
 from capture.errors import SlotNotFoundError
-from capture.service import CaptureService
 from capture.slots import current_wal_lsn, slot_state
-from capture.verify import normalise, read_source
+from daemon.supervisor import Supervisor
+from devtools.verify import normalise, read_source
 from sink import Batch, BatchResult
 from tests.support.configs import make_config
 from tests.support.harness import wait_for_flush
@@ -82,7 +82,7 @@ def test_snapshot_and_stream_meet_without_gaps_or_duplicates(pg18_dsn: str, tmp_
     config = _config(pg18_dsn, tmp_path)
     model = ModelSink()
     stop = threading.Event()
-    service = CaptureService(config, model, stop_event=stop)
+    service = Supervisor(config, model, stop_event=stop)
     runner = threading.Thread(target=service.run)
     writer_stop = threading.Event()
     writer = threading.Thread(target=_writer, args=(pg18_dsn, writer_stop))
@@ -132,13 +132,13 @@ def test_interrupted_snapshot_restarts_cleanly(pg18_dsn: str, tmp_path: Path) ->
     config = _config(pg18_dsn, tmp_path)
     model = _FailingAfter(fail_after=5)
     with pytest.raises(InjectedFaultError):
-        CaptureService(config, model).run()
+        Supervisor(config, model).run()
     assert model.markers[config.source.slot].status == "in_progress"
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("DELETE FROM accounts WHERE id <= 100")  # changes while the daemon is down
         conn.execute("UPDATE accounts SET region = 'us' WHERE id BETWEEN 101 AND 200")
         endpos = current_wal_lsn(conn)
-    CaptureService(config, model, endpos=endpos).run()
+    Supervisor(config, model, endpos=endpos).run()
     assert model.markers[config.source.slot].status == "complete"
     columns = ["id", "region", "balance", "secret"]
     assert _model(model, columns) == _source(pg18_dsn)
@@ -158,7 +158,7 @@ def test_snapshot_honours_the_publication_row_filter_and_column_list(
     model = ModelSink()
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         endpos = current_wal_lsn(conn)
-    CaptureService(config, model, endpos=endpos).run()
+    Supervisor(config, model, endpos=endpos).run()
     rows = list(model.tables["public.accounts"].values())
     assert rows
     assert all(set(row) == {"id", "region", "balance"} for row in rows)
@@ -174,11 +174,11 @@ def test_a_dropped_slot_is_never_recreated_silently(pg18_dsn: str, tmp_path: Pat
     model = ModelSink()
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         endpos = current_wal_lsn(conn)
-    CaptureService(config, model, endpos=endpos).run()
+    Supervisor(config, model, endpos=endpos).run()
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_drop_replication_slot(%s)", (config.source.slot,))
         conn.execute("INSERT INTO accounts VALUES (1)")
     with pytest.raises(SlotNotFoundError, match="was dropped"):
-        CaptureService(config, model).run()
+        Supervisor(config, model).run()
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         assert slot_state(conn, config.source.slot) is None

@@ -11,8 +11,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn, slot_state
+from daemon.supervisor import Supervisor
+from daemon.wiring import prepare_configured_source
 from decoder import RowChange
 from tests.support.configs import make_config
 from tests.support.model_sink import ModelSink
@@ -29,7 +30,7 @@ def _run(dsn: str, tmp_path: Path, config_streaming: str) -> None:
         ["public.ledger"],
         source={"two_phase": True, "streaming": config_streaming},
     )
-    prepare_source(config)
+    prepare_configured_source(config)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO ledger VALUES (1, 1.00)")
         conn.execute("BEGIN")
@@ -38,7 +39,7 @@ def _run(dsn: str, tmp_path: Path, config_streaming: str) -> None:
         prepared_at = current_wal_lsn(conn)
 
     first = ModelSink()
-    CaptureService(config, first, endpos=prepared_at).run()
+    Supervisor(config, first, endpos=prepared_at).run()
     assert len(first.tables["public.ledger"]) == 1, "the prepared rows are held, not applied"
     with psycopg.connect(dsn, autocommit=True) as conn:
         state = slot_state(conn, config.source.slot)
@@ -49,7 +50,7 @@ def _run(dsn: str, tmp_path: Path, config_streaming: str) -> None:
         endpos = current_wal_lsn(conn)
 
     second = ModelSink()
-    CaptureService(config, second, endpos=endpos).run()
+    Supervisor(config, second, endpos=endpos).run()
     rows = second.tables["public.ledger"]
     assert len(rows) == 2999, "every prepared row arrives after the restart"
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -78,7 +79,7 @@ def test_row_changes_of_prepared_transactions_carry_the_commit_prepared_lsn(
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE public.ledger (id int PRIMARY KEY, amount numeric(8, 2))")
     config = make_config(pg18_dsn, tmp_path / "lake", ["public.ledger"], source={"two_phase": True})
-    prepare_source(config)
+    prepare_configured_source(config)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("BEGIN")
         conn.execute("INSERT INTO ledger VALUES (7, 7.00)")
@@ -92,6 +93,6 @@ def test_row_changes_of_prepared_transactions_carry_the_commit_prepared_lsn(
             captured.extend(c for c in batch.changes if isinstance(c, RowChange))
             return super().apply(batch)
 
-    CaptureService(config, Recording(), endpos=endpos).run()
+    Supervisor(config, Recording(), endpos=endpos).run()
     assert len(captured) == 1
     assert 0 < captured[0].commit_lsn < endpos

@@ -1,4 +1,4 @@
-"""``capture.verify.compare_table``: the check the demo and the end-to-end tests rely on."""
+"""``devtools.verify.compare_table``: the check the demo and the end-to-end tests rely on."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from capture.verify import compare_table
+from devtools.verify import compare_table
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ def child_environment(**extra: str) -> dict[str, str]:
 def run_cli(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
     """Run ``wal2delta ARGS`` to completion and capture its output."""
     return subprocess.run(
-        [sys.executable, "-m", "capture.cli", *args],
+        [sys.executable, "-m", "daemon.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -43,7 +43,7 @@ def start_daemon(config: Path, log: Path, *extra: str) -> subprocess.Popen[bytes
     """
     with log.open("ab") as stderr:
         return subprocess.Popen(
-            [sys.executable, "-m", "capture.cli", "run", "-c", str(config), *extra],
+            [sys.executable, "-m", "daemon.cli", "run", "-c", str(config), *extra],
             cwd=ROOT,
             env=child_environment(),
             stdout=subprocess.DEVNULL,

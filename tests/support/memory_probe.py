@@ -1,7 +1,7 @@
 """Measure the peak RSS of the capture + decode stage for one large transaction.
 
 Run as ``python -m tests.support.memory_probe DSN ROWS WORKDIR``: creates a table, writes
-ROWS rows in a single transaction, streams it through ``CaptureService`` into a sink that
+ROWS rows in a single transaction, streams it through ``daemon.Supervisor`` into a sink that
 only counts, and prints one JSON object with the peak RSS (KiB) and the rows seen. It runs
 in its own process so that ``ru_maxrss`` measures only this stage.
 """
@@ -15,8 +15,9 @@ from pathlib import Path
 
 import psycopg
 
-from capture.service import CaptureService, prepare_source
 from capture.slots import current_wal_lsn
+from daemon.supervisor import Supervisor
+from daemon.wiring import prepare_configured_source
 from decoder import RowChange
 from sink import Batch, BatchResult
 from tests.support.configs import make_config
@@ -48,7 +49,7 @@ def main(dsn: str, rows: int, workdir: Path) -> None:
         sink={"batch": {"max_rows": 5000}},
         spool={"dir": str(workdir / "spool"), "memory_limit": "1MiB"},
     )
-    prepare_source(config)
+    prepare_configured_source(config)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             f"INSERT INTO public.{table} SELECT g, md5(g::text) FROM generate_series(1, %s) g",
@@ -56,7 +57,7 @@ def main(dsn: str, rows: int, workdir: Path) -> None:
         )
         endpos = current_wal_lsn(conn)
     sink = CountingSink()
-    service = CaptureService(config, sink, endpos=endpos)
+    service = Supervisor(config, sink, endpos=endpos)
     service.run()
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"rows": sink.rows, "peak_rss_kib": peak_kib}))

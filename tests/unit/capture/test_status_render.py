@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from capture.status import Status, TableStatus, _other_delta_tables, render_status
+from daemon.status import Status, TableStatus, _other_delta_tables, render_status
 from sink import table_path
 
 

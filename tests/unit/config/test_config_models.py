@@ -6,8 +6,8 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from capture.cli import sink_settings
 from config import AppConfig, ConfigError, SourceConfig, parse_config
+from daemon.wiring import sink_settings
 from decoder import (
     ColumnKind,
     ColumnValue,

@@ -9,6 +9,7 @@ delta-rs.
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import threading
 import time
@@ -16,14 +17,13 @@ from pathlib import Path
 
 import psycopg
 
-from capture.logging import configure_logging
-from capture.pgserver import LocalPostgres
-from capture.service import prepare_source
-from capture.slots import current_wal_lsn
-from capture.verify import compare_table
-from capture.workload import DEMO_TABLES, Workload, create_schema
+from capture import current_wal_lsn
 from config import AppConfig, parse_config
+from daemon import configure_logging, prepare_configured_source, run_service
 from decoder import Lsn, format_lsn
+from devtools.pgserver import LocalPostgres
+from devtools.verify import compare_table
+from devtools.workload import DEMO_TABLES, Workload, create_schema
 from sink import table_path
 
 
@@ -65,10 +65,26 @@ def _wait_for_flush(
     return False
 
 
+def register_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``wal2delta demo`` (the ``wal2delta.commands`` entry point, see ``daemon.cli``)."""
+    demo = commands.add_parser(
+        "demo", help="embedded PostgreSQL + Sail + local Delta folder, with a live workload"
+    )
+    demo.add_argument("--dir", default=".wal2delta-demo", help="working directory")
+    demo.add_argument("--lake", default="lake", help="where the Delta tables land")
+    demo.add_argument("--rounds", type=int, default=20, help="workload rounds")
+    demo.add_argument("--keep", action="store_true", help="keep the PostgreSQL data directory")
+    demo.set_defaults(func=_cmd_demo)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    return run_demo(
+        workdir=Path(args.dir), lake=Path(args.lake), rounds=args.rounds, keep=args.keep
+    )
+
+
 def run_demo(*, workdir: Path, lake: Path, rounds: int, keep: bool) -> int:
     """Run the demo; return 0 when every Delta table matches its source table."""
-    from capture.cli import run_service  # noqa: PLC0415 - avoids an import cycle
-
     configure_logging("console", "warning")
     workdir = workdir.resolve()
     lake = lake.resolve()
@@ -88,7 +104,7 @@ def run_demo(*, workdir: Path, lake: Path, rounds: int, keep: bool) -> int:
             create_schema(conn)
             config = demo_config(dsn, lake, workdir / "spool")
             # Slot and publication exist before the first change, so nothing is missed.
-            prepare_source(config)
+            prepare_configured_source(config)
             stop = threading.Event()
             result: dict[str, int] = {}
             daemon = threading.Thread(

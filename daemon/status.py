@@ -21,8 +21,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from capture.monitor import sample_slot
-from capture.slots import read_published_tables
+from capture import read_published_tables, sample_slot
 from config import AppConfig
 from decoder import format_lsn
 from sink import ColumnNamePolicy, column_map, delta_can_hold, table_of_path, table_path

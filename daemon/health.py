@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from capture.metrics import Metrics
+from capture import Metrics
 
 Check = Callable[[], tuple[bool, str]]
 

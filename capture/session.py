@@ -1,0 +1,502 @@
+"""The replication session: read the stream, hand batches to the sink, acknowledge.
+
+Theory of operation
+-------------------
+One loop owns the replication connection. Each turn it
+
+1. reads every CopyData frame available without blocking and feeds XLogData payloads to
+   the decoder's ``Assembler``; a committed transaction is replayed at once, its changes
+   go into the ``Batcher``, and its end LSN becomes *pending* in the ``FlushTracker``;
+2. hands due batches to the ``SinkWorker`` (a bounded queue; while it is full the loop
+   keeps answering the server instead of reading);
+3. collects "batch durable up to end LSN X" reports and moves the flush position;
+4. sends a standby status update when ``FeedbackPolicy`` says one is due;
+5. sleeps on the socket until the next deadline.
+
+The session is the one owner of the acknowledgement state. The flush position sent to the
+server never passes a change that is not durable in Delta (ARCHITECTURE invariant 1): only
+the sink worker's reports move it, plus keepalive ``walEnd`` while nothing is pending
+(invariant 5). A crash at any point therefore makes the server send again everything
+after the last acknowledged position, and the sink's replay guard makes that harmless
+(invariant 2). The supervisor (``daemon.supervisor``) starts a new session after a
+retryable error, from the durable position the last one reached.
+
+``--endpos`` (like ``pg_recvlogical --endpos``) stops once every transaction committed at
+or before that LSN is durable and acknowledged; a transaction committed after it is not
+applied. A stop request (SIGTERM/SIGINT) stops reading, applies what is committed within
+the grace period, sends a final status update and returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import structlog
+from prometheus_client import Counter
+
+from capture.batcher import Batcher
+from capture.errors import ReplicationConnectionLostError
+from capture.feedback import FeedbackPolicy, FlushTracker
+from capture.metrics import Metrics
+from capture.sink_worker import AppliedBatch, FailedBatch, SinkWorker
+from capture.stream import ReplicationStream
+from decoder import (
+    Assembler,
+    AssemblerState,
+    Change,
+    CommittedTransaction,
+    Lsn,
+    MessageChange,
+    NonTransactionalMessage,
+    ProtocolOptions,
+    Relation,
+    RowChange,
+    StreamAborted,
+    TransactionPrepared,
+    TransactionRolledBack,
+    TruncateChange,
+    TupleData,
+    Wal2DeltaError,
+    XLogData,
+    datetime_to_pg_timestamp,
+    encode_standby_status_update,
+    format_lsn,
+    message_type_name,
+    parse_copy_data,
+    pg_timestamp_to_datetime,
+    read_xlog_data,
+)
+from sink import Batch
+
+log = structlog.get_logger("wal2delta.session")
+
+
+@dataclass
+class ServiceState:
+    """What health checks and tests can observe of a running service."""
+
+    connected: bool = False
+    last_loop_at: float = field(default_factory=time.monotonic)
+    last_applied_commit_time: float | None = None
+    flushed_lsn: int = 0
+    pending: int = 0
+    options: ProtocolOptions | None = None
+
+
+class Session:
+    """One replication connection's loop; recreated on every reconnect.
+
+    The session is the one owner of the acknowledgement state: its ``FlushTracker`` (which
+    starts from the durable position the previous session reached), the accounting of the
+    sink worker's reports and the status updates sent to the server.
+    """
+
+    def __init__(
+        self,
+        *,
+        stream: ReplicationStream,
+        assembler: Assembler,
+        tracker: FlushTracker,
+        policy: FeedbackPolicy,
+        batcher: Batcher,
+        worker: SinkWorker,
+        metrics: Metrics,
+        state: ServiceState,
+        stop_event: threading.Event,
+        fatal: Callable[[], Wal2DeltaError | None],
+        shutdown_grace: float,
+        endpos: Lsn | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        frame_tap: Callable[[int, bytes], None] | None = None,
+    ) -> None:
+        self.stream = stream
+        self.assembler = assembler
+        self.tracker = tracker
+        self.policy = policy
+        self.batcher = batcher
+        self.worker = worker
+        self.metrics = metrics
+        self.state = state
+        self.stop_event = stop_event
+        self._fatal = fatal
+        self.shutdown_grace = shutdown_grace
+        self.shutdown_deadline: float | None = None
+        self.endpos = endpos
+        self.clock = clock
+        self.frame_tap = frame_tap
+        self.endpos_reached = False
+        self._message_counters: dict[str, Counter] = {}
+        self._change_counters: dict[tuple[str, str], Counter] = {}
+        self._burst_bytes = 0
+        self._burst_tags = [0] * 256
+        self._burst_wal_start = 0
+
+    def loop(self) -> None:
+        clock = self.clock
+        stop = self.stop_event
+        while not stop.is_set() and not self.endpos_reached:
+            fatal = self._fatal()
+            if fatal is not None:
+                raise fatal
+            self.state.last_loop_at = clock()
+            frames = self.stream.read_frames()
+            for frame in frames:
+                self._on_frame(frame)
+                if self.endpos_reached:
+                    break
+            if frames:
+                self._update_gauges()
+            self._collect_reports()
+            self.state.pending = self.tracker.pending_count
+            now = clock()
+            if self.batcher.due(now, backlog=self._sink_busy()):
+                self._hand_off(self.batcher.take())
+            self._send_feedback_if_due(now)
+            if not frames:
+                self.stream.wait_readable(self._sleep_time(clock()))
+        self._finish()
+
+    def _sleep_time(self, now: float) -> float:
+        deadlines = [self.policy.next_deadline(), now + 1.0]
+        batch_deadline = self.batcher.next_deadline()
+        if batch_deadline is not None:
+            deadlines.append(batch_deadline)
+        if self.worker is not None and self.worker.in_flight:
+            deadlines.append(now + 0.05)
+        return max(0.0, min(deadlines) - now)
+
+    def _finish(self) -> None:
+        """Apply everything committed, wait until durable, send the final status update.
+
+        A stop request (SIGTERM) gets ``shutdown.grace_period`` for this; what is not
+        durable by then is simply not acknowledged, so the server sends it again.
+        """
+        if not self.endpos_reached:
+            self.shutdown_deadline = time.monotonic() + self.shutdown_grace
+        self._hand_off(self.batcher.take())
+        self.drain()
+        self._send_status(reason="final", reply_requested=False)
+        positions = self.tracker.positions(decoder_idle=self.assembler.idle)
+        if self.endpos_reached and self.endpos is not None and not self.assembler.idle:
+            log.info(
+                "endpos reached with a transaction open",
+                endpos=format_lsn(self.endpos),
+                flushed_lsn=format_lsn(positions.flush),
+                received_lsn=format_lsn(self.tracker.received),
+                open_streamed_transactions=self.assembler.open_streamed_transactions,
+                consequence=(
+                    "the acknowledged position stays before the open transaction's commit, "
+                    "which is after endpos; the next run receives it in full"
+                ),
+            )
+        log.info(
+            "replication stopped",
+            flushed_lsn=format_lsn(positions.flush),
+            endpos_reached=self.endpos_reached,
+        )
+
+    def drain(self, *, raise_failures: bool = True) -> None:
+        """Wait for every handed-over batch and account for it (used at stop and reconnect).
+
+        With ``raise_failures`` false (clean-up after an error) failed batches are only
+        recorded: the first error is already on its way up.
+        """
+        worker = self.worker
+        while worker.in_flight:
+            if self.shutdown_deadline is not None and time.monotonic() > self.shutdown_deadline:
+                log.warning(
+                    "shutdown grace period over; unconfirmed batches will be sent again",
+                    batches=worker.in_flight,
+                )
+                return
+            report = worker.wait_report(1.0)
+            if report is None:
+                continue
+            if isinstance(report, FailedBatch) and not raise_failures:
+                continue
+            self.account(report)
+
+    def account(self, report: AppliedBatch | FailedBatch) -> None:
+        """Record an applied batch and move the flush position; re-raise a failure."""
+        if isinstance(report, FailedBatch):
+            self.metrics.record_error("sink", report.error, time.time())
+            raise report.error
+        batch = report.batch
+        self.metrics.batches.inc()
+        self.metrics.batch_apply_duration_seconds.observe(report.duration_seconds)
+        result = report.result
+        for table, ops in result.rows_by_table.items():
+            self.metrics.rows_merged.labels(table=table).inc(sum(ops.values()))
+        for table, seconds in result.seconds_by_table.items():
+            self.metrics.merge_duration_seconds.labels(table=table).observe(seconds)
+        for table, count in result.toast_anomalies_by_table.items():
+            self.metrics.toast_anomalies.labels(table=table).inc(count)
+        if report.result.toast_anomalies:
+            log.warning("toast anomalies in batch", count=report.result.toast_anomalies)
+        if batch.durable_lsn is not None:
+            self.tracker.on_durable(batch.durable_lsn)
+        if batch.last_commit_time is not None:
+            commit_seconds = pg_timestamp_to_datetime(batch.last_commit_time).timestamp()
+            self.state.last_applied_commit_time = commit_seconds
+            self.metrics.last_commit_timestamp_seconds.set(commit_seconds)
+            lag = max(0.0, time.time() - commit_seconds)
+            self.metrics.batch_apply_lag_seconds.observe(lag)
+            self.metrics.apply_lag_seconds.set(lag)
+        log.info(
+            "batch applied",
+            rows=len(batch.changes),
+            transactions=batch.transaction_count,
+            durable_lsn=format_lsn(batch.durable_lsn) if batch.durable_lsn is not None else None,
+            duration_seconds=round(report.duration_seconds, 3),
+        )
+
+    # ------------------------------------------------------------------ frames
+
+    def _on_frame(self, frame: bytes) -> None:
+        xlog = read_xlog_data(frame)
+        if xlog is None:
+            self._on_other_frame(frame)
+            return
+        wal_start, payload = xlog
+        if self.frame_tap is not None:
+            self.frame_tap(wal_start, payload)
+        # Counted in plain integers; ``_update_gauges`` adds them to the Prometheus
+        # counters once per read burst (a counter increment takes a lock).
+        self._burst_bytes += len(payload)
+        if payload:
+            self._burst_tags[payload[0]] += 1
+        self._burst_wal_start = wal_start
+        outputs = self.assembler.feed(wal_start, payload)
+        if not outputs:
+            return
+        self.tracker.on_data(wal_start)
+        for output in outputs:
+            if isinstance(output, CommittedTransaction):
+                self._on_committed(output)
+                if self.endpos_reached:
+                    return
+            elif isinstance(output, TransactionPrepared):
+                self.tracker.on_prepared(output.gid, output.prepare_lsn)
+                self.metrics.transactions.labels(outcome="prepared").inc()
+            elif isinstance(output, TransactionRolledBack):
+                self.tracker.on_prepare_resolved(output.gid)
+                self.metrics.transactions.labels(outcome="rolled_back").inc()
+            elif isinstance(output, StreamAborted):
+                if output.subxid == output.xid:
+                    self.metrics.transactions.labels(outcome="aborted").inc()
+            elif isinstance(output, NonTransactionalMessage):
+                pass
+
+    def _on_other_frame(self, frame: bytes) -> None:
+        """A keepalive (or a frame ``parse_copy_data`` rejects with the precise error)."""
+        message = parse_copy_data(frame)
+        if isinstance(message, XLogData):  # pragma: no cover - read_xlog_data took those
+            raise AssertionError("XLogData frame not split by read_xlog_data")
+        self._count_message_type("keepalive", 1)
+        self.tracker.on_keepalive(message.wal_end)
+        if message.reply_requested:
+            self.policy.request_reply()
+        if self.endpos is not None and message.wal_end >= self.endpos and self._between_blocks():
+            # Every commit before walEnd was sent; a transaction still open (streamed in
+            # part, or not sent yet) commits after endpos and does not hold the run.
+            self.endpos_reached = True
+
+    def _between_blocks(self) -> bool:
+        """No transaction, prepare or stream block is being received right now."""
+        return self.assembler.state is AssemblerState.IDLE
+
+    def _sink_busy(self) -> bool:
+        """The sink still works on an earlier batch: let the open batch grow instead.
+
+        Asked of the worker itself, not of the reports collected so far: during the
+        replay of a large transaction reports are collected only at hand-offs, and a
+        finished sink must not look busy (the batch would grow to the ceiling).
+        """
+        assert self.worker is not None
+        return self.worker.busy
+
+    def _update_gauges(self) -> None:
+        """Once per read burst, not per message (hot path): gauges and burst counts."""
+        self.tracker.on_data(self._burst_wal_start)
+        if self._burst_bytes:
+            self.metrics.bytes_received.inc(self._burst_bytes)
+            self._burst_bytes = 0
+        tags = self._burst_tags
+        for tag, count in enumerate(tags):
+            if count:
+                self._count_message_type(message_type_name(tag), count)
+                tags[tag] = 0
+        self.metrics.open_streamed_transactions.set(self.assembler.open_streamed_transactions)
+        self.metrics.prepared_transactions.set(self.assembler.prepared_transactions)
+        self.metrics.spilled_bytes.set(self.assembler.spilled_bytes)
+        self.metrics.received_lsn.set(self.tracker.received)
+
+    def _count_message_type(self, message_type: str, count: int) -> None:
+        counter = self._message_counters.get(message_type)
+        if counter is None:
+            counter = self.metrics.messages_received.labels(message_type=message_type)
+            self._message_counters[message_type] = counter
+        counter.inc(count)
+
+    def _on_committed(self, txn: CommittedTransaction) -> None:
+        if self.endpos is not None and txn.commit_lsn > self.endpos:
+            # Not applied and not acknowledged: a later run gets it again.
+            self.endpos_reached = True
+            self.assembler.discard(txn)
+            return
+        if txn.gid is not None:
+            self.tracker.on_prepare_resolved(txn.gid)
+        self.tracker.on_commit(txn.end_lsn)
+        self.metrics.transactions.labels(outcome="committed").inc()
+        batcher = self.batcher
+        clock = self.clock
+        counts: dict[tuple[int, str], int] = {}
+        relations: dict[tuple[int, str], Relation] = {}
+        with structlog.contextvars.bound_contextvars(
+            xid=txn.xid, commit_lsn=format_lsn(txn.commit_lsn)
+        ):
+            changes = self.assembler.replay(txn)
+            while True:
+                # A slice never larger than the room left in the open batch, so batches
+                # close where adding one change at a time would close them, and small
+                # enough that the sink-busy answer (adaptive batching) stays fresh: one
+                # clock reading and busy check per slice instead of per change.
+                busy = self._sink_busy()
+                room = min(batcher.room(backlog=busy), _HAND_OFF_SLICE)
+                chunk, size = _take_slice(changes, room, batcher.byte_room(), counts, relations)
+                if not chunk:
+                    break
+                self._hand_off(batcher.add_many(chunk, clock(), backlog=busy, size=size))
+        for key, count in counts.items():
+            self._change_counter(relations[key].qualified_name, key[1]).inc(count)
+        batcher.end_transaction(txn.end_lsn, txn.commit_time, clock())
+        if batcher.row_count == 0 and batcher.due(clock(), backlog=self._sink_busy()):
+            self._hand_off(batcher.take())
+
+    def _change_counter(self, table: str, operation: str) -> Counter:
+        key = (table, operation)
+        counter = self._change_counters.get(key)
+        if counter is None:
+            counter = self.metrics.changes.labels(table=table, operation=operation)
+            self._change_counters[key] = counter
+        return counter
+
+    # ------------------------------------------------------------------ sink hand-off
+
+    def _hand_off(self, batch: Batch | None) -> None:
+        """Give a batch to the sink worker; keep the server answered while it is busy."""
+        if batch is None:
+            return
+        assert self.worker is not None
+        deadline = self.shutdown_deadline
+        while not self.worker.offer(batch, timeout=0.2):
+            self._collect_reports()
+            self._send_feedback_if_due(self.clock())
+            if deadline is not None and time.monotonic() > deadline:
+                return
+        self._collect_reports()
+
+    def _collect_reports(self) -> None:
+        assert self.worker is not None
+        for report in self.worker.reports():
+            self.account(report)
+
+    # ------------------------------------------------------------------ feedback
+
+    def _send_feedback_if_due(self, now: float) -> None:
+        positions = self.tracker.positions(decoder_idle=self.assembler.idle)
+        if self.policy.due(now, positions.flush):
+            self._send_status(reason="periodic", reply_requested=self._want_reply())
+
+    def _want_reply(self) -> bool:
+        # While waiting for --endpos between blocks (a streamed transaction may be open),
+        # ask the server for a keepalive: its walEnd tells when everything up to endpos
+        # was sent.
+        return self.endpos is not None and self._between_blocks()
+
+    def _send_status(self, *, reason: str, reply_requested: bool) -> None:
+        now = self.clock()
+        positions = self.tracker.positions(decoder_idle=self.assembler.idle)
+        payload = encode_standby_status_update(
+            write=positions.write,
+            flush=positions.flush,
+            apply=positions.apply,
+            send_time=datetime_to_pg_timestamp(datetime.now(UTC)),
+            reply_requested=reply_requested,
+        )
+        with contextlib.suppress(ReplicationConnectionLostError):
+            self.stream.send(payload)
+        self.policy.sent(now, positions.flush)
+        self.metrics.status_updates.labels(reason=reason).inc()
+        self.metrics.written_lsn.set(positions.write)
+        self.metrics.flushed_lsn.set(positions.flush)
+        self.state.flushed_lsn = positions.flush
+
+
+_HAND_OFF_SLICE = 512
+"""Most changes handed to the batcher between two sink-busy checks."""
+
+
+CHANGE_OVERHEAD_BYTES = 256
+"""Memory of a replayed change besides its message bytes (``RowChange``, ``TupleData``)."""
+
+
+def _take_slice(
+    changes: Iterator[Change],
+    max_rows: int,
+    max_bytes: int | None,
+    counts: dict[tuple[int, str], int],
+    relations: dict[tuple[int, str], Relation],
+) -> tuple[list[Change], int]:
+    """Take up to ``max_rows`` changes, stopping at the one that reaches ``max_bytes``.
+
+    Each change weighs its message bytes plus ``CHANGE_OVERHEAD_BYTES``. The changes are
+    also counted per (relation object, operation) into ``counts``; ``relations`` keeps
+    each counted relation object, so its id is not reused while the counts live.
+
+    Returns:
+        The changes and their total weight.
+    """
+    chunk: list[Change] = []
+    append = chunk.append
+    size = 0
+    budget = max_bytes if max_bytes is not None else -1
+    key: tuple[int, str]
+    for change in changes:
+        append(change)
+        if type(change) is RowChange:
+            key = (id(change.relation), change.op)
+            count = counts.get(key)
+            if count is None:
+                relations[key] = change.relation
+                count = 0
+            counts[key] = count + 1
+            data = change.new if change.new is not None else change.old
+            wire = data.wire if data is not None else None
+            size += CHANGE_OVERHEAD_BYTES + (
+                len(wire[0]) if wire is not None else _split_size(data)
+            )
+        else:
+            if isinstance(change, TruncateChange):
+                for relation in change.relations:
+                    key = (id(relation), "truncate")
+                    relations[key] = relation
+                    counts[key] = counts.get(key, 0) + 1
+            size += CHANGE_OVERHEAD_BYTES + (
+                len(change.content) if isinstance(change, MessageChange) else 0
+            )
+        if len(chunk) >= max_rows or size >= budget >= 0:
+            break
+    return chunk, size
+
+
+def _split_size(data: TupleData | None) -> int:
+    """Bytes of a tuple whose columns were already split (not on the hot path)."""
+    if data is None:
+        return 0
+    return sum(len(value.data) for value in data.values if value.data is not None)

@@ -1,0 +1,71 @@
+"""Plain settings of the replication layer, so ``capture`` never reads ``config``.
+
+``daemon.wiring.capture_settings`` builds them from the validated configuration; tests may
+build them directly. Durations are seconds, sizes bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from capture.negotiation import ReplicationRequest
+from capture.slots import PublishedTable
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSettings:
+    """When the open batch is handed to the sink (``capture.batcher``)."""
+
+    max_rows: int
+    max_age: float
+    max_rows_ceiling: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReconnectSettings:
+    """Backoff between sessions after a retryable error (``max_attempts`` 0: for ever)."""
+
+    initial_delay: float
+    max_delay: float
+    max_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureSettings:
+    """Everything the replication layer needs to stream one source database.
+
+    Attributes:
+        conninfo: libpq connection string, password included (never logged).
+        slot: the logical replication slot.
+        publications: the publication names, as a subscription's ``publication_names``.
+        tables: the tables a created publication publishes (``create_publication``).
+        create_publication: create or update the publication from ``tables``.
+        publish_via_partition_root: the created publication's option of that name.
+        create_slot: create the slot when it does not exist.
+        request: the protocol options asked for (negotiated with the server version).
+        connect_timeout: seconds to wait for a connection.
+        status_interval: seconds between standby status updates.
+        initial_snapshot: copy the tables in the slot's exported snapshot first.
+        batch: when batches close.
+        spool_dir: where large transactions spill; None for a temporary directory.
+        spool_memory_limit: bytes all open transactions may hold before spilling.
+        shutdown_grace: seconds a stop request waits for committed work to be durable.
+    """
+
+    conninfo: str
+    slot: str
+    publications: tuple[str, ...]
+    tables: tuple[PublishedTable, ...]
+    create_publication: bool
+    publish_via_partition_root: bool
+    create_slot: bool
+    request: ReplicationRequest
+    connect_timeout: float
+    status_interval: float
+    initial_snapshot: bool
+    batch: BatchSettings
+    spool_dir: Path | None
+    spool_memory_limit: int
+    shutdown_grace: float

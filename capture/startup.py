@@ -1,0 +1,154 @@
+"""Start-up of a replication session: server checks, publication and slot, the snapshot.
+
+``prepare_source`` runs before every session on a regular connection: it checks the
+server, creates or checks the publication(s) and the slot, and negotiates the protocol.
+``ensure_snapshot`` copies the tables in the snapshot a freshly created slot exports,
+unless the sink's markers say this slot's snapshot completed (``capture.snapshot``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+import structlog
+
+from capture.errors import CaptureError, SlotNotFoundError, map_psycopg_errors
+from capture.metrics import Metrics
+from capture.negotiation import negotiate
+from capture.settings import CaptureSettings
+from capture.slots import (
+    check_server,
+    drop_slot,
+    ensure_publication,
+    ensure_slot,
+    server_version,
+    slot_state,
+    wal_sender_timeout_seconds,
+)
+from capture.snapshot import SnapshotCopier, SnapshotMarker, SnapshotMarkerStore
+from capture.stream import ReplicationStream
+from decoder import Lsn, ProtocolOptions, format_lsn
+from sink import Sink
+
+log = structlog.get_logger("wal2delta.startup")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """What start-up learned about the source."""
+
+    options: ProtocolOptions
+    wal_sender_timeout: float
+    server_version: int
+    slot_exists: bool
+
+
+def prepare_source(
+    settings: CaptureSettings, markers: SnapshotMarkerStore | None = None
+) -> SourceInfo:
+    """Check the server, create or update publication and slot, negotiate the protocol.
+
+    With an initial snapshot a missing slot is left for the snapshot to create (it needs
+    the replication connection to export its snapshot). A slot that the sink's markers say
+    existed before but is gone now is an error: recreating it silently would skip every
+    change made in between.
+    """
+    with (
+        map_psycopg_errors("connecting to the source"),
+        psycopg.connect(
+            settings.conninfo,
+            autocommit=True,
+            connect_timeout=max(1, round(settings.connect_timeout)),
+            application_name="wal2delta-admin",
+        ) as conn,
+    ):
+        check_server(conn)
+        version = server_version(conn)
+        options = negotiate(settings.request, version)
+        ensure_publication(
+            conn,
+            settings.publications,
+            list(settings.tables),
+            create=settings.create_publication,
+            via_partition_root=settings.publish_via_partition_root,
+        )
+        slot = settings.slot
+        existing = slot_state(conn, slot)
+        marker = markers.load_snapshot_marker(slot) if markers is not None else None
+        slot_was_dropped = existing is None and marker is not None and marker.status == "complete"
+        if slot_was_dropped and not settings.initial_snapshot:
+            raise SlotNotFoundError(
+                f"Replication slot {slot!r} was dropped after wal2delta had "
+                "streamed from it; changes made since are lost to it. Set snapshot.mode: "
+                "initial to copy the tables again, or restore the slot."
+            )
+        if existing is not None or not settings.initial_snapshot:
+            ensure_slot(
+                conn, slot, create=settings.create_slot, two_phase=settings.request.two_phase
+            )
+            if marker is None and markers is not None and not settings.initial_snapshot:
+                # Remember the slot, so that a later drop of it is noticed.
+                markers.save_snapshot_marker(
+                    SnapshotMarker(slot=slot, status="complete", consistent_point=Lsn(0))
+                )
+        timeout = wal_sender_timeout_seconds(conn)
+    return SourceInfo(
+        options=options,
+        wal_sender_timeout=timeout,
+        server_version=version,
+        slot_exists=existing is not None or not settings.initial_snapshot,
+    )
+
+
+def ensure_snapshot(
+    settings: CaptureSettings,
+    stream: ReplicationStream,
+    info: SourceInfo,
+    sink: Sink,
+    metrics: Metrics,
+) -> Lsn | None:
+    """Copy the tables unless this slot's snapshot already completed.
+
+    Returns:
+        The consistent point streaming continues from after a new snapshot; None when
+        the slot's snapshot had completed before.
+    """
+    markers = sink if isinstance(sink, SnapshotMarkerStore) else None
+    if markers is None:
+        raise CaptureError(
+            "snapshot.mode: initial needs a sink that records snapshot progress; "
+            "this sink does not."
+        )
+    slot = settings.slot
+    marker = markers.load_snapshot_marker(slot)
+    if info.slot_exists and marker is not None and marker.status == "complete":
+        return None
+    if info.slot_exists:
+        log.warning("restarting an interrupted snapshot", slot=slot)
+        with psycopg.connect(settings.conninfo, autocommit=True) as conn:
+            drop_slot(conn, slot)
+    markers.save_snapshot_marker(
+        SnapshotMarker(slot=slot, status="in_progress", consistent_point=Lsn(0))
+    )
+    # Created without two-phase on purpose, as PostgreSQL's own subscriber does: the
+    # START_REPLICATION that follows enables it with two_phase_at at the consistent
+    # point, so a transaction prepared before the snapshot (invisible to the copy) is
+    # sent whole at its COMMIT PREPARED. A slot created with two-phase would place
+    # two_phase_at earlier and send only the COMMIT PREPARED of such a transaction.
+    exported = stream.create_slot_with_snapshot(
+        slot, two_phase=False, server_version_num=info.server_version
+    )
+    log.info("snapshot started", slot=slot, consistent_point=format_lsn(exported.consistent_point))
+    copier = SnapshotCopier(
+        settings.conninfo,
+        settings.publications,
+        apply=sink.apply,
+        metrics=metrics,
+        chunk_rows=settings.batch.max_rows,
+    )
+    copier.run(exported)
+    markers.save_snapshot_marker(
+        SnapshotMarker(slot=slot, status="complete", consistent_point=exported.consistent_point)
+    )
+    return exported.consistent_point

@@ -1,0 +1,37 @@
+"""The wal2delta process: CLI, wiring configuration into capture and sink, supervision,
+health and metrics endpoints, logging, status and stream recording.
+
+Imports run one way: decoder <- sink <- capture <- daemon <- devtools. ``daemon`` is the
+only layer that reads ``config``; it hands ``capture`` and ``sink`` plain settings.
+"""
+
+from daemon.gc_tuning import tune_garbage_collector
+from daemon.logging import configure_logging
+from daemon.process import install_stop_signals, run_service
+from daemon.supervisor import Supervisor
+from daemon.wiring import (
+    capture_settings,
+    configured_keys,
+    prepare_configured_source,
+    published_tables,
+    reconnect_settings,
+    relation_name,
+    sink_settings,
+    spark_settings,
+)
+
+__all__ = [
+    "Supervisor",
+    "capture_settings",
+    "configure_logging",
+    "configured_keys",
+    "install_stop_signals",
+    "prepare_configured_source",
+    "published_tables",
+    "reconnect_settings",
+    "relation_name",
+    "run_service",
+    "sink_settings",
+    "spark_settings",
+    "tune_garbage_collector",
+]

@@ -1,0 +1,197 @@
+"""The ``wal2delta`` command line.
+
+Sub-commands: ``run`` (the daemon), ``check-config``, ``demo``. Exit codes: 0 clean
+stop, 1 fatal error, 2 configuration error (or a server that cannot do what the
+configuration asks), 3 slot in use by another process (Kubernetes restarts with backoff).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import structlog
+
+from capture import EXIT_CONFIG, EXIT_FATAL, EXIT_OK, CaptureError
+from config import AppConfig, ConfigError, load_config
+from daemon.logging import configure_logging
+from daemon.process import install_stop_signals, run_service
+from daemon.supervisor import Supervisor
+from decoder import Lsn, Wal2DeltaError, parse_lsn
+
+log = structlog.get_logger("wal2delta.cli")
+
+
+def _lsn_argument(text: str) -> Lsn:
+    try:
+        return parse_lsn(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _load_or_report(path: str) -> AppConfig | None:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(f"{path}: invalid configuration\n{exc}", file=sys.stderr)
+        return None
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    config = _load_or_report(args.config)
+    if config is None:
+        return EXIT_CONFIG
+    configure_logging(config.logging.format, config.logging.level)
+    return run_service(config, endpos=args.endpos, tune_gc=True)
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    config = _load_or_report(args.config)
+    if config is None:
+        return EXIT_CONFIG
+    source = config.source
+    tables = (
+        f"{len(source.tables)} tables"
+        if source.tables or source.create_publication
+        else "every table they publish"
+    )
+    print(
+        f"{args.config}: ok (slot {source.slot}, publication "
+        f"{', '.join(source.publication)}, {tables})"
+    )
+    return EXIT_OK
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from daemon.status import collect_status, render_status  # noqa: PLC0415
+
+    config = _load_or_report(args.config)
+    if config is None:
+        return EXIT_CONFIG
+    print(render_status(collect_status(config), as_json=args.json))
+    return EXIT_OK
+
+
+def _cmd_capture(args: argparse.Namespace) -> int:
+    from daemon.recording import RecordingSink, StreamRecorder  # noqa: PLC0415
+
+    config = _load_or_report(args.config)
+    if config is None:
+        return EXIT_CONFIG
+    configure_logging(config.logging.format, config.logging.level)
+    recorder = StreamRecorder(Path(args.output))
+    sink = RecordingSink(recorder)
+    stop = threading.Event()
+    install_stop_signals(stop)
+    service = Supervisor(
+        config, sink, endpos=args.endpos, stop_event=stop, frame_tap=recorder.write
+    )
+    try:
+        service.run()
+    except Wal2DeltaError as exc:
+        log.error("stopped by error", error=str(exc), error_type=type(exc).__name__)
+        return exc.exit_code if isinstance(exc, CaptureError) else EXIT_FATAL
+    finally:
+        sink.close()
+    log.info("recording written", path=args.output, records=recorder.records)
+    return EXIT_OK
+
+
+def _cmd_decode(args: argparse.Namespace) -> int:
+    from daemon.recording import decode_recording, dump_json_lines  # noqa: PLC0415
+    from decoder import DecodeError, ProtocolOptions, StreamingMode  # noqa: PLC0415
+
+    streaming: StreamingMode = args.streaming or ("on" if args.proto >= 2 else "off")
+    options = ProtocolOptions(
+        proto_version=args.proto,
+        streaming=streaming,
+        two_phase=args.proto >= 3,
+        binary=False,
+        messages=True,
+    )
+    try:
+        for line in dump_json_lines(decode_recording(Path(args.file), options)):
+            print(line)
+    except DecodeError as exc:
+        print(f"{args.file}: {exc}", file=sys.stderr)
+        return EXIT_FATAL
+    return EXIT_OK
+
+
+PLUGIN_GROUP = "wal2delta.commands"
+"""Entry-point group of extra subcommands: ``register(commands)`` adds one subparser.
+
+The demo (``devtools``) joins the CLI this way, so the runtime never imports the
+development tooling, and a runtime installed without the ``devtools`` extra has no demo.
+"""
+
+
+def _register_plugins(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    for entry in entry_points(group=PLUGIN_GROUP):
+        try:
+            register = entry.load()
+        except ImportError as exc:
+            # Installed without the extra its dependencies come with.
+            log.debug("command unavailable", command=entry.name, error=str(exc))
+            continue
+        register(commands)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="wal2delta",
+        description="Stream PostgreSQL logical replication (pgoutput) into Delta Lake tables.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run the daemon for one source database")
+    run.add_argument("-c", "--config", required=True, help="YAML configuration file")
+    run.add_argument(
+        "--endpos",
+        type=_lsn_argument,
+        help="stop once everything committed up to this LSN (X/X) is in Delta and acknowledged",
+    )
+    run.set_defaults(func=_cmd_run)
+
+    check = commands.add_parser("check-config", help="validate a configuration file")
+    check.add_argument("config", help="YAML configuration file")
+    check.set_defaults(func=_cmd_check_config)
+
+    capture = commands.add_parser(
+        "capture", help="record the raw replication stream to a file (for bug reports)"
+    )
+    capture.add_argument("-c", "--config", required=True, help="YAML configuration file")
+    capture.add_argument("-o", "--output", required=True, help="recording file to append to")
+    capture.add_argument("--endpos", type=_lsn_argument, help="stop at this LSN (X/X)")
+    capture.set_defaults(func=_cmd_capture)
+
+    decode = commands.add_parser("decode", help="decode a recording to JSON lines")
+    decode.add_argument("file", help="recording written by `wal2delta capture`")
+    decode.add_argument("--proto", type=int, default=4, choices=[1, 2, 3, 4])
+    decode.add_argument(
+        "--streaming", choices=["off", "on", "parallel"], help="as negotiated when recorded"
+    )
+    decode.set_defaults(func=_cmd_decode)
+
+    status = commands.add_parser("status", help="slot, lag, retained WAL and Delta tables")
+    status.add_argument("-c", "--config", required=True, help="YAML configuration file")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=_cmd_status)
+
+    _register_plugins(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""The supervisor: one source database streamed into the sink, session after session.
+
+Theory of operation
+-------------------
+``Supervisor.run`` starts the slot monitor and a sink worker, then runs replication
+sessions (``capture.Session``) until stopped, ``--endpos`` is reached or a terminal error
+happens. A retryable error - connection loss (also of the sink's catalog connection), an
+unreachable Spark engine, a concurrent Delta commit - ends the session; the supervisor
+accounts for what the sink worker finished, replaces the worker (it refuses everything
+after a failed batch: order is an invariant), waits with capped exponential backoff and
+jitter, and starts a new session from the durable position the last one reached. The
+server sends everything after the acknowledged position again, and the sink's replay
+guard makes that harmless. Terminal errors (decode errors, data errors, a lost slot,
+impossible configuration) stop the daemon with a message that says what to fix.
+
+Each session first runs ``capture.prepare_source`` (server checks, publication, slot,
+protocol negotiation) and, with an initial snapshot, ``capture.ensure_snapshot``.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+
+from capture import (
+    Batcher,
+    CaptureSettings,
+    FeedbackPolicy,
+    FlushTracker,
+    Metrics,
+    ReconnectSettings,
+    ReplicationStream,
+    ServiceState,
+    Session,
+    SinkWorker,
+    SlotInvalidatedError,
+    SnapshotMarkerStore,
+    SourceInfo,
+    SourceMonitor,
+    ensure_snapshot,
+    prepare_source,
+    start_replication_options,
+)
+from config import AppConfig
+from daemon.wiring import capture_settings, reconnect_settings
+from decoder import Assembler, Lsn, Wal2DeltaError, spilling_buffers
+from sink import Sink
+
+log = structlog.get_logger("wal2delta.supervisor")
+
+
+class Supervisor:
+    """Streams one source database into the sink until stopped."""
+
+    def __init__(
+        self,
+        config: AppConfig,
+        sink: Sink,
+        *,
+        metrics: Metrics | None = None,
+        endpos: Lsn | None = None,
+        stop_event: threading.Event | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        frame_tap: Callable[[int, bytes], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.settings: CaptureSettings = capture_settings(config)
+        self.reconnect: ReconnectSettings = reconnect_settings(config)
+        self.frame_tap = frame_tap
+        self.sink = sink
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.endpos = endpos
+        self.stop_event = stop_event if stop_event is not None else threading.Event()
+        self.clock = clock
+        self.state = ServiceState()
+        self._durable = Lsn(0)
+        self._session: Session | None = None
+        self._worker: SinkWorker | None = None
+        self._spool_dir: Path | None = None
+        self._spool_is_temporary = False
+        self._fatal: Wal2DeltaError | None = None
+
+    def fail(self, error: Wal2DeltaError) -> None:
+        """Stop the session with ``error`` (called from other threads, e.g. the monitor)."""
+        self._fatal = error
+
+    def _spool(self) -> Path:
+        if self._spool_dir is None:
+            configured = self.settings.spool_dir
+            if configured is None:
+                self._spool_dir = Path(tempfile.mkdtemp(prefix="wal2delta-spool-"))
+                self._spool_is_temporary = True
+            else:
+                self._spool_dir = configured
+                self._spool_dir.mkdir(parents=True, exist_ok=True)
+        return self._spool_dir
+
+    def run(self) -> None:
+        """Run until stopped or ``endpos`` is reached; reconnect after retryable errors.
+
+        Raises:
+            Wal2DeltaError: a terminal error; nothing past it was acknowledged.
+        """
+        reconnect = self.reconnect
+        delay = reconnect.initial_delay
+        attempts = 0
+        self._worker = SinkWorker(self.sink)
+        source = self.config.source
+        heartbeat = source.heartbeat
+        monitor = SourceMonitor(
+            self.settings.conninfo,
+            self.settings.slot,
+            self.metrics,
+            interval=min(10.0, self.settings.status_interval),
+            heartbeat_statement=heartbeat.statement,
+            heartbeat_interval=(
+                heartbeat.interval.total_seconds() if heartbeat.interval is not None else None
+            ),
+            on_slot_lost=lambda slot: self.fail(
+                SlotInvalidatedError(
+                    f"Replication slot {slot.name!r} was invalidated by the server "
+                    "(wal_status = lost) while streaming; WAL it needed is gone. Re-create "
+                    "the slot with a new initial snapshot."
+                )
+            ),
+        )
+        monitor.start()
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    self._run_session()
+                    return
+                except Wal2DeltaError as exc:
+                    if not exc.retryable:
+                        raise
+                    self.state.connected = False
+                    self.metrics.record_error("capture", exc, time.time())
+                    attempts += 1
+                    if reconnect.max_attempts and attempts > reconnect.max_attempts:
+                        raise
+                    wait = min(delay, reconnect.max_delay)
+                    wait = wait * (0.5 + random.random() / 2)  # jitter
+                    log.warning(
+                        "retryable error; reconnecting",
+                        attempt=attempts,
+                        delay_seconds=round(wait, 2),
+                        error=str(exc),
+                    )
+                    self.metrics.reconnects.inc()
+                    self._end_session()
+                    self._worker.stop()
+                    self._worker = SinkWorker(self.sink)
+                    if self.stop_event.wait(wait):
+                        return
+                    delay = min(delay * 2, reconnect.max_delay)
+        finally:
+            monitor.stop()
+            self._end_session()
+            self._worker.stop()
+            if self._spool_is_temporary and self._spool_dir is not None:
+                # Spilled transactions are only ever replayed within one run.
+                shutil.rmtree(self._spool_dir, ignore_errors=True)
+                self._spool_dir = None
+
+    def _end_session(self) -> None:
+        """Account for what the worker finished (failures are on their way up already)."""
+        session = self._session
+        if session is None:
+            return
+        session.drain(raise_failures=False)
+        self._durable = Lsn(session.tracker.durable)
+        self._session = None
+
+    def _markers(self) -> SnapshotMarkerStore | None:
+        return self.sink if isinstance(self.sink, SnapshotMarkerStore) else None
+
+    def _run_session(self) -> None:
+        settings = self.settings
+        info: SourceInfo = prepare_source(settings, self._markers())
+        options = info.options
+        self.state.options = options
+        self.metrics.build_info.labels(
+            version=_version(),
+            proto_version=str(options.proto_version),
+            spark_mode=self.config.sink.spark.mode,
+        ).set(1)
+        stream = ReplicationStream.open(settings.conninfo, connect_timeout=settings.connect_timeout)
+        try:
+            if settings.initial_snapshot:
+                consistent_point = ensure_snapshot(settings, stream, info, self.sink, self.metrics)
+                if consistent_point is not None:
+                    self._durable = consistent_point
+            assembler = Assembler(
+                options,
+                buffers=spilling_buffers(self._spool(), settings.spool_memory_limit),
+            )
+            batch = settings.batch
+            assert self._worker is not None
+            session = Session(
+                stream=stream,
+                assembler=assembler,
+                tracker=FlushTracker(self._durable),
+                policy=FeedbackPolicy(
+                    status_interval=settings.status_interval,
+                    wal_sender_timeout=info.wal_sender_timeout,
+                ),
+                batcher=Batcher(
+                    max_rows=batch.max_rows,
+                    max_age=batch.max_age,
+                    max_rows_ceiling=batch.max_rows_ceiling,
+                    max_bytes=batch.max_bytes,
+                ),
+                worker=self._worker,
+                metrics=self.metrics,
+                state=self.state,
+                stop_event=self.stop_event,
+                fatal=lambda: self._fatal,
+                shutdown_grace=settings.shutdown_grace,
+                endpos=self.endpos,
+                clock=self.clock,
+                frame_tap=self.frame_tap,
+            )
+            self._session = session
+            stream.start(
+                settings.slot,
+                0,
+                start_replication_options(options, settings.publications, settings.request.origin),
+            )
+            self.state.connected = True
+            log.info(
+                "replication started",
+                slot=settings.slot,
+                publication=",".join(settings.publications),
+                proto_version=options.proto_version,
+                streaming=options.streaming,
+                binary=options.binary,
+                two_phase=options.two_phase,
+            )
+            session.loop()
+            self._durable = Lsn(session.tracker.durable)
+            self._session = None
+        finally:
+            self.state.connected = False
+            stream.close()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        return version("wal2delta")
+    except PackageNotFoundError:
+        return "0+unknown"

@@ -1,0 +1,136 @@
+"""Wiring: the validated configuration turned into the plain settings of each layer.
+
+``config`` is read here and in the rest of ``daemon`` only; ``capture`` and ``sink`` get
+frozen settings objects (``CaptureSettings``, ``SinkSettings``, ``SparkSettings``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from capture import (
+    BatchSettings,
+    CaptureSettings,
+    PublishedTable,
+    ReconnectSettings,
+    ReplicationRequest,
+    SnapshotMarkerStore,
+    SourceInfo,
+    prepare_source,
+)
+from config import AppConfig, parse_table_name
+from sink import KeyBuckets, SinkSettings, SparkSettings
+
+
+def capture_settings(config: AppConfig) -> CaptureSettings:
+    """Translate the source, snapshot, batch, spool and shutdown sections for ``capture``.
+
+    The connection string (password included, re-read from a password file) is resolved
+    now, once per supervisor.
+    """
+    source = config.source
+    batch = config.sink.batch
+    return CaptureSettings(
+        conninfo=source.conninfo(),
+        slot=source.slot,
+        publications=tuple(source.publication),
+        tables=tuple(published_tables(config)),
+        create_publication=source.create_publication,
+        publish_via_partition_root=source.publish_via_partition_root,
+        create_slot=source.create_slot,
+        request=ReplicationRequest(
+            protocol_version=source.protocol_version,
+            streaming=source.streaming,
+            two_phase=source.two_phase,
+            binary=source.binary,
+            messages=source.messages,
+            origin=source.origin,
+        ),
+        connect_timeout=source.connect_timeout.total_seconds(),
+        status_interval=source.status_interval.total_seconds(),
+        initial_snapshot=config.snapshot.mode == "initial",
+        batch=BatchSettings(
+            max_rows=batch.max_rows,
+            max_age=batch.max_age.total_seconds(),
+            max_rows_ceiling=batch.max_rows_ceiling,
+            max_bytes=int(batch.max_bytes),
+        ),
+        spool_dir=Path(config.spool.dir) if config.spool.dir is not None else None,
+        spool_memory_limit=int(config.spool.memory_limit),
+        shutdown_grace=config.shutdown.grace_period.total_seconds(),
+    )
+
+
+def prepare_configured_source(
+    config: AppConfig, markers: SnapshotMarkerStore | None = None
+) -> SourceInfo:
+    """``capture.prepare_source`` for a configuration: publication, slot, negotiation."""
+    return prepare_source(capture_settings(config), markers)
+
+
+def reconnect_settings(config: AppConfig) -> ReconnectSettings:
+    """Backoff between sessions (``source.reconnect``)."""
+    reconnect = config.source.reconnect
+    return ReconnectSettings(
+        initial_delay=reconnect.initial_delay.total_seconds(),
+        max_delay=reconnect.max_delay.total_seconds(),
+        max_attempts=reconnect.max_attempts,
+    )
+
+
+def published_tables(config: AppConfig) -> list[PublishedTable]:
+    """The configured tables as ``PublishedTable`` values."""
+    tables = []
+    for table in config.source.tables:
+        columns = tuple(table.columns) if table.columns else None
+        tables.append(PublishedTable(table.schema_name, table.table_name, table.where, columns))
+    return tables
+
+
+def sink_settings(config: AppConfig) -> SinkSettings:
+    """Translate the sink section of the configuration for ``sink``."""
+    sink = config.sink
+    return SinkSettings(
+        path=str(sink.path),
+        lsn_column=sink.metadata.lsn_column,
+        commit_time_column=sink.metadata.commit_time_column,
+        deleted_column=sink.metadata.deleted_column,
+        soft_delete=sink.soft_delete,
+        messages_table=sink.messages == "table",
+        keys=configured_keys(config),
+        on_missing_key=config.source.on_missing_key,
+        key_buckets={
+            relation_name(name): KeyBuckets(width=entry.width, column=entry.column)
+            for name, entry in sink.partition_by_key.items()
+        },
+        key_bucket_column=sink.metadata.key_bucket_column,
+        column_names=sink.column_names,
+    )
+
+
+def configured_keys(config: AppConfig) -> dict[str, tuple[str, ...]]:
+    """MERGE keys from ``source.tables[].key`` and ``sink.keys`` (they must agree).
+
+    Keyed by the sink's table names (``relation_name``).
+    """
+    keys = {relation_name(name): tuple(columns) for name, columns in config.sink.keys.items()}
+    for table in config.source.tables:
+        if table.key is not None:
+            keys[relation_name(table.qualified_name)] = tuple(table.key)
+    return keys
+
+
+def relation_name(configured: str) -> str:
+    """The sink's name of a configured table: ``schema.table`` as the relation spells it.
+
+    The configuration quotes a part that contains a dot (``public."a.b"``); pgoutput's
+    relation names are exact, and the sink looks tables up by ``Relation.qualified_name``
+    (``public.a.b``).
+    """
+    schema, table = parse_table_name(configured)
+    return f"{schema}.{table}"
+
+
+def spark_settings(config: AppConfig) -> SparkSettings:
+    spark = config.sink.spark
+    return SparkSettings(mode=spark.mode, url=spark.url, conf=dict(spark.conf))
