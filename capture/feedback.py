@@ -10,10 +10,12 @@ Theory of operation (ports ``get_flush_position`` and ``send_feedback`` from Pos
   position - the one the server uses to recycle WAL and to decide what to send again
   after a restart - is the end LSN of the newest transaction such that it and every
   earlier one are durable.
-* A prepared transaction that is not yet resolved holds the flush position at its
-  ``prepare_lsn``: acknowledging past it would make the server think we have it, and it
-  would never send it again after a crash (ARCHITECTURE invariant 1). This is stricter
-  than worker.c, which may advance because it prepared the transaction locally.
+* A prepared transaction holds the flush position at its ``prepare_lsn`` until it is
+  rolled back or its COMMIT PREPARED is *durable* - not merely received: acknowledging
+  past the PREPARE makes the server think we have it, and after a crash it sends only the
+  COMMIT PREPARED, whose changes we never applied (ARCHITECTURE invariant 1; the crash
+  harness caught a hold released at receipt). This is stricter than worker.c, which may
+  advance because it prepared the transaction locally.
 * When nothing is pending, no prepared transaction is held and the decoder is between
   transactions, a keepalive's ``walEnd`` may be acknowledged: the walsender has decoded
   everything before it and sent us every commit in that range (invariant 5). A walEnd
@@ -51,6 +53,8 @@ class FlushTracker:
         self._keepalive_end = 0
         self._pending: deque[int] = deque()
         self._prepared: dict[str, int] = {}
+        # gid -> (prepare_lsn, end LSN of its COMMIT PREPARED): held until that is durable.
+        self._committing: dict[str, tuple[int, int]] = {}
 
     @property
     def received(self) -> int:
@@ -88,16 +92,32 @@ class FlushTracker:
         """A prepared transaction is held until COMMIT/ROLLBACK PREPARED."""
         self._prepared[gid] = prepare_lsn
 
-    def on_prepare_resolved(self, gid: str) -> None:
-        self._prepared.pop(gid, None)
+    def on_prepare_resolved(self, gid: str, commit_end_lsn: int | None = None) -> None:
+        """``gid`` was rolled back (no ``commit_end_lsn``) or committed.
+
+        A COMMIT PREPARED releases the hold only once the transaction ending at
+        ``commit_end_lsn`` is durable.
+        """
+        prepare_lsn = self._prepared.pop(gid, None)
+        if prepare_lsn is not None and commit_end_lsn is not None:
+            self._committing[gid] = (prepare_lsn, commit_end_lsn)
+
+    def _holds(self) -> list[int]:
+        """The prepare LSNs the flush position may not pass."""
+        if self._committing:
+            done = [g for g, (_, end) in self._committing.items() if end <= self._durable]
+            for gid in done:
+                del self._committing[gid]
+        return [*self._prepared.values(), *(lsn for lsn, _ in self._committing.values())]
 
     def positions(self, *, decoder_idle: bool) -> Positions:
         """Return the positions to report; ``decoder_idle`` means no transaction is open."""
         flush = self._durable
-        if decoder_idle and not self._pending and not self._prepared:
+        holds = self._holds()
+        if decoder_idle and not self._pending and not holds:
             flush = max(flush, self._keepalive_end)
-        if self._prepared:
-            flush = min(flush, *self._prepared.values())
+        if holds:
+            flush = min(flush, *holds)
         flush = max(flush, self._reported_flush)
         self._reported_flush = flush
         write = max(self._received, flush)

@@ -350,7 +350,7 @@ class Session:
             self.assembler.discard(txn)
             return
         if txn.gid is not None:
-            self.tracker.on_prepare_resolved(txn.gid)
+            self.tracker.on_prepare_resolved(txn.gid, txn.end_lsn)
         self.tracker.on_commit(txn.end_lsn)
         self.metrics.transactions.labels(outcome="committed").inc()
         batcher = self.batcher

@@ -40,6 +40,28 @@ def test_unresolved_prepared_transaction_holds_flush_at_its_prepare_lsn() -> Non
     assert tracker.positions(decoder_idle=True).flush == 400
 
 
+def test_a_committed_prepared_transaction_holds_flush_until_its_commit_is_durable() -> None:
+    """Released at receipt, the server would resend only COMMIT PREPARED after a crash."""
+    tracker = FlushTracker(100)
+    tracker.on_prepared("gid1", 150)
+    tracker.on_commit(200)  # another transaction, committed after the PREPARE
+    tracker.on_prepare_resolved("gid1", commit_end_lsn=300)  # COMMIT PREPARED received
+    tracker.on_commit(300)
+    tracker.on_durable(200)
+    tracker.on_keepalive(400)
+    assert tracker.positions(decoder_idle=True).flush == 150
+    tracker.on_durable(300)
+    assert tracker.positions(decoder_idle=True).flush == 400
+
+
+def test_a_rolled_back_prepared_transaction_releases_its_hold_at_once() -> None:
+    tracker = FlushTracker(100)
+    tracker.on_prepared("gid1", 150)
+    tracker.on_prepare_resolved("gid1")
+    tracker.on_keepalive(400)
+    assert tracker.positions(decoder_idle=True).flush == 400
+
+
 def test_write_position_reports_what_was_received() -> None:
     tracker = FlushTracker(0)
     tracker.on_data(1000)
