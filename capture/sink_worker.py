@@ -9,6 +9,7 @@ applied strictly in the order they were handed over.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -47,6 +48,7 @@ class SinkWorker:
         self._busy = 0
         self._busy_lock = threading.Lock()
         self._failed = False
+        self._stopping = threading.Event()
         self._thread.start()
 
     @property
@@ -96,7 +98,9 @@ class SinkWorker:
     def _run(self) -> None:
         while True:
             batch = self._inbox.get()
-            if batch is None:
+            if batch is None or self._stopping.is_set():
+                # Batches queued behind a stop are not applied, hence never acknowledged:
+                # the server sends them again to the next run.
                 return
             if self._failed:
                 # After a failure nothing later may be applied: order is an invariant.
@@ -125,7 +129,19 @@ class SinkWorker:
         with self._busy_lock:
             self._busy -= 1
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Let the worker finish what it has and end the thread."""
-        self._inbox.put(None)
-        self._thread.join(timeout)
+    def stop(self, timeout: float = 30.0) -> bool:
+        """End the thread within ``timeout`` seconds; queued batches are not applied.
+
+        The batch being applied finishes (a MERGE cannot be interrupted); the call never
+        waits for room in a full queue, so a stop honours the shutdown grace period even
+        while a MERGE hangs. Callers that want every handed-over batch applied wait for
+        their reports first (``Session.drain``).
+
+        Returns:
+            Whether the thread ended in time (it is a daemon thread either way).
+        """
+        self._stopping.set()
+        with contextlib.suppress(queue.Full):
+            self._inbox.put_nowait(None)  # wakes a worker waiting for work
+        self._thread.join(max(0.0, timeout))
+        return not self._thread.is_alive()

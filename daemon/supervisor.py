@@ -155,7 +155,7 @@ class Supervisor:
                     )
                     self.metrics.reconnects.inc()
                     self._end_session()
-                    self._worker.stop()
+                    self._stop_worker()
                     self._worker = SinkWorker(self.sink)
                     if self.stop_event.wait(wait):
                         return
@@ -163,11 +163,20 @@ class Supervisor:
         finally:
             monitor.stop()
             self._end_session()
-            self._worker.stop()
+            self._stop_worker()
             if self._spool_is_temporary and self._spool_dir is not None:
                 # Spilled transactions are only ever replayed within one run.
                 shutil.rmtree(self._spool_dir, ignore_errors=True)
                 self._spool_dir = None
+
+    def _stop_worker(self) -> None:
+        """Stop the sink worker within the shutdown grace period."""
+        assert self._worker is not None
+        if not self._worker.stop(timeout=self.settings.shutdown_grace):
+            log.warning(
+                "sink worker still applying a batch after the grace period",
+                consequence="it is not acknowledged; the server sends it again",
+            )
 
     def _end_session(self) -> None:
         """Account for what the worker finished (failures are on their way up already)."""
