@@ -18,22 +18,18 @@ A table switching identity mid-stream (DEFAULT to FULL) keeps matching on its pr
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
 from psycopg import errors as pg_errors
 
-from capture.catalog import PostgresCatalog
 from capture.slots import current_wal_lsn
-from config import AppConfig
-from daemon.supervisor import Supervisor
-from daemon.wiring import prepare_configured_source, sink_settings
+from daemon.wiring import prepare_configured_source
 from devtools.verify import compare_table, read_delta
-from sink import DeltaSink, table_path
+from sink import table_path
 from tests.support.configs import make_config
+from tests.support.harness import run_daemon
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -88,14 +84,6 @@ WORKLOAD = [
     "DELETE FROM full_nokey WHERE a = 2",
     "INSERT INTO nothing SELECT g % 3, 'same' FROM generate_series(1, 9) g",
 ]
-
-
-def run_daemon(dsn: str, config: AppConfig, spark_session: Any, endpos: int) -> None:
-    """Run the daemon to ``endpos`` with the catalog-backed Delta sink, as the CLI wires it."""
-    settings = replace(sink_settings(config), on_missing_key=config.source.on_missing_key)
-    with PostgresCatalog(dsn) as catalog:
-        sink = DeltaSink(spark_session, settings, catalog=catalog)
-        Supervisor(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
 
 
 def test_every_replica_identity_lands_in_delta_equal_to_the_source(

@@ -12,21 +12,17 @@ Runs on PostgreSQL 18 and on 15 (streaming protocol 2).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
 
-from capture.catalog import PostgresCatalog
 from capture.slots import current_wal_lsn
-from config import AppConfig
-from daemon.supervisor import Supervisor
-from daemon.wiring import prepare_configured_source, sink_settings
+from daemon.wiring import prepare_configured_source
 from devtools.verify import compare_table
-from sink import DeltaSink, table_path
+from sink import table_path
 from tests.support.configs import make_config
+from tests.support.harness import run_daemon
 from tests.support.subscriber import native_subscriber, wait_for_subscriber
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -74,14 +70,6 @@ STREAMED = [
     "DELETE FROM log WHERE a = 6",
     "UPDATE log SET a = 60 WHERE ctid IN (SELECT ctid FROM log WHERE a = 0 LIMIT 100)",
 ]
-
-
-def run_daemon(dsn: str, config: AppConfig, spark_session: Any, endpos: int) -> None:
-    """Run the daemon to ``endpos`` with the catalog-backed Delta sink, as the CLI wires it."""
-    settings = replace(sink_settings(config), on_missing_key=config.source.on_missing_key)
-    with PostgresCatalog(dsn) as catalog:
-        sink = DeltaSink(spark_session, settings, catalog=catalog)
-        Supervisor(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
 
 
 def mismatches(dsn: str, lake: Path) -> list[str]:

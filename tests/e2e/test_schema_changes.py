@@ -12,31 +12,20 @@ inside a streamed transaction.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
 
-from capture.catalog import PostgresCatalog
 from capture.slots import current_wal_lsn, slot_state
 from config import AppConfig
-from daemon.supervisor import Supervisor
-from daemon.wiring import prepare_configured_source, sink_settings
+from daemon.wiring import prepare_configured_source
 from devtools.verify import compare_table, read_delta
-from sink import DeltaSink, SinkDataError, table_path
+from sink import SinkDataError, table_path
 from tests.support.configs import make_config
+from tests.support.harness import run_daemon
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-
-def run_daemon(dsn: str, config: AppConfig, spark_session: Any, endpos: int) -> None:
-    """Run the daemon to ``endpos`` with the catalog-backed Delta sink, as the CLI wires it."""
-    settings = replace(sink_settings(config), on_missing_key=config.source.on_missing_key)
-    with PostgresCatalog(dsn) as catalog:
-        sink = DeltaSink(spark_session, settings, catalog=catalog)
-        Supervisor(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
 
 
 def stream(dsn: str, lake: Path, tables: list[str], workload: list[str]) -> tuple[AppConfig, int]:

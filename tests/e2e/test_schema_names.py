@@ -18,7 +18,6 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -26,24 +25,15 @@ from deltalake import DeltaTable
 
 from capture.catalog import PostgresCatalog
 from capture.slots import current_wal_lsn
-from config import AppConfig
 from daemon.supervisor import Supervisor
 from daemon.wiring import prepare_configured_source, sink_settings
 from devtools.verify import compare_table, read_delta
 from sink import DeltaSink, SinkDataError, table_path
 from tests.support.configs import make_config
-from tests.support.harness import confirmed_flush, wait_for_flush
+from tests.support.harness import confirmed_flush, run_daemon, wait_for_flush
 from tests.support.subscriber import native_subscriber, wait_for_subscriber
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-
-def run_daemon(dsn: str, config: AppConfig, spark_session: Any, endpos: int) -> None:
-    """One daemon run to ``endpos``: a fresh sink and catalog, as after a restart."""
-    settings = replace(sink_settings(config), on_missing_key=config.source.on_missing_key)
-    with PostgresCatalog(dsn) as catalog:
-        sink = DeltaSink(spark_session, settings, catalog=catalog)
-        Supervisor(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
 
 
 def execute(dsn: str, *statements: str) -> int:

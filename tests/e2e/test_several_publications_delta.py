@@ -19,22 +19,16 @@ Both run on PostgreSQL 18 and 15.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
 
-from capture.catalog import PostgresCatalog
 from capture.slots import current_wal_lsn
-from config import AppConfig
-from daemon.supervisor import Supervisor
-from daemon.wiring import sink_settings
 from devtools.verify import compare_table, read_delta
-from sink import DeltaSink, table_path
+from sink import table_path
 from tests.support.configs import make_config
-from tests.support.harness import wait_until
+from tests.support.harness import run_daemon, wait_until
 from tests.support.subscriber import native_subscriber, wait_for_subscriber
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -103,14 +97,6 @@ STREAMED = [
     "UPDATE orders SET amount = (amount + 250) % 1000 WHERE id <= 2000",
     "INSERT INTO refunds SELECT g, g, 'bulk' FROM generate_series(1000, 1500) g",
 ]
-
-
-def run_daemon(dsn: str, config: AppConfig, spark_session: Any, endpos: int) -> None:
-    """Run the daemon to ``endpos`` with the catalog-backed Delta sink, as the CLI wires it."""
-    settings = replace(sink_settings(config), on_missing_key=config.source.on_missing_key)
-    with PostgresCatalog(dsn) as catalog:
-        sink = DeltaSink(spark_session, settings, catalog=catalog)
-        Supervisor(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
 
 
 def execute(dsn: str, statements: list[str], *, in_one_transaction: bool = False) -> int:

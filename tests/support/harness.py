@@ -1,4 +1,5 @@
-"""Small helpers the integration and end-to-end tests share: the CLI, the slot, waiting."""
+"""Small helpers the integration and end-to-end tests share: the CLI, the daemon, the slot,
+waiting."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
-from capture.slots import slot_state
+from capture import PostgresCatalog, slot_state
+from config import AppConfig
+from daemon import Supervisor, sink_settings
+from decoder import Lsn
+from sink import DeltaSink
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,3 +89,11 @@ def wait_for_flush(dsn: str, slot: str, target: int, timeout: float = 180) -> No
         return flushed is not None and flushed >= target
 
     wait_until(reached, timeout, f"slot {slot} to confirm its flush position")
+
+
+def run_daemon(dsn: str, config: AppConfig, spark_session: Any, endpos: int) -> None:
+    """One daemon run to ``endpos`` with a fresh catalog-backed Delta sink, as the CLI wires
+    it (a new run after a restart, in this process)."""
+    with PostgresCatalog(dsn) as catalog:
+        sink = DeltaSink(spark_session, sink_settings(config), catalog=catalog)
+        Supervisor(config, sink, endpos=Lsn(endpos)).run()
