@@ -20,7 +20,7 @@ from capture import EXIT_CONFIG, EXIT_FATAL, EXIT_OK, CaptureError
 from config import AppConfig, ConfigError, load_config
 from daemon.logging import configure_logging
 from daemon.process import install_stop_signals, run_service
-from daemon.supervisor import Supervisor
+from daemon.supervisor import Supervisor, package_version
 from decoder import Lsn, Wal2DeltaError, parse_lsn
 
 log = structlog.get_logger("wal2delta.cli")
@@ -50,6 +50,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
+    if (args.config is None) == (args.config_option is None):
+        print("check-config: name the configuration file once (FILE or -c FILE)", file=sys.stderr)
+        return EXIT_CONFIG
+    args.config = args.config or args.config_option
     config = _load_or_report(args.config)
     if config is None:
         return EXIT_CONFIG
@@ -146,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="wal2delta",
         description="Stream PostgreSQL logical replication (pgoutput) into Delta Lake tables.",
     )
+    parser.add_argument("--version", action="version", version=f"wal2delta {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run the daemon for one source database")
@@ -158,7 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_cmd_run)
 
     check = commands.add_parser("check-config", help="validate a configuration file")
-    check.add_argument("config", help="YAML configuration file")
+    check.add_argument("config", nargs="?", help="YAML configuration file")
+    check.add_argument(
+        "-c", "--config", dest="config_option", help="YAML configuration file (as for run)"
+    )
     check.set_defaults(func=_cmd_check_config)
 
     capture = commands.add_parser(

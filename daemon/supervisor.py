@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import structlog
@@ -196,7 +197,7 @@ class Supervisor:
         options = info.options
         self.state.options = options
         self.metrics.build_info.labels(
-            version=_version(),
+            version=package_version(),
             proto_version=str(options.proto_version),
             spark_mode=self.config.sink.spark.mode,
         ).set(1)
@@ -260,9 +261,8 @@ class Supervisor:
             stream.close()
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
-
+def package_version() -> str:
+    """The installed wal2delta version (``0+unknown`` when run from a bare checkout)."""
     try:
         return version("wal2delta")
     except PackageNotFoundError:

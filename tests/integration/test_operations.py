@@ -222,3 +222,17 @@ def test_second_daemon_on_the_same_slot_exits_with_code_3(pg18_dsn: str, tmp_pat
         runner.join(30)
     assert second.returncode == 3, second.stderr
     assert "is active for PID" in second.stderr
+
+
+def test_version_and_every_config_command_taking_dash_c(tmp_path: Path) -> None:
+    version = run_cli("--version")
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("wal2delta ")
+    config = _config_file(tmp_path, "host=127.0.0.1 dbname=app user=r")
+    for args in (("check-config", str(config)), ("check-config", "-c", str(config))):
+        checked = run_cli(*args)
+        assert checked.returncode == 0, checked.stderr
+        assert checked.stdout.startswith(f"{config}: ok")
+    neither = run_cli("check-config")
+    assert neither.returncode == 2
+    assert "FILE or -c FILE" in neither.stderr
