@@ -41,7 +41,8 @@ class Metrics:
         )
         self.apply_lag_seconds = Gauge(
             "wal2delta_apply_lag_seconds",
-            "Now minus the commit time of the last transaction applied to Delta.",
+            "Now minus the commit time of the oldest transaction received but not yet "
+            "durable in Delta (0 when none is pending): grows while the sink is stuck.",
             registry=r,
         )
         self.batch_apply_lag_seconds = Histogram(

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -78,7 +79,12 @@ log = structlog.get_logger("wal2delta.session")
 
 @dataclass
 class ServiceState:
-    """What health checks and tests can observe of a running service."""
+    """What health checks and tests can observe of a running service; outlives sessions.
+
+    ``pending_commits`` holds (end LSN, commit time as Unix seconds) of every transaction
+    received and handed to the sink but not yet durable, oldest first. It survives a
+    reconnect: those transactions are sent again and stay late until they are durable.
+    """
 
     connected: bool = False
     last_loop_at: float = field(default_factory=time.monotonic)
@@ -86,6 +92,31 @@ class ServiceState:
     flushed_lsn: int = 0
     pending: int = 0
     options: ProtocolOptions | None = None
+    pending_commits: deque[tuple[int, float]] = field(default_factory=deque)
+
+    def apply_lag_seconds(self, now: float) -> float:
+        """Now minus the commit time of the oldest transaction not yet durable; 0 if none.
+
+        Read by the metrics scrape (another thread): it grows while a MERGE hangs or the
+        lake is unreachable, instead of freezing at the last applied batch's lag.
+        """
+        try:
+            oldest = self.pending_commits[0][1]
+        except IndexError:
+            return 0.0
+        return max(0.0, now - oldest)
+
+    def on_received(self, end_lsn: int, commit_time: float) -> None:
+        """A transaction was handed to the sink (once: a re-sent one is recognised)."""
+        commits = self.pending_commits
+        if not commits or end_lsn > commits[-1][0]:
+            commits.append((end_lsn, commit_time))
+
+    def on_durable(self, durable_lsn: int) -> None:
+        """Every transaction ending at or before ``durable_lsn`` is in Delta."""
+        commits = self.pending_commits
+        while commits and commits[0][0] <= durable_lsn:
+            commits.popleft()
 
 
 class Session:
@@ -240,13 +271,13 @@ class Session:
             log.warning("toast anomalies in batch", count=report.result.toast_anomalies)
         if batch.durable_lsn is not None:
             self.tracker.on_durable(batch.durable_lsn)
+            self.state.on_durable(batch.durable_lsn)
         if batch.last_commit_time is not None:
             commit_seconds = pg_timestamp_to_datetime(batch.last_commit_time).timestamp()
             self.state.last_applied_commit_time = commit_seconds
             self.metrics.last_commit_timestamp_seconds.set(commit_seconds)
             lag = max(0.0, time.time() - commit_seconds)
             self.metrics.batch_apply_lag_seconds.observe(lag)
-            self.metrics.apply_lag_seconds.set(lag)
         log.info(
             "batch applied",
             rows=len(batch.changes),
@@ -352,6 +383,7 @@ class Session:
         if txn.gid is not None:
             self.tracker.on_prepare_resolved(txn.gid, txn.end_lsn)
         self.tracker.on_commit(txn.end_lsn)
+        self.state.on_received(txn.end_lsn, pg_timestamp_to_datetime(txn.commit_time).timestamp())
         self.metrics.transactions.labels(outcome="committed").inc()
         batcher = self.batcher
         clock = self.clock

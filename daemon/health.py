@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from capture import Metrics
+from capture import Metrics, ServiceState
 
 Check = Callable[[], tuple[bool, str]]
 
@@ -26,7 +26,6 @@ class HealthServer:
         self, metrics: Metrics, *, host: str, port: int, alive: Check, ready: Check
     ) -> None:
         registry = metrics.registry
-        ready_gauge = metrics.ready
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
@@ -37,7 +36,6 @@ class HealthServer:
                     self._reply(200 if ok else 503, why.encode(), "text/plain")
                 elif self.path.startswith("/readyz"):
                     ok, why = ready()
-                    ready_gauge.set(1 if ok else 0)
                     self._reply(200 if ok else 503, why.encode(), "text/plain")
                 else:
                     self._reply(404, b"not found", "text/plain")
@@ -76,6 +74,22 @@ def loop_alive_check(last_loop_at: Callable[[], float], limit_seconds: float) ->
         age = time.monotonic() - last_loop_at()
         if age > limit_seconds:
             return False, f"replication loop stalled for {age:.0f}s"
+        return True, "ok"
+
+    return check
+
+
+def readiness_check(state: ServiceState, max_lag_seconds: float) -> Check:
+    """Ready: connected to the source, and no transaction waits for Delta longer than
+    ``max_lag_seconds`` (``ServiceState.apply_lag_seconds``, which grows while the sink is
+    stuck). The ``wal2delta_ready`` gauge reads the same check at every scrape."""
+
+    def check() -> tuple[bool, str]:
+        if not state.connected:
+            return False, "not connected to the source"
+        lag = state.apply_lag_seconds(time.time())
+        if lag > max_lag_seconds:
+            return False, f"apply lag {lag:.0f}s above {max_lag_seconds:.0f}s"
         return True, "ok"
 
     return check

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 from types import FrameType
 
 import structlog
@@ -18,7 +17,7 @@ import structlog
 from capture import EXIT_CONFIG, EXIT_FATAL, EXIT_OK, CaptureError, Metrics, PostgresCatalog
 from config import AppConfig, ConfigError, redact_dsn
 from daemon.gc_tuning import tune_garbage_collector
-from daemon.health import HealthServer, loop_alive_check
+from daemon.health import HealthServer, loop_alive_check, readiness_check
 from daemon.supervisor import Supervisor
 from daemon.wiring import sink_settings, spark_settings
 from decoder import Lsn, Wal2DeltaError
@@ -75,15 +74,8 @@ def run_service(
     if config.metrics.enabled:
         max_lag = config.health.max_lag.total_seconds()
 
-        def ready() -> tuple[bool, str]:
-            if not service.state.connected:
-                return False, "not connected to the source"
-            applied = service.state.last_applied_commit_time
-            lagging = applied is not None and time.time() - applied > max_lag
-            if lagging and service.state.pending > 0:
-                return False, f"apply lag above {max_lag:.0f}s"
-            return True, "ok"
-
+        ready = readiness_check(service.state, max_lag)
+        metrics.ready.set_function(lambda: 1.0 if ready()[0] else 0.0)
         health = HealthServer(
             metrics,
             host=config.metrics.host,

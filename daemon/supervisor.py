@@ -81,6 +81,10 @@ class Supervisor:
         self.stop_event = stop_event if stop_event is not None else threading.Event()
         self.clock = clock
         self.state = ServiceState()
+        # Computed at every scrape, so it grows while a MERGE hangs.
+        self.metrics.apply_lag_seconds.set_function(
+            lambda: self.state.apply_lag_seconds(time.time())
+        )
         self._durable = Lsn(0)
         self._session: Session | None = None
         self._worker: SinkWorker | None = None

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from capture.slots import current_wal_lsn
-from daemon.health import HealthServer, loop_alive_check
+from daemon.health import HealthServer, loop_alive_check, readiness_check
 from daemon.supervisor import Supervisor
 from daemon.wiring import prepare_configured_source
 from decoder import format_lsn
@@ -236,3 +236,75 @@ def test_version_and_every_config_command_taking_dash_c(tmp_path: Path) -> None:
     neither = run_cli("check-config")
     assert neither.returncode == 2
     assert "FILE or -c FILE" in neither.stderr
+
+
+class _HangingSink(ModelSink):
+    """A sink whose MERGE hangs until released: the lake is unreachable, say."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.applying = threading.Event()
+
+    def apply(self, batch: Any) -> Any:
+        self.applying.set()
+        self.release.wait(60)
+        return super().apply(batch)
+
+
+def _metric(text: str, name: str) -> float:
+    match = re.search(rf"^{name} (\S+)$", text, flags=re.MULTILINE)
+    assert match is not None, f"{name} not exposed"
+    return float(match.group(1))
+
+
+def test_apply_lag_grows_and_readiness_drops_while_a_merge_hangs(
+    pg18_dsn: str, tmp_path: Path
+) -> None:
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
+    config = make_config(pg18_dsn, tmp_path / "lake", ["public.items"])
+    prepare_configured_source(config)
+    stop = threading.Event()
+    sink = _HangingSink()
+    service = Supervisor(config, sink, stop_event=stop)
+    ready = readiness_check(service.state, max_lag_seconds=1.0)
+    service.metrics.ready.set_function(lambda: 1.0 if ready()[0] else 0.0)
+    server = HealthServer(
+        service.metrics,
+        host="127.0.0.1",
+        port=0,
+        alive=loop_alive_check(lambda: service.state.last_loop_at, limit_seconds=30),
+        ready=ready,
+    )
+    server.start()
+    base = f"http://127.0.0.1:{server.port}"
+    runner = threading.Thread(target=service.run)
+    runner.start()
+    try:
+        wait_until(lambda: service.state.connected, 10, "the daemon to connect")
+        assert _metric(_get(base + "/metrics")[1], "wal2delta_apply_lag_seconds") == 0
+        with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO items VALUES (1, 'x')")
+        assert sink.applying.wait(10)
+        # Nobody polls /readyz: the scrape alone must show the stuck sink.
+        wait_until(
+            lambda: _metric(_get(base + "/metrics")[1], "wal2delta_apply_lag_seconds") > 1.5,
+            20,
+            "the apply lag to grow past 1.5 s while the MERGE hangs",
+        )
+        text = _get(base + "/metrics")[1]
+        assert _metric(text, "wal2delta_ready") == 0
+        assert _get(base + "/readyz")[0] == 503
+        sink.release.set()
+        wait_until(
+            lambda: _metric(_get(base + "/metrics")[1], "wal2delta_apply_lag_seconds") == 0,
+            20,
+            "the lag to drop to 0 once the batch is durable",
+        )
+        assert _metric(_get(base + "/metrics")[1], "wal2delta_ready") == 1
+    finally:
+        sink.release.set()
+        stop.set()
+        runner.join(30)
+        server.stop()
