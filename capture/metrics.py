@@ -8,6 +8,8 @@ The list of exposed names is pinned by a test because dashboards and alerts depe
 
 from __future__ import annotations
 
+import math
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -15,6 +17,8 @@ from prometheus_client import (
     Histogram,
     disable_created_metrics,
 )
+
+from capture.slots import SlotState
 
 # The ``*_created`` series double the exposition and no dashboard or alert uses them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -153,7 +157,40 @@ class Metrics:
             registry=r,
         )
         self.ready = Gauge("wal2delta_ready", "1 when /readyz reports ready.", registry=r)
+        self.slot_retained_wal_bytes = Gauge(
+            "wal2delta_slot_retained_wal_bytes",
+            "WAL the server keeps for the slot: current WAL LSN minus its restart_lsn.",
+            registry=r,
+        )
+        self.slot_safe_wal_size_bytes = Gauge(
+            "wal2delta_slot_safe_wal_size_bytes",
+            "WAL that may still be written before the slot risks invalidation "
+            "(pg_replication_slots.safe_wal_size); +Inf when max_slot_wal_keep_size is -1.",
+            registry=r,
+        )
+        self.slot_wal_status = Gauge(
+            "wal2delta_slot_wal_status",
+            "1 for the slot's current wal_status (reserved, extended, unreserved, lost, "
+            "missing), 0 for the others.",
+            ["status"],
+            registry=r,
+        )
 
     def record_error(self, component: str, exc: BaseException, now: float) -> None:
         self.errors.labels(component=component, error_type=type(exc).__name__).inc()
         self.last_error_timestamp_seconds.set(now)
+
+    def record_slot(self, slot: SlotState | None, retained_wal_bytes: int | None) -> None:
+        """Export what decides whether the slot survives (sampled by the monitor)."""
+        status = "missing" if slot is None else (slot.wal_status or "missing")
+        for name in SLOT_WAL_STATUSES:
+            self.slot_wal_status.labels(status=name).set(1 if name == status else 0)
+        if retained_wal_bytes is not None:
+            self.slot_retained_wal_bytes.set(retained_wal_bytes)
+        if slot is not None:
+            safe = slot.safe_wal_size
+            self.slot_safe_wal_size_bytes.set(math.inf if safe is None else safe)
+
+
+SLOT_WAL_STATUSES = ("reserved", "extended", "unreserved", "lost", "missing")
+"""Values of ``pg_replication_slots.wal_status``, plus ``missing`` for a slot that is gone."""

@@ -36,6 +36,14 @@ class SlotSample:
             return None
         return max(0, self.server_lsn - self.slot.confirmed_flush_lsn)
 
+    @property
+    def retained_wal_bytes(self) -> int | None:
+        """WAL the slot keeps on the server: from its ``restart_lsn``, not its flush LSN
+        (an open or prepared transaction holds ``restart_lsn`` back)."""
+        if self.slot is None or self.slot.restart_lsn is None:
+            return None
+        return max(0, self.server_lsn - self.slot.restart_lsn)
+
 
 def sample_slot(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> SlotSample:
     """Read the server's WAL position and the slot's state."""
@@ -106,6 +114,7 @@ class SourceMonitor:
         self.last_sample = sample
         if sample.lag_bytes is not None:
             self._metrics.replication_lag_bytes.set(sample.lag_bytes)
+        self._metrics.record_slot(sample.slot, sample.retained_wal_bytes)
         if (
             sample.slot is not None
             and sample.slot.wal_status == "lost"

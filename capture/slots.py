@@ -75,6 +75,9 @@ class SlotState:
     restart_lsn: Lsn | None
     wal_status: str | None
     two_phase: bool
+    safe_wal_size: int | None = None
+    """Bytes of WAL that may still be written before the slot is in danger of losing
+    what it needs (``max_slot_wal_keep_size``); None when that setting is unlimited."""
 
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -124,7 +127,7 @@ def slot_state(conn: Conn, slot: str) -> SlotState | None:
     row = conn.execute(
         """
         SELECT slot_name, plugin, database, active_pid, confirmed_flush_lsn::text,
-               restart_lsn::text, wal_status, two_phase
+               restart_lsn::text, wal_status, two_phase, safe_wal_size
         FROM pg_replication_slots WHERE slot_name = %s
         """,
         (slot,),
@@ -140,6 +143,7 @@ def slot_state(conn: Conn, slot: str) -> SlotState | None:
         restart_lsn=parse_lsn(str(row[5])) if row[5] is not None else None,
         wal_status=str(row[6]) if row[6] is not None else None,
         two_phase=bool(row[7]),
+        safe_wal_size=int(str(row[8])) if row[8] is not None else None,
     )
 
 

@@ -120,6 +120,11 @@ def test_running_daemon_exposes_exactly_the_listed_metrics_and_health(
     exposed = _exposed(text)
     assert exposed == _listed_metrics()
     assert 'wal2delta_changes_total{operation="insert",table="public.items"} 1.0' in text
+    # Slot safety, from the server: reserved, an unlimited cap, WAL kept from restart_lsn.
+    assert 'wal2delta_slot_wal_status{status="reserved"} 1.0' in text
+    assert 'wal2delta_slot_wal_status{status="lost"} 0.0' in text
+    assert _metric(text, "wal2delta_slot_safe_wal_size_bytes") == float("inf")
+    assert _metric(text, "wal2delta_slot_retained_wal_bytes") > 0
     used = set().union(*(_promql_names(e) for e in _dashboard_and_rule_expressions()))
     assert used <= set(exposed), f"dashboards/alerts use unknown metrics: {used - set(exposed)}"
 
