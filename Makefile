@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 PG15_BIN := /usr/lib/postgresql/15/bin
 
-.PHONY: setup demo test lint typecheck pg15
+.PHONY: setup demo test lint typecheck pg15 promtool
 
 $(BIN)/wal2delta: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,12 @@ pg15:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null; \
 	fi
 
+# promtool (Debian's prometheus package, no service started) for the alert rule tests.
+promtool:
+	@if ! command -v promtool >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	fi
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -32,5 +38,5 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-test: setup pg15 lint typecheck
+test: setup pg15 promtool lint typecheck
 	$(BIN)/pytest
