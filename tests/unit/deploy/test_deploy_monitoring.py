@@ -101,9 +101,9 @@ def test_dashboard_shows_what_operators_need() -> None:
         "max by (source) (wal2delta_replication_lag_bytes",
         "max by (source) (wal2delta_apply_lag_seconds",
         "sum by (source, table) (rate(wal2delta_changes_total",
-        "histogram_quantile(0.5, sum by (le) (rate(wal2delta_merge_duration_seconds_bucket",
-        "histogram_quantile(0.95, sum by (le) (rate(wal2delta_merge_duration_seconds_bucket",
-        "histogram_quantile(0.99, sum by (le) (rate(wal2delta_merge_duration_seconds_bucket",
+        "histogram_quantile(0.5, sum by (source, le) (rate(wal2delta_merge_duration_seconds_bucket",
+        "histogram_quantile(0.95, sum by (source, le) (rate(wal2delta_merge_duration_seconds_bucket",
+        "histogram_quantile(0.99, sum by (source, le) (rate(wal2delta_merge_duration_seconds_bucket",
         "wal2delta_reconnects_total",
         "wal2delta_errors_total",
         "wal2delta_snapshot_tables_remaining",
@@ -154,3 +154,28 @@ def test_metrics_reference_documents_exactly_the_listed_metrics() -> None:
         assert f"| {spec.kind} |" in row, spec.name
         for label in spec.labels:
             assert f"`{label}`" in row, (spec.name, label)
+
+
+def test_dashboard_quantiles_are_per_source_and_panels_have_one_unit() -> None:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    for panel in dashboard["panels"]:
+        exprs = [target["expr"] for target in panel.get("targets", [])]
+        for expr in exprs:
+            if "histogram_quantile(" in expr:
+                # Quantiles of several daemons summed together describe none of them.
+                assert re.search(r"sum by \(source, le[,)]", expr), expr
+        if panel["type"] != "row":
+            assert panel["fieldConfig"]["defaults"].get("unit"), panel["title"]
+    # One unit per panel: no panel mixes bytes with messages or changes.
+    for panel in dashboard["panels"]:
+        exprs = " ".join(target["expr"] for target in panel.get("targets", []))
+        assert not ("bytes_received" in exprs and "messages_received" in exprs), panel["title"]
+
+
+def test_since_last_error_shows_nothing_rather_than_the_epoch_when_there_was_none() -> None:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    [panel] = [p for p in dashboard["panels"] if p.get("title") == "Since last error"]
+    [target] = panel["targets"]
+    # The timestamp is 0 until the first error: time() - 0 would read "56 years".
+    assert "wal2delta_last_error_timestamp_seconds" in target["expr"]
+    assert "> 0)" in target["expr"]
