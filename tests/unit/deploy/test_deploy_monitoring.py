@@ -102,8 +102,10 @@ def test_dashboard_shows_what_operators_need() -> None:
         "max by (source) (wal2delta_apply_lag_seconds",
         "sum by (source, table) (rate(wal2delta_changes_total",
         "histogram_quantile(0.5, sum by (source, le) (rate(wal2delta_merge_duration_seconds_bucket",
-        "histogram_quantile(0.95, sum by (source, le) (rate(wal2delta_merge_duration_seconds_bucket",
-        "histogram_quantile(0.99, sum by (source, le) (rate(wal2delta_merge_duration_seconds_bucket",
+        "histogram_quantile(0.95, sum by (source, le) "
+        "(rate(wal2delta_merge_duration_seconds_bucket",
+        "histogram_quantile(0.99, sum by (source, le) "
+        "(rate(wal2delta_merge_duration_seconds_bucket",
         "wal2delta_reconnects_total",
         "wal2delta_errors_total",
         "wal2delta_snapshot_tables_remaining",
