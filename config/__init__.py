@@ -15,7 +15,7 @@ configuration file and the password file. See docs/configuration.md (generated b
 ``python -m config.docs``) for every setting.
 """
 
-from config.dsn import redact_dsn
+from config.dsn import redact_dsn, redact_spark_url
 from config.errors import ConfigError
 from config.load import load_config, parse_config
 from config.models import (
@@ -77,4 +77,5 @@ __all__ = [
     "parse_duration",
     "parse_table_name",
     "redact_dsn",
+    "redact_spark_url",
 ]

@@ -63,3 +63,17 @@ def _redact_uri(uri: str) -> str:
             authority = userinfo[: colon + 1] + REDACTED + authority[at:]
     rest = _QUERY_PASSWORD.sub(lambda m: m.group("key") + REDACTED, uri[authority_end:])
     return uri[:scheme_end] + authority + rest
+
+
+_SPARK_SECRET_PARAM: Final = re.compile(
+    r"(?P<key>;\s*[A-Za-z_]*(?:token|password|secret)[A-Za-z_]*\s*=)[^;]*", re.IGNORECASE
+)
+
+
+def redact_spark_url(url: str) -> str:
+    """Return a Spark Connect URL with its secrets masked.
+
+    ``sc://host:15002/;token=abc;user_id=me`` becomes ``sc://host:15002/;token=****;user_id=me``:
+    every ``;name=value`` parameter whose name holds ``token``, ``password`` or ``secret``.
+    """
+    return _SPARK_SECRET_PARAM.sub(lambda m: m.group("key") + REDACTED, url)

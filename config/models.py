@@ -54,7 +54,7 @@ from pydantic import (
     model_validator,
 )
 
-from config.dsn import REDACTED, redact_dsn
+from config.dsn import REDACTED, redact_dsn, redact_spark_url
 from config.errors import ConfigError
 from config.names import (
     check_identifier,
@@ -672,9 +672,18 @@ class SparkConfig(_Section):
     def _dump_conf(self, value: dict[str, str]) -> dict[str, str]:
         return _masked_conf(value)
 
+    @field_serializer("url")
+    def _dump_url(self, value: str | None) -> str | None:
+        return None if value is None else redact_spark_url(value)
+
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         for name, value in super().__repr_args__():
-            yield (name, _masked_conf(value) if name == "conf" else value)
+            if name == "conf":
+                yield (name, _masked_conf(value))
+            elif name == "url" and value is not None:
+                yield (name, redact_spark_url(value))
+            else:
+                yield (name, value)
 
 
 def _masked_conf(conf: Mapping[str, str]) -> dict[str, str]:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from config import AppConfig, ConfigError, SourceConfig, parse_config
+from config import AppConfig, ConfigError, SourceConfig, parse_config, redact_spark_url
 from daemon.wiring import sink_settings
 from decoder import (
     ColumnKind,
@@ -107,6 +107,22 @@ class TestSecrets:
             assert SECRET not in text
         assert config.sink.spark.conf["spark.hadoop.fs.s3a.secret.key"] == SECRET
         assert config.sink.spark.conf["spark.sql.shuffle.partitions"] == "4"
+
+    def test_a_spark_connect_token_is_masked_in_every_rendering(self) -> None:
+        data = minimal()
+        data["sink"]["spark"] = {
+            "mode": "connect",
+            "url": f"sc://spark.example:15002/;token={SECRET};user_id=etl",
+        }
+        config = parse(data)
+        for text in every_rendering(config):
+            assert SECRET not in text
+        assert "user_id=etl" in config.model_dump_json()
+        assert config.sink.spark.url is not None
+        assert config.sink.spark.url.endswith(f";token={SECRET};user_id=etl")
+        assert redact_spark_url("sc://h:1/;Token=x;PASSWORD=y;n=z") == (
+            "sc://h:1/;Token=****;PASSWORD=****;n=z"
+        )
 
     def test_unparseable_dsn_with_a_password_is_reported_without_echoing_it(self) -> None:
         data = minimal()
