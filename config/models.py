@@ -49,6 +49,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    WithJsonSchema,
     field_serializer,
     field_validator,
     model_validator,
@@ -235,6 +236,14 @@ PublicationNames = Annotated[
     tuple[str, ...],
     BeforeValidator(_publications_from_text),
     AfterValidator(_publication_names),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "minLength": 1},
+                {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+            ]
+        }
+    ),
     TypeLabel("publication name or list of them"),
 ]
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated, Final
 
-from pydantic import BeforeValidator, PlainSerializer
+from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 
 _DURATION_UNITS: Final[dict[str, float]] = {
     "ms": 0.001,
@@ -208,11 +208,22 @@ class TypeLabel:
     label: str
 
 
+#: What an editor validating the YAML against the JSON Schema accepts as a duration.
+DURATION_JSON_SCHEMA: Final = {
+    "anyOf": [
+        {"type": "number", "minimum": 0},
+        # _DURATION_TERM, repeated; JSON Schema patterns have no case-insensitive flag.
+        {"type": "string", "pattern": r"^\s*((\d+(\.\d*)?|\.\d+)\s*([mM][sS]|[sSmMhHdD])\s*)+$"},
+    ],
+    "description": "seconds, or <number><unit> parts: 500ms, 10s, 1h30m",
+}
+
 #: A duration greater than zero; dumps to JSON as ``"10s"``.
 Duration = Annotated[
     timedelta,
     BeforeValidator(_positive_duration),
     PlainSerializer(format_duration, return_type=str, when_used="json"),
+    WithJsonSchema(DURATION_JSON_SCHEMA),
     TypeLabel("duration > 0"),
 ]
 
@@ -221,9 +232,27 @@ NonNegativeDuration = Annotated[
     timedelta,
     BeforeValidator(_non_negative_duration),
     PlainSerializer(format_duration, return_type=str, when_used="json"),
+    WithJsonSchema(DURATION_JSON_SCHEMA),
     TypeLabel("duration ≥ 0"),
 ]
 
 
 #: A byte size of zero or more, written as a number or with a unit.
-ByteSize = Annotated[int, BeforeValidator(parse_byte_size), TypeLabel("size")]
+ByteSize = Annotated[
+    int,
+    BeforeValidator(parse_byte_size),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0},
+                # _SIZE, without a case-insensitive flag.
+                {
+                    "type": "string",
+                    "pattern": r"^\s*(\d+(\.\d*)?|\.\d+)\s*([kKmMgGtT][iI]?)?[bB]?\s*$",
+                },
+            ],
+            "description": "bytes, or a number with a unit: 64MiB, 1GB",
+        }
+    ),
+    TypeLabel("size"),
+]
