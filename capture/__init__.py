@@ -19,6 +19,7 @@ from capture.errors import (
     SlotInUseError,
     SlotInvalidatedError,
     SlotNotFoundError,
+    SourceRefusedError,
     map_psycopg_errors,
 )
 from capture.feedback import FeedbackPolicy, FlushTracker
@@ -67,6 +68,7 @@ __all__ = [
     "SnapshotMarkerStore",
     "SourceInfo",
     "SourceMonitor",
+    "SourceRefusedError",
     "current_wal_lsn",
     "ensure_snapshot",
     "map_psycopg_errors",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import ClassVar
+from typing import ClassVar, Final
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -31,6 +31,21 @@ class ReplicationConnectionLostError(CaptureError):
     """The connection dropped or the server went away; reconnecting may help."""
 
     retryable: ClassVar[bool] = True
+
+
+class SourceRefusedError(CaptureError):
+    """The server refused for a reason that may pass (no free slot or connection, a
+    rejected password that may be rotated); retried with backoff, its reason reported.
+
+    Attributes:
+        reason: the SQLSTATE's condition name (``configuration_limit_exceeded``).
+    """
+
+    retryable: ClassVar[bool] = True
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class SlotInUseError(CaptureError):
@@ -59,12 +74,63 @@ class PublicationError(CaptureError):
     exit_code: ClassVar[int] = EXIT_CONFIG
 
 
+# Refusals worth retrying: they pass when another consumer lets go of a slot or connection,
+# memory or disk is freed, or a rotated password reaches the password file.
+_RETRYABLE_REFUSALS: Final = {
+    "53000",  # insufficient_resources
+    "53100",  # disk_full
+    "53200",  # out_of_memory
+    "53300",  # too_many_connections
+    "53400",  # configuration_limit_exceeded: all replication slots / wal senders in use
+    "28000",  # invalid_authorization_specification
+    "28P01",  # invalid_password
+}
+# The server is going away or not there yet: a lost connection.
+_CONNECTION_STATES: Final = ("08", "57P01", "57P02", "57P03")
+
+
+def _server_says(exc: psycopg.Error) -> str:
+    """The server's own message, hint and SQLSTATE, or psycopg's text without them."""
+    diag = exc.diag
+    primary = diag.message_primary
+    if not primary:
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = primary
+    if diag.message_detail:
+        text += f" ({diag.message_detail})"
+    if diag.message_hint:
+        text += f"; hint: {diag.message_hint}"
+    return f"{text} [SQLSTATE {exc.sqlstate}]"
+
+
+def _condition_name(exc: psycopg.Error) -> str:
+    """``configuration_limit_exceeded`` for SQLSTATE 53400 (bounded, for a metric label)."""
+    name = type(exc).__name__
+    if name in {"OperationalError", "Error", "DatabaseError"}:
+        return "connection_failure"
+    return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
+
+
 @contextmanager
 def map_psycopg_errors(what: str) -> Iterator[None]:
-    """Translate psycopg errors raised while doing ``what`` into capture errors."""
+    """Translate psycopg errors raised while doing ``what`` into capture errors.
+
+    Decided per SQLSTATE: a lost or refused connection and the refusals in
+    ``_RETRYABLE_REFUSALS`` are retryable; any other operational error is terminal. Every
+    message carries the server's own text and hint.
+    """
     try:
         yield
     except pg_errors.ObjectInUse as exc:
         raise SlotInUseError(f"{what}: {exc.diag.message_primary or exc}") from exc
     except (psycopg.OperationalError, pg_errors.AdminShutdown, pg_errors.ConnectionFailure) as exc:
-        raise ReplicationConnectionLostError(f"{what}: connection to PostgreSQL lost") from exc
+        sqlstate = exc.sqlstate
+        if sqlstate is None or sqlstate.startswith(_CONNECTION_STATES):
+            raise ReplicationConnectionLostError(
+                f"{what}: connection to PostgreSQL lost: {_server_says(exc)}"
+            ) from exc
+        if sqlstate in _RETRYABLE_REFUSALS:
+            raise SourceRefusedError(
+                f"{what}: the server refused: {_server_says(exc)}", reason=_condition_name(exc)
+            ) from exc
+        raise CaptureError(f"{what}: {_server_says(exc)}") from exc

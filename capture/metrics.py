@@ -157,6 +157,15 @@ class Metrics:
             registry=r,
         )
         self.ready = Gauge("wal2delta_ready", "1 when /readyz reports ready.", registry=r)
+        self.not_streaming = Gauge(
+            "wal2delta_not_streaming",
+            "1 for the reason the daemon is waiting to reconnect instead of streaming (the "
+            "SQLSTATE condition, e.g. configuration_limit_exceeded, or connection_lost), 0 "
+            "for earlier reasons; all 0 while streaming.",
+            ["reason"],
+            registry=r,
+        )
+        self._not_streaming_reasons: set[str] = set()
         self.slot_retained_wal_bytes = Gauge(
             "wal2delta_slot_retained_wal_bytes",
             "WAL the server keeps for the slot: current WAL LSN minus its restart_lsn.",
@@ -179,6 +188,13 @@ class Metrics:
     def record_error(self, component: str, exc: BaseException, now: float) -> None:
         self.errors.labels(component=component, error_type=type(exc).__name__).inc()
         self.last_error_timestamp_seconds.set(now)
+
+    def record_not_streaming(self, reason: str | None) -> None:
+        """Show why the daemon does not stream (None: it streams again)."""
+        if reason is not None:
+            self._not_streaming_reasons.add(reason)
+        for known in self._not_streaming_reasons:
+            self.not_streaming.labels(reason=known).set(1 if known == reason else 0)
 
     def record_slot(self, slot: SlotState | None, retained_wal_bytes: int | None) -> None:
         """Export what decides whether the slot survives (sampled by the monitor)."""

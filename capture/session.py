@@ -93,6 +93,8 @@ class ServiceState:
     pending: int = 0
     options: ProtocolOptions | None = None
     pending_commits: deque[tuple[int, float]] = field(default_factory=deque)
+    not_streaming: str | None = None
+    """Why the daemon is not streaming right now (the last retryable error), for /readyz."""
 
     def apply_lag_seconds(self, now: float) -> float:
         """Now minus the commit time of the oldest transaction not yet durable; 0 if none.

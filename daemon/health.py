@@ -86,7 +86,8 @@ def readiness_check(state: ServiceState, max_lag_seconds: float) -> Check:
 
     def check() -> tuple[bool, str]:
         if not state.connected:
-            return False, "not connected to the source"
+            why = state.not_streaming
+            return False, f"not streaming: {why}" if why else "not connected to the source"
         lag = state.apply_lag_seconds(time.time())
         if lag > max_lag_seconds:
             return False, f"apply lag {lag:.0f}s above {max_lag_seconds:.0f}s"

@@ -37,6 +37,7 @@ from capture import (
     FlushTracker,
     Metrics,
     ReconnectSettings,
+    ReplicationConnectionLostError,
     ReplicationStream,
     ServiceState,
     Session,
@@ -45,6 +46,7 @@ from capture import (
     SnapshotMarkerStore,
     SourceInfo,
     SourceMonitor,
+    SourceRefusedError,
     ensure_snapshot,
     prepare_source,
     start_replication_options,
@@ -146,6 +148,8 @@ class Supervisor:
                     if not exc.retryable:
                         raise
                     self.state.connected = False
+                    self.state.not_streaming = str(exc)
+                    self.metrics.record_not_streaming(_reason(exc))
                     self.metrics.record_error("capture", exc, time.time())
                     attempts += 1
                     if reconnect.max_attempts and attempts > reconnect.max_attempts:
@@ -248,6 +252,8 @@ class Supervisor:
                 start_replication_options(options, settings.publications, settings.request.origin),
             )
             self.state.connected = True
+            self.state.not_streaming = None
+            self.metrics.record_not_streaming(None)
             log.info(
                 "replication started",
                 slot=settings.slot,
@@ -263,6 +269,15 @@ class Supervisor:
         finally:
             self.state.connected = False
             stream.close()
+
+
+def _reason(exc: Wal2DeltaError) -> str:
+    """A bounded label for why the daemon is not streaming."""
+    if isinstance(exc, SourceRefusedError):
+        return exc.reason
+    if isinstance(exc, ReplicationConnectionLostError):
+        return "connection_lost"
+    return type(exc).__name__
 
 
 def package_version() -> str:

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 import yaml
+from prometheus_client import generate_latest
 
 from capture.slots import current_wal_lsn
 from daemon.health import HealthServer, loop_alive_check, readiness_check
@@ -313,3 +314,54 @@ def test_apply_lag_grows_and_readiness_drops_while_a_merge_hangs(
         stop.set()
         runner.join(30)
         server.stop()
+
+
+def test_a_refused_slot_is_reported_with_the_servers_reason_and_retried(
+    pg18_dsn: str, tmp_path: Path
+) -> None:
+    """ "All replication slots are in use" is the server's words, not "connection lost"."""
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
+        (limit,) = conn.execute("SELECT current_setting('max_replication_slots')::int").fetchone()
+        (used,) = conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()
+        fillers = [f"w2d_filler_{i}" for i in range(limit - used)]
+        for name in fillers:
+            conn.execute("SELECT pg_create_physical_replication_slot(%s)", (name,))
+    config = make_config(
+        pg18_dsn,
+        tmp_path / "lake",
+        ["public.items"],
+        source={"reconnect": {"initial_delay": "100ms", "max_delay": "200ms"}},
+    )
+    stop = threading.Event()
+    service = Supervisor(config, ModelSink(), stop_event=stop)
+    ready = readiness_check(service.state, max_lag_seconds=60)
+    runner = threading.Thread(target=service.run)
+    runner.start()
+    try:
+        wait_until(lambda: service.state.not_streaming is not None, 30, "the refusal")
+        ok, why = ready()
+        assert not ok
+        assert "all replication slots are in use" in why
+        assert "max_replication_slots" in why  # the server's hint
+        assert "SQLSTATE 53400" in why
+        text = generate_latest(service.metrics.registry).decode()
+        assert 'wal2delta_not_streaming{reason="configuration_limit_exceeded"} 1.0' in text
+        # Retried: once a slot is free again, the daemon streams and says so.
+        with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+            for name in fillers:
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
+        wait_until(lambda: service.state.connected, 30, "the daemon to stream")
+        assert ready()[0]
+        text = generate_latest(service.metrics.registry).decode()
+        assert 'wal2delta_not_streaming{reason="configuration_limit_exceeded"} 0.0' in text
+    finally:
+        stop.set()
+        runner.join(30)
+        with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+            for name in fillers:
+                conn.execute(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                    "WHERE slot_name = %s",
+                    (name,),
+                )
