@@ -18,7 +18,12 @@ import structlog
 
 from capture import EXIT_CONFIG, EXIT_FATAL, EXIT_OK, CaptureError
 from config import AppConfig, ConfigError, load_config
-from daemon.logging import configure_logging
+from daemon.logging import (
+    StderrAsJson,
+    configure_engine_logging,
+    configure_logging,
+    uses_json,
+)
 from daemon.process import install_stop_signals, run_service
 from daemon.supervisor import Supervisor, package_version
 from decoder import Lsn, Wal2DeltaError, parse_lsn
@@ -46,7 +51,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if config is None:
         return EXIT_CONFIG
     configure_logging(config.logging.format, config.logging.level)
-    return run_service(config, endpos=args.endpos, tune_gc=True)
+    configure_engine_logging(config.logging.level)
+    routed = StderrAsJson() if uses_json(config.logging.format) else None
+    if routed is not None:
+        routed.start()
+    try:
+        return run_service(config, endpos=args.endpos, tune_gc=True)
+    finally:
+        if routed is not None:
+            routed.stop()
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:

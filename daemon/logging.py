@@ -7,18 +7,37 @@ and secrets are never logged; LSNs are logged in PostgreSQL's ``X/X`` form.
 
 from __future__ import annotations
 
+import json
 import logging as stdlib_logging
+import os
+import re
 import sys
+import threading
+from datetime import UTC, datetime
 from typing import Literal
 
 import structlog
 
 LogFormat = Literal["auto", "json", "console"]
 
+# env_logger levels of the embedded Spark engine (Sail is Rust), for each of ours.
+_ENGINE_LEVELS = {"debug": "debug", "info": "info", "warning": "warn", "error": "error"}
+
+
+def uses_json(fmt: LogFormat) -> bool:
+    """Whether ``fmt`` renders JSON on this process's stderr."""
+    return fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+
+
+def configure_engine_logging(level: str) -> None:
+    """Make the embedded engine's own logger follow ``logging.level`` (``RUST_LOG``, read
+    when the engine starts); an explicit ``RUST_LOG`` in the environment wins."""
+    os.environ.setdefault("RUST_LOG", _ENGINE_LEVELS.get(level.lower(), "warn"))
+
 
 def configure_logging(fmt: LogFormat = "auto", level: str = "info") -> None:
     """Configure structlog and the standard library root logger."""
-    use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    use_json = uses_json(fmt)
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -52,3 +71,84 @@ def configure_logging(fmt: LogFormat = "auto", level: str = "info") -> None:
     root.setLevel(level.upper())
     for noisy in ("py4j", "pyspark", "grpc", "urllib3"):
         stdlib_logging.getLogger(noisy).setLevel(stdlib_logging.WARNING)
+
+
+_ENGINE_LINE = re.compile(
+    r"^\[(?P<ts>\S+)\s+(?P<level>[A-Z]+)\s+(?P<target>[^\]]+)\]\s?(?P<msg>.*)$"
+)
+_LEVELS = {"WARN": "warning", "ERROR": "error", "INFO": "info", "DEBUG": "debug", "TRACE": "debug"}
+
+
+def as_json_line(line: str) -> str:
+    """A line written to stderr by anything else than structlog, as one of our JSON events.
+
+    JSON lines (ours) pass unchanged; the engine's ``[time LEVEL target] message`` lines
+    keep their time, level and target; anything else (a library printing, a traceback line)
+    becomes a warning event of logger ``stderr``.
+    """
+    text = line.rstrip("\n")
+    if text.startswith("{"):
+        try:
+            json.loads(text)
+        except ValueError:
+            pass
+        else:
+            return text
+    match = _ENGINE_LINE.match(text)
+    if match is not None:
+        event = {
+            "event": match["msg"],
+            "level": _LEVELS.get(match["level"], match["level"].lower()),
+            "logger": match["target"],
+            "timestamp": match["ts"],
+        }
+    else:
+        event = {
+            "event": text,
+            "level": "warning",
+            "logger": "stderr",
+            "timestamp": datetime.now(UTC).isoformat(),
+        }
+    return json.dumps(event)
+
+
+class StderrAsJson:
+    """Every line written to file descriptor 2 leaves the process as JSON.
+
+    The embedded engine (Rust) and native libraries write to the descriptor directly, past
+    structlog. While active, descriptor 2 is a pipe; a thread reads it and writes each line,
+    converted by ``as_json_line``, to the real stderr. ``stop`` restores the descriptor and
+    waits for the last lines. For the daemon's own process only (not inside test runners,
+    which capture the descriptor themselves).
+    """
+
+    def __init__(self) -> None:
+        self._saved: int | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, 2)
+        os.close(write_end)
+        out = os.fdopen(os.dup(self._saved), "w", encoding="utf-8", errors="replace")
+
+        def forward() -> None:
+            with os.fdopen(read_end, encoding="utf-8", errors="replace") as lines, out:
+                for line in lines:
+                    out.write(as_json_line(line) + "\n")
+                    out.flush()
+
+        self._thread = threading.Thread(target=forward, name="wal2delta-stderr", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._saved is None:
+            return
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)  # closes the pipe's last write end: the reader ends
+        os.close(self._saved)
+        self._saved = None
+        if self._thread is not None:
+            self._thread.join(5)
