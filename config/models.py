@@ -78,6 +78,8 @@ LogFormat = Literal["auto", "json", "console"]
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
 #: Table that receives logical decoding messages when ``sink.messages`` is ``table``.
+#: This literal, the ``metadata`` defaults and the policy Literals repeat ``sink/constants.py``
+#: (config imports nothing of the project); ``tests/unit/sink/test_constants.py`` pins them.
 MESSAGES_TABLE: Final = "_wal2delta_messages"
 
 #: The oldest protocol version that carries each feature (logicalproto.h).

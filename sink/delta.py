@@ -74,6 +74,7 @@ from decoder import (
     pg_timestamp_to_datetime,
 )
 from sink.base import Batch, BatchResult, SinkDataError
+from sink.constants import COLUMNS_TABLE, MESSAGES_TABLE, SNAPSHOTS_TABLE
 from sink.evolution import (
     CatalogTable,
     ColumnOrigin,
@@ -136,10 +137,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = structlog.get_logger("wal2delta.sink")
-
-MESSAGES_TABLE: Final = "_wal2delta_messages"
-SNAPSHOTS_TABLE: Final = "_wal2delta_snapshots"
-COLUMNS_TABLE: Final = "_wal2delta_columns"
 
 
 class SnapshotMarkerLike(Protocol):

@@ -55,7 +55,7 @@ import string
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
-from sink.settings import ColumnNamePolicy
+from sink.constants import ColumnNamePolicy
 
 _HEX: Final = frozenset("0123456789ABCDEF")
 _PATH_SAFE: Final = frozenset(string.ascii_letters + string.digits + "_-.")

@@ -96,10 +96,10 @@ from decoder import (
     pg_timestamp_to_datetime,
 )
 from sink.base import Batch, SinkDataError
+from sink.constants import ColumnNamePolicy, MissingKeyPolicy
 from sink.keyless import KeylessChange, KeylessStep
 from sink.matching import hashable
 from sink.naming import delta_can_hold, delta_column_name
-from sink.settings import ColumnNamePolicy, MissingKeyPolicy
 from sink.typemap import (
     DeltaType,
     UnrepresentableValueError,
@@ -112,7 +112,6 @@ from sink.typemap import (
 )
 
 Identity = Literal["key", "row", "ordinal"]
-RowOperation = Literal["insert", "update", "delete"]
 PrimaryKeyLookup = Callable[[Relation], Sequence[str]]
 """Relation -> its table's primary key columns (empty when none), from the source catalog."""
 

@@ -8,11 +8,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
 
-SparkMode = Literal["embedded", "connect", "classic"]
-MissingKeyPolicy = Literal["error", "skip"]
-ColumnNamePolicy = Literal["error", "map"]
+from sink.constants import (
+    COMMIT_TIME_COLUMN,
+    DELETED_COLUMN,
+    KEY_BUCKET_COLUMN,
+    LSN_COLUMN,
+    ORDINAL_COLUMN,
+    ROW_LSN_COLUMN,
+    ROW_ORDINAL_COLUMN,
+    ColumnNamePolicy,
+    MissingKeyPolicy,
+    SparkMode,
+)
+
+__all__ = [
+    "ColumnNamePolicy",
+    "KeyBuckets",
+    "MissingKeyPolicy",
+    "SinkSettings",
+    "SparkMode",
+    "SparkSettings",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,18 +80,18 @@ class SinkSettings:
     """
 
     path: str
-    lsn_column: str = "_wal2delta_lsn"
-    commit_time_column: str = "_wal2delta_commit_ts"
-    deleted_column: str = "_wal2delta_deleted"
+    lsn_column: str = LSN_COLUMN
+    commit_time_column: str = COMMIT_TIME_COLUMN
+    deleted_column: str = DELETED_COLUMN
     soft_delete: bool = False
     messages_table: bool = False
     keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    ordinal_column: str = "_wal2delta_ordinal"
+    ordinal_column: str = ORDINAL_COLUMN
     on_missing_key: MissingKeyPolicy = "error"
     key_buckets: Mapping[str, KeyBuckets] = field(default_factory=dict)
-    key_bucket_column: str = "_wal2delta_key_bucket"
-    row_lsn_column: str = "_wal2delta_row_lsn"
-    row_ordinal_column: str = "_wal2delta_row_ordinal"
+    key_bucket_column: str = KEY_BUCKET_COLUMN
+    row_lsn_column: str = ROW_LSN_COLUMN
+    row_ordinal_column: str = ROW_ORDINAL_COLUMN
     column_names: ColumnNamePolicy = "error"
 
 

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from sink.constants import KEY_BUCKET_COLUMN, ROW_LSN_COLUMN, ROW_ORDINAL_COLUMN
 from sink.keyless import FoldedStep
 from sink.partitioning import BucketFilter
 from sink.plan import HELPER_PREFIX, MergeStep
@@ -76,9 +77,9 @@ class MetadataColumns:
     deleted: str
     ordinal: str
     soft_delete: bool
-    key_bucket: str = "_wal2delta_key_bucket"
-    row_lsn: str = "_wal2delta_row_lsn"
-    row_ordinal: str = "_wal2delta_row_ordinal"
+    key_bucket: str = KEY_BUCKET_COLUMN
+    row_lsn: str = ROW_LSN_COLUMN
+    row_ordinal: str = ROW_ORDINAL_COLUMN
 
     @classmethod
     def from_settings(cls, settings: SinkSettings) -> MetadataColumns:
@@ -434,7 +435,7 @@ COLUMN_ORIGIN_COLUMNS: Final = (
     "since_lsn",
     "updated_at",
 )
-"""The columns of the lake's column origin table (``delta.COLUMNS_TABLE``); the first three
+"""The columns of the lake's column origin table (``constants.COLUMNS_TABLE``); the first three
 identify a Delta column by its source table's names and its Delta name."""
 
 
