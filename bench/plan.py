@@ -14,7 +14,7 @@ Method
    transaction's are, once in the text protocol and once in the binary one.
 2. Check that both paths plan the batch and build its Arrow source tables identically
    (``BatchPlan`` equality, Arrow IPC bytes); a difference exits non-zero.
-3. Time ``plan_batch`` followed by ``sink.delta.source_table`` for every merge step -
+3. Time ``plan_batch`` followed by ``sink.arrow.source_table`` for every merge step -
    the CPU work ``DeltaSink.apply`` does before its first Spark call - with the
    converters resolved once per relation (the sink's path) and with ``generic_values``,
    which converts every value through ``convert_value`` (the path before them). Both run
@@ -55,7 +55,7 @@ from decoder import (
     datetime_to_pg_timestamp,
 )
 from sink import Batch, SinkSettings
-from sink.delta import source_table
+from sink.arrow import source_table
 from sink.plan import BatchPlan, MergeStep, plan_batch
 from sink.sql import MetadataColumns
 
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     facts: dict[str, object] = {
         "batch": f"{args.changes:,} changes (60% insert, 30% update, 10% delete), "
         f"transactions of {TRANSACTION}",
-        "measured": "plan_batch + Arrow source tables (sink.delta.source_table), "
+        "measured": "plan_batch + Arrow source tables (sink.arrow.source_table), "
         "identical results checked",
         "baseline": "the same code with generic_values=True (it shares the folding and "
         "Arrow speed-ups, so the ratio understates the gain over the code before them)",

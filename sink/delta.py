@@ -54,11 +54,11 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Final, Protocol
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 import structlog
@@ -72,6 +72,15 @@ from decoder import (
     ValueDecoder,
     format_lsn,
     pg_timestamp_to_datetime,
+)
+from sink.arrow import (
+    ArrowColumn,
+    arrow_table,
+    ddl,
+    keyless_source_table,
+    keyless_touch_table,
+    plan_column,
+    source_table,
 )
 from sink.base import Batch, BatchResult, SinkDataError
 from sink.constants import COLUMNS_TABLE, MESSAGES_TABLE, SNAPSHOTS_TABLE
@@ -99,21 +108,13 @@ from sink.spark import engine_errors
 from sink.sql import (
     ANOMALY_COUNT,
     COLUMN_ORIGIN_COLUMNS,
-    DELETE_FLAG,
-    KEYLESS_INSERT,
     KEYLESS_KIND,
-    KEYLESS_REMOVE,
-    KEYLESS_REWRITE,
     MESSAGE_COLUMNS,
-    MOVED_FLAG,
     SNAPSHOT_COLUMNS,
     WANTED_COUNT,
     WANTED_VALUE,
     MetadataColumns,
     delta_table,
-    keep_flag,
-    keyless_source_columns,
-    moved_from_column,
     quote,
     render_added_columns_select,
     render_column_origins_merge,
@@ -127,11 +128,9 @@ from sink.sql import (
     render_snapshot_marker_merge,
     render_toast_anomaly_count,
     render_truncate,
-    source_columns,
-    touch_columns,
     truncate_columns,
 )
-from sink.typemap import BIGINT, BINARY, BOOLEAN, INT, STRING, TIMESTAMP
+from sink.typemap import BIGINT, BINARY, BOOLEAN, STRING, TIMESTAMP
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -159,219 +158,6 @@ class SnapshotRecord:
     slot: str
     status: str
     consistent_point: Lsn
-
-
-@dataclass(frozen=True, slots=True)
-class _Column:
-    """A column of a DataFrame shipped to Spark: name, Spark SQL type, Arrow type."""
-
-    name: str
-    spark_sql: str
-    arrow: pa.DataType
-
-
-def _ddl(columns: Sequence[_Column]) -> str:
-    return ", ".join(f"{quote(c.name)} {c.spark_sql}" for c in columns)
-
-
-def _plan_column(column: PlanColumn) -> _Column:
-    return _Column(column.name, column.delta.spark_sql, column.delta.arrow)
-
-
-_UNIX_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND: Final = timedelta(microseconds=1)
-
-
-_ArrayBuilder = Callable[[Sequence[object], pa.DataType], pa.Array]
-
-
-def _array(values: Sequence[object], arrow: pa.DataType) -> pa.Array:
-    return pa.array(values, type=arrow)
-
-
-def _commit_time_array(values: Sequence[object], arrow: pa.DataType) -> pa.Array:
-    """``pa.array(values, type=arrow)`` for a ``TIMESTAMP`` column, the values as integers."""
-    try:
-        micros = _utc_microseconds(values)
-    except TypeError:
-        # Not aware datetimes after all: Arrow reads (or rejects) them itself.
-        return pa.array(values, type=arrow)
-    return pa.array(micros, type=arrow)
-
-
-def _utc_microseconds(values: Sequence[object]) -> list[int | None]:
-    """Microseconds since the Unix epoch of aware datetimes (None stays None).
-
-    Consecutive rows often share one datetime object (the commit time of a transaction),
-    so a repeated object is converted once.
-
-    Raises:
-        TypeError: a value is not an aware datetime.
-    """
-    out: list[int | None] = []
-    append = out.append
-    last: object = None
-    last_micros: int | None = None
-    for value in values:
-        if value is not last:
-            if not isinstance(value, datetime):
-                if value is not None:
-                    raise TypeError(type(value).__name__)
-                last_micros = None
-            else:
-                # Subtracting an aware epoch raises TypeError for a naive datetime.
-                last_micros = (value - _UNIX_EPOCH) // _MICROSECOND
-            last = value
-        append(last_micros)
-    return out
-
-
-def source_table(
-    table: str, step: MergeStep, meta: MetadataColumns
-) -> tuple[list[_Column], pa.Table]:
-    """Build the MERGE source of ``step`` as Arrow, in ``source_columns`` order.
-
-    Every column is one ``pa.array`` call over its values. The commit times are handed to
-    Arrow as microseconds since the epoch, which is what Arrow stores for them: each
-    transaction's rows share one datetime object, converted once, where Arrow would read
-    every row's datetime again.
-
-    Raises:
-        SinkDataError: a column's values do not fit its Arrow type (a DECIMAL value with
-            more digits than the column's precision).
-    """
-    rows = step.rows
-    columns: list[_Column] = []
-    arrays: list[pa.Array] = []
-
-    def add(column: _Column, values: Sequence[object], build: _ArrayBuilder = _array) -> None:
-        try:
-            arrays.append(build(values, column.arrow))
-        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-            # Arrow's message may quote a value; it stays in the chained exception.
-            raise SinkDataError(
-                f"cannot build {column.spark_sql} values for column {column.name!r} of "
-                f"{table} ({type(exc).__name__}); see the chained error"
-            ) from exc
-        columns.append(column)
-
-    # One pass turns the rows into columns; strict: every row has every column.
-    by_column: list[tuple[object, ...]] = (
-        list(zip(*[r.values for r in rows], strict=True)) if rows else [()] * len(step.columns)
-    )
-    for column, values in zip(step.columns, by_column, strict=True):
-        delta = column.delta
-        add(_Column(column.name, delta.spark_sql, delta.arrow), values)
-    add(_Column(meta.lsn, BIGINT.spark_sql, BIGINT.arrow), [r.lsn for r in rows])
-    add(
-        _Column(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
-        [r.commit_time for r in rows],
-        _commit_time_array,
-    )
-    if step.identity == "ordinal":
-        add(_Column(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow), [r.ordinal for r in rows])
-    add(_Column(DELETE_FLAG, BOOLEAN.spark_sql, BOOLEAN.arrow), [r.delete for r in rows])
-    for index in step.kept_indexes:
-        add(
-            _Column(keep_flag(index), BOOLEAN.spark_sql, BOOLEAN.arrow),
-            [index in r.keep for r in rows],
-        )
-    if step.has_moved_keeps:
-        add(
-            _Column(MOVED_FLAG, BOOLEAN.spark_sql, BOOLEAN.arrow),
-            [r.moved_from is not None for r in rows],
-        )
-        for position, column in enumerate(step.match_columns):
-            delta = column.delta
-            add(
-                _Column(moved_from_column(position), delta.spark_sql, delta.arrow),
-                [None if r.moved_from is None else r.moved_from[position] for r in rows],
-            )
-    names = [c.name for c in columns]
-    assert tuple(names) == source_columns(step, meta), "source view out of step with sql.py"
-    return columns, pa.Table.from_arrays(arrays, names=names)
-
-
-def _arrow_table(
-    table: str, columns: Sequence[_Column], arrays: Sequence[Sequence[object]]
-) -> pa.Table:
-    """One Arrow table from per-column values, with the error ``source_table`` raises."""
-    built = []
-    for column, values in zip(columns, arrays, strict=True):
-        build = _commit_time_array if column.arrow == TIMESTAMP.arrow else _array
-        try:
-            built.append(build(values, column.arrow))
-        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-            raise SinkDataError(
-                f"cannot build {column.spark_sql} values for column {column.name!r} of "
-                f"{table} ({type(exc).__name__}); see the chained error"
-            ) from exc
-    return pa.Table.from_arrays(built, names=[c.name for c in columns])
-
-
-def keyless_source_table(
-    table: str, step: FoldedStep, assigned: Sequence[Candidate | None], meta: MetadataColumns
-) -> tuple[list[_Column], pa.Table]:
-    """The source of a keyless MERGE (``sql.keyless_source_columns``): new rows, then takes.
-
-    Takes that found no row (``assigned`` None) are left out.
-    """
-    rows: list[tuple[object, ...]] = []
-    width = len(step.columns)
-    for new in step.new_rows:
-        rows.append(
-            (
-                *new.values,
-                new.row_lsn,
-                new.row_ordinal,
-                new.lsn,
-                new.commit_time,
-                new.ordinal,
-                KEYLESS_INSERT,
-            )
-        )
-    for take, row in zip(step.takes, assigned, strict=True):
-        if row is None:
-            continue
-        kind = KEYLESS_REMOVE if take.new is None else KEYLESS_REWRITE
-        values = take.new if take.new is not None else (None,) * width
-        rows.append(
-            (
-                *values,
-                row.row_lsn,
-                row.row_ordinal,
-                take.new_lsn,
-                take.commit_time,
-                take.new_ordinal,
-                kind,
-            )
-        )
-    columns = [_plan_column(c) for c in step.columns] + [
-        _Column(meta.row_lsn, BIGINT.spark_sql, BIGINT.arrow),
-        _Column(meta.row_ordinal, BIGINT.spark_sql, BIGINT.arrow),
-        _Column(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
-        _Column(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
-        _Column(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow),
-        _Column(KEYLESS_KIND, INT.spark_sql, INT.arrow),
-    ]
-    assert tuple(c.name for c in columns) == keyless_source_columns(meta, step)
-    by_column = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
-    return columns, _arrow_table(table, columns, by_column)
-
-
-def keyless_touch_table(
-    table: str, step: FoldedStep, meta: MetadataColumns
-) -> tuple[list[_Column], pa.Table]:
-    """The touched values of a keyless step with their stamps (``sql.touch_columns``)."""
-    columns = [_plan_column(c) for c in step.columns] + [
-        _Column(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
-        _Column(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
-        _Column(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow),
-    ]
-    assert tuple(c.name for c in columns) == touch_columns(meta, step)
-    rows = [(*t.values, t.lsn, t.commit_time, t.ordinal) for t in step.touches]
-    by_column = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
-    return columns, _arrow_table(table, columns, by_column)
 
 
 @dataclass(slots=True)
@@ -498,14 +284,14 @@ class DeltaSink:
 
     # --- snapshot markers (capture.snapshot.SnapshotMarkerStore) ---------------------------
 
-    def _snapshots(self) -> tuple[str, list[_Column]]:
+    def _snapshots(self) -> tuple[str, list[ArrowColumn]]:
         path = f"{self._settings.path.rstrip('/')}/{SNAPSHOTS_TABLE}"
         slot, status, point, updated = SNAPSHOT_COLUMNS
         columns = [
-            _Column(slot, STRING.spark_sql, STRING.arrow),
-            _Column(status, STRING.spark_sql, STRING.arrow),
-            _Column(point, BIGINT.spark_sql, BIGINT.arrow),
-            _Column(updated, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+            ArrowColumn(slot, STRING.spark_sql, STRING.arrow),
+            ArrowColumn(status, STRING.spark_sql, STRING.arrow),
+            ArrowColumn(point, BIGINT.spark_sql, BIGINT.arrow),
+            ArrowColumn(updated, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
         ]
         self._ensure_columns(path, SNAPSHOTS_TABLE, columns)
         return path, columns
@@ -547,17 +333,17 @@ class DeltaSink:
 
     # --- column origins (evolution.ColumnOrigin) -------------------------------------------
 
-    def _origins_table(self) -> tuple[str, list[_Column]]:
+    def _origins_table(self) -> tuple[str, list[ArrowColumn]]:
         path = f"{self._settings.path.rstrip('/')}/{COLUMNS_TABLE}"
         schema, table, column, attnum, oid, since, updated = COLUMN_ORIGIN_COLUMNS
         columns = [
-            _Column(schema, STRING.spark_sql, STRING.arrow),
-            _Column(table, STRING.spark_sql, STRING.arrow),
-            _Column(column, STRING.spark_sql, STRING.arrow),
-            _Column(attnum, BIGINT.spark_sql, BIGINT.arrow),
-            _Column(oid, BIGINT.spark_sql, BIGINT.arrow),
-            _Column(since, BIGINT.spark_sql, BIGINT.arrow),
-            _Column(updated, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+            ArrowColumn(schema, STRING.spark_sql, STRING.arrow),
+            ArrowColumn(table, STRING.spark_sql, STRING.arrow),
+            ArrowColumn(column, STRING.spark_sql, STRING.arrow),
+            ArrowColumn(attnum, BIGINT.spark_sql, BIGINT.arrow),
+            ArrowColumn(oid, BIGINT.spark_sql, BIGINT.arrow),
+            ArrowColumn(since, BIGINT.spark_sql, BIGINT.arrow),
+            ArrowColumn(updated, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
         ]
         self._ensure_columns(path, COLUMNS_TABLE, columns)
         return path, columns
@@ -594,7 +380,7 @@ class DeltaSink:
             row = (schema, table, name, origin.attnum, origin.table_oid, origin.since_lsn, now)
             for values, value in zip(arrays, row, strict=True):
                 values.append(value)
-        arrow = _arrow_table(f"{schema}.{table}", columns, arrays)
+        arrow = arrow_table(f"{schema}.{table}", columns, arrays)
         with (
             engine_errors(f"recording the column origins of {schema}.{table}"),
             self._view(arrow, columns) as view,
@@ -612,14 +398,14 @@ class DeltaSink:
             # A new table gets the columns of its first relation, also when the batch only
             # truncates it (the TRUNCATE's relation is then in ``plan.columns``).
             first = next((s for s in plan.steps if not isinstance(s, TruncateStep)), None)
-            data = [_plan_column(c) for c in (first.columns if first is not None else plan.columns)]
+            data = [plan_column(c) for c in (first.columns if first is not None else plan.columns)]
             wanted = data + self._metadata_columns(
                 ordinal=plan.uses_ordinal or plan.uses_row_ids, row_ids=plan.uses_row_ids
             )
             spec = self._settings.key_buckets.get(plan.qualified_name)
             partition = self._meta.key_bucket if spec is not None else None
             if partition is not None:
-                wanted.append(_Column(partition, BIGINT.spark_sql, BIGINT.arrow))
+                wanted.append(ArrowColumn(partition, BIGINT.spark_sql, BIGINT.arrow))
             relation = state.relation if state is not None else None
             state = self._load(path, plan.qualified_name, wanted, data=True, partition=partition)
             state.relation = relation
@@ -659,26 +445,26 @@ class DeltaSink:
             )
         return anomalies
 
-    def _metadata_columns(self, *, ordinal: bool, row_ids: bool = False) -> list[_Column]:
+    def _metadata_columns(self, *, ordinal: bool, row_ids: bool = False) -> list[ArrowColumn]:
         meta = self._meta
         columns = [
-            _Column(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
-            _Column(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+            ArrowColumn(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
+            ArrowColumn(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
         ]
         if meta.soft_delete:
-            columns.append(_Column(meta.deleted, BOOLEAN.spark_sql, BOOLEAN.arrow))
+            columns.append(ArrowColumn(meta.deleted, BOOLEAN.spark_sql, BOOLEAN.arrow))
         if ordinal:
-            columns.append(_Column(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow))
+            columns.append(ArrowColumn(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow))
         if row_ids:
-            columns.append(_Column(meta.row_lsn, BIGINT.spark_sql, BIGINT.arrow))
-            columns.append(_Column(meta.row_ordinal, BIGINT.spark_sql, BIGINT.arrow))
+            columns.append(ArrowColumn(meta.row_lsn, BIGINT.spark_sql, BIGINT.arrow))
+            columns.append(ArrowColumn(meta.row_ordinal, BIGINT.spark_sql, BIGINT.arrow))
         return columns
 
     def _load(
         self,
         path: str,
         table: str,
-        wanted: Sequence[_Column],
+        wanted: Sequence[ArrowColumn],
         *,
         data: bool = False,
         partition: str | None = None,
@@ -724,7 +510,7 @@ class DeltaSink:
                 "width"
             )
 
-    def _ensure_columns(self, path: str, table: str, wanted: Sequence[_Column]) -> None:
+    def _ensure_columns(self, path: str, table: str, wanted: Sequence[ArrowColumn]) -> None:
         """Create the table, or add the columns it lacks (NULL in existing rows)."""
         state = self._tables.get(path)
         if state is None:
@@ -732,7 +518,7 @@ class DeltaSink:
         self._add_columns(path, table, state, [c for c in wanted if c.name not in state.columns])
 
     def _add_columns(
-        self, path: str, table: str, state: _TableState, columns: Sequence[_Column]
+        self, path: str, table: str, state: _TableState, columns: Sequence[ArrowColumn]
     ) -> None:
         """Append ``columns`` to the table's schema; a metadata-only Delta commit."""
         if not columns:
@@ -741,7 +527,7 @@ class DeltaSink:
         partition = state.partition_column
         if partition is not None:
             # Sail rejects an append to a partitioned table without its partition column.
-            frame_columns.append(_Column(partition, BIGINT.spark_sql, BIGINT.arrow))
+            frame_columns.append(ArrowColumn(partition, BIGINT.spark_sql, BIGINT.arrow))
         with engine_errors(f"adding columns {', '.join(c.name for c in columns)} to {table}"):
             writer = (
                 self._empty_frame(frame_columns)
@@ -795,7 +581,7 @@ class DeltaSink:
         )
         values = self._missing_values(plan, (*change.added, *change.returned), catalog)
         table = plan.qualified_name
-        plain = [_plan_column(c) for c in change.added if c.name not in values] + metadata
+        plain = [plan_column(c) for c in change.added if c.name not in values] + metadata
         self._add_columns(path, table, state, plain)
         defaulted = [c for c in change.added if c.name in values]
         if defaulted:
@@ -863,8 +649,8 @@ class DeltaSink:
 
     def _default_view_data(
         self, columns: Sequence[PlanColumn], values: dict[str, object]
-    ) -> tuple[list[_Column], pa.Table]:
-        specs = [_plan_column(c) for c in columns]
+    ) -> tuple[list[ArrowColumn], pa.Table]:
+        specs = [plan_column(c) for c in columns]
         arrow = pa.table(
             {c.name: pa.array([values.get(c.name)], c.arrow) for c in specs},
         )
@@ -924,17 +710,17 @@ class DeltaSink:
                 render_column_reset(names, self._meta, target=delta_table(path), view=view, lsn=lsn)
             )
 
-    def _empty_frame(self, columns: Sequence[_Column]) -> DataFrame:
+    def _empty_frame(self, columns: Sequence[ArrowColumn]) -> DataFrame:
         schema = pa.schema([pa.field(c.name, c.arrow) for c in columns])
-        return self._spark.createDataFrame(schema.empty_table(), schema=_ddl(columns))
+        return self._spark.createDataFrame(schema.empty_table(), schema=ddl(columns))
 
     # --- steps -----------------------------------------------------------------------------
 
     @contextmanager
-    def _view(self, table: pa.Table, columns: Sequence[_Column]) -> Iterator[str]:
+    def _view(self, table: pa.Table, columns: Sequence[ArrowColumn]) -> Iterator[str]:
         """Register ``table`` as a temporary view for the duration of the block."""
         name = f"__w2d_source_{next(self._view_numbers)}"
-        frame = self._spark.createDataFrame(table, schema=_ddl(columns))
+        frame = self._spark.createDataFrame(table, schema=ddl(columns))
         frame.createOrReplaceTempView(name)
         try:
             yield name
@@ -956,8 +742,8 @@ class DeltaSink:
                 return
             lsn_name, time_name = truncate_columns(self._meta)
             columns = [
-                _Column(lsn_name, BIGINT.spark_sql, BIGINT.arrow),
-                _Column(time_name, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+                ArrowColumn(lsn_name, BIGINT.spark_sql, BIGINT.arrow),
+                ArrowColumn(time_name, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
             ]
             arrow = pa.table(
                 {
@@ -982,7 +768,7 @@ class DeltaSink:
                 self._check_bucket_width(table, target, step.columns[index].name, spec)
                 state.buckets_checked = True
             values = bucket_values(step, index, spec.width)
-            partition = _Column(state.partition_column, BIGINT.spark_sql, BIGINT.arrow)
+            partition = ArrowColumn(state.partition_column, BIGINT.spark_sql, BIGINT.arrow)
             arrow = arrow.append_column(partition.name, pa.array(values, BIGINT.arrow))
             columns = [*columns, partition]
             buckets = bucket_filter(partition.name, values)
@@ -1041,12 +827,12 @@ class DeltaSink:
         columns, arrow = keyless_source_table(table, folded, [], self._meta)
         columns, arrow = columns[:-1], arrow.drop_columns([KEYLESS_KIND])
         if self._meta.soft_delete:
-            columns.append(_Column(self._meta.deleted, BOOLEAN.spark_sql, BOOLEAN.arrow))
+            columns.append(ArrowColumn(self._meta.deleted, BOOLEAN.spark_sql, BOOLEAN.arrow))
             arrow = arrow.append_column(
                 self._meta.deleted, pa.array([False] * arrow.num_rows, BOOLEAN.arrow)
             )
         with engine_errors(f"appending to {table}"):
-            frame = self._spark.createDataFrame(arrow, schema=_ddl(columns))
+            frame = self._spark.createDataFrame(arrow, schema=ddl(columns))
             frame.write.format("delta").mode("append").save(path)
 
     def _merge_folded(self, table: str, target: str, folded: FoldedStep) -> None:
@@ -1092,14 +878,14 @@ class DeltaSink:
         """Read the candidate rows of the step's takes and assign one to each take."""
         wanted = step.taken_values()
         specs = [
-            _Column(WANTED_VALUE, BIGINT.spark_sql, BIGINT.arrow),
-            *(_plan_column(c) for c in step.columns),
-            _Column(WANTED_COUNT, BIGINT.spark_sql, BIGINT.arrow),
+            ArrowColumn(WANTED_VALUE, BIGINT.spark_sql, BIGINT.arrow),
+            *(plan_column(c) for c in step.columns),
+            ArrowColumn(WANTED_COUNT, BIGINT.spark_sql, BIGINT.arrow),
         ]
         arrays: list[list[object]] = [list(range(len(wanted)))]
         arrays += [[value[i] for value, _ in wanted] for i in range(len(step.columns))]
         arrays.append([count for _, count in wanted])
-        arrow = _arrow_table(table, specs, arrays)
+        arrow = arrow_table(table, specs, arrays)
         meta = self._meta
         with (
             engine_errors(f"finding the rows of {table} its changes take"),
@@ -1155,7 +941,7 @@ class DeltaSink:
                 "was written with"
             )
 
-    def _source_table(self, table: str, step: MergeStep) -> tuple[list[_Column], pa.Table]:
+    def _source_table(self, table: str, step: MergeStep) -> tuple[list[ArrowColumn], pa.Table]:
         """Build the MERGE source of ``step`` as Arrow, in ``source_columns`` order."""
         return source_table(table, step, self._meta)
 
@@ -1166,12 +952,12 @@ class DeltaSink:
         path = f"{self._settings.path.rstrip('/')}/{MESSAGES_TABLE}"
         name_lsn, name_prefix, name_content, name_transactional = MESSAGE_COLUMNS
         columns = [
-            _Column(name_lsn, BIGINT.spark_sql, BIGINT.arrow),
-            _Column(name_prefix, STRING.spark_sql, STRING.arrow),
-            _Column(name_content, BINARY.spark_sql, BINARY.arrow),
-            _Column(name_transactional, BOOLEAN.spark_sql, BOOLEAN.arrow),
-            _Column(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
-            _Column(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+            ArrowColumn(name_lsn, BIGINT.spark_sql, BIGINT.arrow),
+            ArrowColumn(name_prefix, STRING.spark_sql, STRING.arrow),
+            ArrowColumn(name_content, BINARY.spark_sql, BINARY.arrow),
+            ArrowColumn(name_transactional, BOOLEAN.spark_sql, BOOLEAN.arrow),
+            ArrowColumn(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
+            ArrowColumn(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
         ]
         self._ensure_columns(path, MESSAGES_TABLE, columns)
         arrow = pa.table(

@@ -36,7 +36,8 @@ from decoder import (
     datetime_to_pg_timestamp,
 )
 from sink import Batch, SinkDataError, SinkSettings
-from sink.delta import _commit_time_array, source_table
+from sink.arrow import commit_time_array as _commit_time_array
+from sink.arrow import source_table
 from sink.plan import (
     BatchPlan,
     MergeStep,
