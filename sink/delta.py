@@ -48,17 +48,20 @@ Snapshot markers: ``DeltaSink`` also records, per replication slot, whether the 
 snapshot of the tables finished (``capture.snapshot.SnapshotMarkerStore``), in a small Delta
 table ``<path>/_wal2delta_snapshots`` next to the data it describes, so a lake copied or
 restored elsewhere carries its own snapshot state.
+
+Where the parts live: Arrow sources in ``arrow.py``; table creation, the schema cache and
+partition checks in ``tables.py``; the bookkeeping tables (snapshot markers, column
+origins, messages) in ``bookkeeping.py``; this module runs the plan's steps and makes
+tables follow their relation.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import structlog
@@ -66,12 +69,10 @@ import structlog
 from decoder import (
     ColumnKind,
     Lsn,
-    MessageChange,
     Relation,
     TypeDescription,
     ValueDecoder,
     format_lsn,
-    pg_timestamp_to_datetime,
 )
 from sink.arrow import (
     ArrowColumn,
@@ -83,7 +84,7 @@ from sink.arrow import (
     source_table,
 )
 from sink.base import Batch, BatchResult, SinkDataError
-from sink.constants import COLUMNS_TABLE, MESSAGES_TABLE, SNAPSHOTS_TABLE
+from sink.bookkeeping import Bookkeeping, SnapshotMarkerLike, SnapshotRecord
 from sink.evolution import (
     CatalogTable,
     ColumnOrigin,
@@ -107,87 +108,30 @@ from sink.settings import KeyBuckets, SinkSettings
 from sink.spark import engine_errors
 from sink.sql import (
     ANOMALY_COUNT,
-    COLUMN_ORIGIN_COLUMNS,
     KEYLESS_KIND,
-    MESSAGE_COLUMNS,
-    SNAPSHOT_COLUMNS,
     WANTED_COUNT,
     WANTED_VALUE,
     MetadataColumns,
     delta_table,
     quote,
     render_added_columns_select,
-    render_column_origins_merge,
     render_column_reset,
     render_keyless_candidates,
     render_keyless_merge,
     render_merge,
-    render_messages_merge,
     render_missing_row_ids_count,
     render_row_id_backfill,
-    render_snapshot_marker_merge,
     render_toast_anomaly_count,
     render_truncate,
     truncate_columns,
 )
-from sink.typemap import BIGINT, BINARY, BOOLEAN, STRING, TIMESTAMP
+from sink.tables import LakeTables, TableState
+from sink.typemap import BIGINT, BOOLEAN, TIMESTAMP
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 log = structlog.get_logger("wal2delta.sink")
-
-
-class SnapshotMarkerLike(Protocol):
-    """What ``save_snapshot_marker`` reads from capture's ``SnapshotMarker``."""
-
-    @property
-    def slot(self) -> str: ...
-
-    @property
-    def status(self) -> str: ...
-
-    @property
-    def consistent_point(self) -> int: ...
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotRecord:
-    """A stored snapshot marker; has the fields of capture's ``SnapshotMarker``."""
-
-    slot: str
-    status: str
-    consistent_point: Lsn
-
-
-@dataclass(slots=True)
-class _TableState:
-    """What this sink knows of one Delta table.
-
-    Attributes:
-        columns: every column (data and metadata) in Delta order, with its type as
-            ``evolution.delta_type_name`` normalises it.
-        relation: the columns of the last merge step applied in this process; None until
-            one was.
-        message: the Relation message object of that step; a step with another one
-            (even an equal one) makes the table follow its relation again.
-        stale: a statement failed; ``columns`` must be read from the table again.
-        partition_column: the key-range partition column when the table has one.
-        buckets_checked: the stored buckets were compared with the configured width.
-        row_ids_complete: every row has a keyless identity and stamp (checked before the
-            first keyless step; a keyed step may insert rows without them).
-        keyless_floor: the newest change of the table known to be applied; keyless changes
-            at or before it are replays (``keyless.py``). Read from the table once.
-    """
-
-    columns: dict[str, str]
-    relation: tuple[PlanColumn, ...] | None = None
-    message: Relation | None = None
-    stale: bool = False
-    partition_column: str | None = None
-    buckets_checked: bool = False
-    row_ids_complete: bool = False
-    keyless_floor: Position | None = None
 
 
 class DeltaSink:
@@ -216,10 +160,9 @@ class DeltaSink:
         # User types in binary mode are described from the catalog (decoder.usertypes), on
         # the first relation that has one.
         self._decoder = ValueDecoder(self._describe_type if catalog is not None else None)
-        self._tables: dict[str, _TableState] = {}
         self._primary_keys: dict[Relation, tuple[str, ...]] = {}
-        self._view_numbers = itertools.count(1)
-        self._origins: dict[tuple[str, str], dict[str, ColumnOrigin]] | None = None
+        self._lake = LakeTables(spark, self._meta)
+        self._bookkeeping = Bookkeeping(spark, self._lake, settings.path, self._meta)
 
     # --- Sink protocol ---------------------------------------------------------------------
 
@@ -253,7 +196,7 @@ class DeltaSink:
                 anomalies_by_table[table.qualified_name] = table_anomalies
             anomalies += table_anomalies
         if plan.messages and self._settings.messages_table:
-            self._apply_messages(plan.messages)
+            self._bookkeeping.write_messages(plan.messages)
         return BatchResult(
             rows_by_table={table.qualified_name: dict(table.counts) for table in plan.tables},
             toast_anomalies=anomalies,
@@ -264,9 +207,9 @@ class DeltaSink:
 
     def close(self) -> None:
         """Forget cached table schemas; the Spark session and the catalog stay open."""
-        self._tables.clear()
+        self._lake.clear()
         self._primary_keys.clear()
-        self._origins = None
+        self._bookkeeping.clear()
 
     def _describe_type(self, type_oid: int) -> TypeDescription | None:
         """A user type's description from the catalog (``ValueDecoder`` caches it per OID)."""
@@ -284,33 +227,13 @@ class DeltaSink:
 
     # --- snapshot markers (capture.snapshot.SnapshotMarkerStore) ---------------------------
 
-    def _snapshots(self) -> tuple[str, list[ArrowColumn]]:
-        path = f"{self._settings.path.rstrip('/')}/{SNAPSHOTS_TABLE}"
-        slot, status, point, updated = SNAPSHOT_COLUMNS
-        columns = [
-            ArrowColumn(slot, STRING.spark_sql, STRING.arrow),
-            ArrowColumn(status, STRING.spark_sql, STRING.arrow),
-            ArrowColumn(point, BIGINT.spark_sql, BIGINT.arrow),
-            ArrowColumn(updated, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
-        ]
-        self._ensure_columns(path, SNAPSHOTS_TABLE, columns)
-        return path, columns
-
     def load_snapshot_marker(self, slot: str) -> SnapshotRecord | None:
-        """The recorded snapshot state of ``slot``, or None when nothing is recorded.
+        """The recorded snapshot state of ``slot``, or None (``bookkeeping.py``).
 
         Raises:
             SinkError: the markers table could not be read.
         """
-        path, _ = self._snapshots()
-        with engine_errors("reading snapshot markers"):
-            # One row per slot: reading the whole table is cheaper than a filtered plan.
-            rows = self._spark.read.format("delta").load(path).collect()
-        name, status, point, _ = SNAPSHOT_COLUMNS
-        for row in rows:
-            if row[name] == slot:
-                return SnapshotRecord(slot, str(row[status]), Lsn(int(row[point])))
-        return None
+        return self._bookkeeping.load_snapshot_marker(slot)
 
     def save_snapshot_marker(self, marker: SnapshotMarkerLike) -> None:
         """Record the snapshot state of ``marker.slot``, replacing any earlier record.
@@ -318,82 +241,13 @@ class DeltaSink:
         Raises:
             SinkError: the marker could not be written.
         """
-        path, columns = self._snapshots()
-        name, status, point, updated = SNAPSHOT_COLUMNS
-        arrow = pa.table(
-            {
-                name: pa.array([marker.slot], STRING.arrow),
-                status: pa.array([marker.status], STRING.arrow),
-                point: pa.array([int(marker.consistent_point)], BIGINT.arrow),
-                updated: pa.array([datetime.now(UTC)], TIMESTAMP.arrow),
-            }
-        )
-        with engine_errors("writing a snapshot marker"), self._view(arrow, columns) as view:
-            self._sql(render_snapshot_marker_merge(target=delta_table(path), view=view))
-
-    # --- column origins (evolution.ColumnOrigin) -------------------------------------------
-
-    def _origins_table(self) -> tuple[str, list[ArrowColumn]]:
-        path = f"{self._settings.path.rstrip('/')}/{COLUMNS_TABLE}"
-        schema, table, column, attnum, oid, since, updated = COLUMN_ORIGIN_COLUMNS
-        columns = [
-            ArrowColumn(schema, STRING.spark_sql, STRING.arrow),
-            ArrowColumn(table, STRING.spark_sql, STRING.arrow),
-            ArrowColumn(column, STRING.spark_sql, STRING.arrow),
-            ArrowColumn(attnum, BIGINT.spark_sql, BIGINT.arrow),
-            ArrowColumn(oid, BIGINT.spark_sql, BIGINT.arrow),
-            ArrowColumn(since, BIGINT.spark_sql, BIGINT.arrow),
-            ArrowColumn(updated, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
-        ]
-        self._ensure_columns(path, COLUMNS_TABLE, columns)
-        return path, columns
-
-    def _column_origins(self, schema: str, table: str) -> dict[str, ColumnOrigin]:
-        """The recorded origins of the Delta columns of ``schema.table``, by Delta name.
-
-        The whole record is read once per sink: it holds a row per Delta column.
-        """
-        if self._origins is None:
-            path, _ = self._origins_table()
-            with engine_errors("reading the column origins"):
-                rows = self._spark.read.format("delta").load(path).collect()
-            names = COLUMN_ORIGIN_COLUMNS
-            origins: dict[tuple[str, str], dict[str, ColumnOrigin]] = {}
-            for row in rows:
-                since = row[names[5]]
-                origins.setdefault((str(row[names[0]]), str(row[names[1]])), {})[
-                    str(row[names[2]])
-                ] = ColumnOrigin(
-                    int(row[names[3]]), int(row[names[4]]), None if since is None else int(since)
-                )
-            self._origins = origins
-        return self._origins.get((schema, table), {})
-
-    def _record_column_origins(
-        self, schema: str, table: str, entries: Sequence[tuple[str, ColumnOrigin]]
-    ) -> None:
-        """Record (replace) the origins of some Delta columns of ``schema.table``."""
-        path, columns = self._origins_table()
-        now = datetime.now(UTC)
-        arrays: list[list[object]] = [[] for _ in columns]
-        for name, origin in entries:
-            row = (schema, table, name, origin.attnum, origin.table_oid, origin.since_lsn, now)
-            for values, value in zip(arrays, row, strict=True):
-                values.append(value)
-        arrow = arrow_table(f"{schema}.{table}", columns, arrays)
-        with (
-            engine_errors(f"recording the column origins of {schema}.{table}"),
-            self._view(arrow, columns) as view,
-        ):
-            self._sql(render_column_origins_merge(target=delta_table(path), view=view))
-        if self._origins is not None:
-            self._origins.setdefault((schema, table), {}).update(entries)
+        self._bookkeeping.save_snapshot_marker(marker)
 
     # --- tables ----------------------------------------------------------------------------
 
     def _apply_table(self, plan: MergePlan) -> int:
         path = table_path(self._settings.path, plan.schema, plan.table)
-        state = self._tables.get(path)
+        state = self._lake.state(path)
         if state is None or state.stale:
             # A new table gets the columns of its first relation, also when the batch only
             # truncates it (the TRUNCATE's relation is then in ``plan.columns``).
@@ -407,16 +261,18 @@ class DeltaSink:
             if partition is not None:
                 wanted.append(ArrowColumn(partition, BIGINT.spark_sql, BIGINT.arrow))
             relation = state.relation if state is not None else None
-            state = self._load(path, plan.qualified_name, wanted, data=True, partition=partition)
+            state = self._lake.load(
+                path, plan.qualified_name, wanted, data=True, partition=partition
+            )
             state.relation = relation
             try:
-                self._check_partitioning(plan.qualified_name, state, spec)
+                self._lake.check_partitioning(plan.qualified_name, state, spec)
             except SinkDataError:
-                del self._tables[path]  # checked again, never skipped, on the next batch
+                self._lake.forget(path)  # checked again, never skipped, on the next batch
                 raise
             # A table written before soft deletes were switched on lacks their flag.
             missing = [c for c in wanted if c.name not in state.columns and c not in data]
-            self._add_columns(path, plan.qualified_name, state, missing)
+            self._lake.add_columns(path, plan.qualified_name, state, missing)
         target = delta_table(path)
         anomalies = 0
         try:
@@ -460,93 +316,13 @@ class DeltaSink:
             columns.append(ArrowColumn(meta.row_ordinal, BIGINT.spark_sql, BIGINT.arrow))
         return columns
 
-    def _load(
-        self,
-        path: str,
-        table: str,
-        wanted: Sequence[ArrowColumn],
-        *,
-        data: bool = False,
-        partition: str | None = None,
-    ) -> _TableState:
-        """Create the table with ``wanted`` unless it exists; read and cache its schema.
-
-        ``partition`` names the partition column of a table created here (an existing
-        table keeps its layout; ``_check_partitioning`` compares).
-
-        A data table is created with the ``timestampNtz`` table feature even when it has
-        no ``TIMESTAMP_NTZ`` column yet: Delta refuses to add such a column (a PostgreSQL
-        ``timestamp`` added later) to a table whose protocol lacks the feature, and the
-        protocol cannot be upgraded through Sail afterwards.
-        """
-        writer = self._empty_frame(wanted).write.format("delta").mode("ignore")
-        if data:
-            writer = writer.option("delta.feature.timestampNtz", "supported")
-        if partition is not None:
-            writer = writer.partitionBy(partition)
-        with engine_errors(f"creating or reading the Delta table of {table}"):
-            writer.save(path)
-            schema = self._spark.read.format("delta").load(path).schema
-        state = self._tables[path] = _TableState(
-            {field.name: delta_type_name(field.dataType.simpleString()) for field in schema.fields}
-        )
-        if self._meta.key_bucket in state.columns:
-            state.partition_column = self._meta.key_bucket
-        return state
-
-    def _check_partitioning(self, table: str, state: _TableState, spec: KeyBuckets | None) -> None:
-        """The table's layout must be the configured one: a MERGE relies on it."""
-        column = self._meta.key_bucket
-        if spec is not None and state.partition_column is None:
-            raise SinkDataError(
-                f"sink.partition_by_key lists {table}, but its Delta table exists without "
-                f"the partition column {column!r}; Delta cannot partition an existing table: "
-                "remove the entry, or rewrite the table (drop it and take a new snapshot)"
-            )
-        if spec is None and state.partition_column is not None:
-            raise SinkDataError(
-                f"the Delta table of {table} is partitioned by key range ({column!r}) but "
-                "sink.partition_by_key does not list it; put its entry back, with the same "
-                "width"
-            )
-
-    def _ensure_columns(self, path: str, table: str, wanted: Sequence[ArrowColumn]) -> None:
-        """Create the table, or add the columns it lacks (NULL in existing rows)."""
-        state = self._tables.get(path)
-        if state is None:
-            state = self._load(path, table, wanted)
-        self._add_columns(path, table, state, [c for c in wanted if c.name not in state.columns])
-
-    def _add_columns(
-        self, path: str, table: str, state: _TableState, columns: Sequence[ArrowColumn]
-    ) -> None:
-        """Append ``columns`` to the table's schema; a metadata-only Delta commit."""
-        if not columns:
-            return
-        frame_columns = list(columns)
-        partition = state.partition_column
-        if partition is not None:
-            # Sail rejects an append to a partitioned table without its partition column.
-            frame_columns.append(ArrowColumn(partition, BIGINT.spark_sql, BIGINT.arrow))
-        with engine_errors(f"adding columns {', '.join(c.name for c in columns)} to {table}"):
-            writer = (
-                self._empty_frame(frame_columns)
-                .write.format("delta")
-                .mode("append")
-                .option("mergeSchema", "true")
-            )
-            if partition is not None:
-                writer = writer.partitionBy(partition)
-            writer.save(path)
-        state.columns.update((c.name, delta_type_name(c.spark_sql)) for c in columns)
-
     # --- schema evolution ------------------------------------------------------------------
 
     def _follow_relation(
         self,
         plan: MergePlan,
         path: str,
-        state: _TableState,
+        state: TableState,
         step: MergeStep | KeylessStep,
         message: Relation | None = None,
     ) -> None:
@@ -569,7 +345,7 @@ class DeltaSink:
         origins: dict[str, ColumnOrigin] = {}
         if self._catalog is not None:
             catalog = self._delta_named(self._catalog.table(plan.schema, plan.table))
-            origins = self._column_origins(plan.schema, plan.table)
+            origins = self._bookkeeping.column_origins(plan.schema, plan.table)
         change = evolve(
             plan.qualified_name,
             step.columns,
@@ -582,7 +358,7 @@ class DeltaSink:
         values = self._missing_values(plan, (*change.added, *change.returned), catalog)
         table = plan.qualified_name
         plain = [plan_column(c) for c in change.added if c.name not in values] + metadata
-        self._add_columns(path, table, state, plain)
+        self._lake.add_columns(path, table, state, plain)
         defaulted = [c for c in change.added if c.name in values]
         if defaulted:
             self._add_filled_columns(path, table, state, defaulted, values, lsn=step.first_lsn)
@@ -594,7 +370,7 @@ class DeltaSink:
         # Recorded only now: a crash before this line finds the old origins and repeats
         # the additions and resets (harmless); one after it finds them done.
         if change.origins:
-            self._record_column_origins(plan.schema, plan.table, change.origins)
+            self._bookkeeping.record_column_origins(plan.schema, plan.table, change.origins)
         if change.added or change.returned:
             log.info(
                 "delta table follows relation",
@@ -660,7 +436,7 @@ class DeltaSink:
         self,
         path: str,
         table: str,
-        state: _TableState,
+        state: TableState,
         columns: Sequence[PlanColumn],
         values: dict[str, object],
         *,
@@ -671,7 +447,7 @@ class DeltaSink:
         specs, arrow = self._default_view_data(columns, values)
         with (
             engine_errors(f"adding columns {', '.join(names)} with their defaults to {table}"),
-            self._view(arrow, specs) as view,
+            self._lake.view(arrow, specs) as view,
         ):
             query = render_added_columns_select(
                 names, self._meta, target=delta_table(path), view=view, lsn=lsn
@@ -704,41 +480,18 @@ class DeltaSink:
         specs, arrow = self._default_view_data(columns, values)
         with (
             engine_errors(f"resetting returned columns {', '.join(names)} of {table}"),
-            self._view(arrow, specs) as view,
+            self._lake.view(arrow, specs) as view,
         ):
-            self._sql(
+            self._lake.sql(
                 render_column_reset(names, self._meta, target=delta_table(path), view=view, lsn=lsn)
             )
 
-    def _empty_frame(self, columns: Sequence[ArrowColumn]) -> DataFrame:
-        schema = pa.schema([pa.field(c.name, c.arrow) for c in columns])
-        return self._spark.createDataFrame(schema.empty_table(), schema=ddl(columns))
-
     # --- steps -----------------------------------------------------------------------------
 
-    @contextmanager
-    def _view(self, table: pa.Table, columns: Sequence[ArrowColumn]) -> Iterator[str]:
-        """Register ``table`` as a temporary view for the duration of the block."""
-        name = f"__w2d_source_{next(self._view_numbers)}"
-        frame = self._spark.createDataFrame(table, schema=ddl(columns))
-        frame.createOrReplaceTempView(name)
-        try:
-            yield name
-        finally:
-            self._spark.catalog.dropTempView(name)
-
-    def _sql(self, statement: str) -> None:
-        # collect() runs the statement on both engines; the rows (metrics) are not needed.
-        self._spark.sql(statement).collect()
-
-    def _count(self, query: str, column: str) -> int:
-        rows = self._spark.sql(query).collect()
-        return int(rows[0][column]) if rows else 0
-
-    def _truncate(self, table: str, target: str, step: TruncateStep, state: _TableState) -> None:
+    def _truncate(self, table: str, target: str, step: TruncateStep, state: TableState) -> None:
         with engine_errors(f"truncating {table}"):
             if not self._meta.soft_delete:
-                self._sql(render_truncate(step.lsn, self._meta, target=target, view=""))
+                self._lake.sql(render_truncate(step.lsn, self._meta, target=target, view=""))
                 return
             lsn_name, time_name = truncate_columns(self._meta)
             columns = [
@@ -752,12 +505,12 @@ class DeltaSink:
                 }
             )
             ordinal = step.ordinal if self._meta.ordinal in state.columns else None
-            with self._view(arrow, columns) as view:
-                self._sql(
+            with self._lake.view(arrow, columns) as view:
+                self._lake.sql(
                     render_truncate(step.lsn, self._meta, target=target, view=view, ordinal=ordinal)
                 )
 
-    def _merge(self, table: str, path: str, step: MergeStep, state: _TableState) -> int:
+    def _merge(self, table: str, path: str, step: MergeStep, state: TableState) -> int:
         target = delta_table(path)
         columns, arrow = self._source_table(table, step)
         buckets: BucketFilter | None = None
@@ -773,12 +526,12 @@ class DeltaSink:
             columns = [*columns, partition]
             buckets = bucket_filter(partition.name, values)
         anomalies = 0
-        with engine_errors(f"merging into {table}"), self._view(arrow, columns) as view:
+        with engine_errors(f"merging into {table}"), self._lake.view(arrow, columns) as view:
             count_query = render_toast_anomaly_count(
                 step, self._meta, target=target, view=view, buckets=buckets
             )
             if count_query is not None:
-                anomalies = self._count(count_query, ANOMALY_COUNT)
+                anomalies = self._lake.count(count_query, ANOMALY_COUNT)
             merge = render_merge(
                 step,
                 self._meta,
@@ -786,7 +539,7 @@ class DeltaSink:
                 view=view,
                 buckets=buckets,
             )
-            self._sql(merge)
+            self._lake.sql(merge)
         if anomalies:
             log.warning(
                 "toast value missing in target",
@@ -798,7 +551,7 @@ class DeltaSink:
 
     # --- tables without a key (keyless.py) -------------------------------------------------
 
-    def _merge_keyless(self, table: str, path: str, step: KeylessStep, state: _TableState) -> None:
+    def _merge_keyless(self, table: str, path: str, step: KeylessStep, state: TableState) -> None:
         """Apply a keyless step: fold it after the table's floor, assign its takes, MERGE."""
         if table in self._settings.key_buckets:
             raise SinkDataError(
@@ -840,12 +593,12 @@ class DeltaSink:
         columns, arrow = keyless_source_table(table, folded, assigned, self._meta)
         with ExitStack() as views:
             views.enter_context(engine_errors(f"merging into {table}"))
-            view = views.enter_context(self._view(arrow, columns))
+            view = views.enter_context(self._lake.view(arrow, columns))
             touch_view: str | None = None
             if folded.touches:
                 touch_columns, touches = keyless_touch_table(table, folded, self._meta)
-                touch_view = views.enter_context(self._view(touches, touch_columns))
-            self._sql(
+                touch_view = views.enter_context(self._lake.view(touches, touch_columns))
+            self._lake.sql(
                 render_keyless_merge(
                     folded, self._meta, target=target, view=view, touch_view=touch_view
                 )
@@ -889,7 +642,7 @@ class DeltaSink:
         meta = self._meta
         with (
             engine_errors(f"finding the rows of {table} its changes take"),
-            self._view(arrow, specs) as view,
+            self._lake.view(arrow, specs) as view,
         ):
             rows = self._spark.sql(
                 render_keyless_candidates(step, meta, target=target, view=view)
@@ -906,11 +659,11 @@ class DeltaSink:
             )
         return assign_takes(step.takes, candidates)
 
-    def _complete_row_ids(self, table: str, path: str, state: _TableState) -> None:
+    def _complete_row_ids(self, table: str, path: str, state: TableState) -> None:
         """Give rows written without a keyless identity one, in one commit (see sql.py)."""
         target = delta_table(path)
         with engine_errors(f"checking the row identities of {table}"):
-            missing = self._count(
+            missing = self._lake.count(
                 render_missing_row_ids_count(self._meta, target=target), ANOMALY_COUNT
             )
         if missing:
@@ -946,39 +699,3 @@ class DeltaSink:
         return source_table(table, step, self._meta)
 
     # --- messages --------------------------------------------------------------------------
-
-    def _apply_messages(self, messages: Sequence[MessageChange]) -> None:
-        meta = self._meta
-        path = f"{self._settings.path.rstrip('/')}/{MESSAGES_TABLE}"
-        name_lsn, name_prefix, name_content, name_transactional = MESSAGE_COLUMNS
-        columns = [
-            ArrowColumn(name_lsn, BIGINT.spark_sql, BIGINT.arrow),
-            ArrowColumn(name_prefix, STRING.spark_sql, STRING.arrow),
-            ArrowColumn(name_content, BINARY.spark_sql, BINARY.arrow),
-            ArrowColumn(name_transactional, BOOLEAN.spark_sql, BOOLEAN.arrow),
-            ArrowColumn(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
-            ArrowColumn(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
-        ]
-        self._ensure_columns(path, MESSAGES_TABLE, columns)
-        arrow = pa.table(
-            {
-                name_lsn: pa.array([m.lsn for m in messages], BIGINT.arrow),
-                name_prefix: pa.array([m.prefix for m in messages], STRING.arrow),
-                name_content: pa.array([bytes(m.content) for m in messages], BINARY.arrow),
-                name_transactional: pa.array([m.transactional for m in messages], BOOLEAN.arrow),
-                # A non-transactional message has no commit; its own LSN orders it.
-                meta.lsn: pa.array(
-                    [m.lsn if m.commit_lsn is None else m.commit_lsn for m in messages],
-                    BIGINT.arrow,
-                ),
-                meta.commit_time: pa.array(
-                    [
-                        None if m.commit_time is None else pg_timestamp_to_datetime(m.commit_time)
-                        for m in messages
-                    ],
-                    TIMESTAMP.arrow,
-                ),
-            }
-        )
-        with engine_errors("writing logical decoding messages"), self._view(arrow, columns) as view:
-            self._sql(render_messages_merge(meta, target=delta_table(path), view=view))

@@ -1,0 +1,229 @@
+"""The lake's bookkeeping tables, next to the data they describe.
+
+- ``<path>/_wal2delta_snapshots``: per replication slot, whether the initial snapshot of
+  the tables finished (``capture.snapshot.SnapshotMarkerStore``), so a lake copied or
+  restored elsewhere carries its own snapshot state.
+- ``<path>/_wal2delta_columns``: which source attribute (``attnum``) each Delta column
+  came from (``evolution.ColumnOrigin``), so renames are told from drops.
+- ``<path>/_wal2delta_messages``: logical decoding messages, with ``sink.messages: table``.
+
+The names are ``constants.SNAPSHOTS_TABLE``, ``COLUMNS_TABLE`` and ``MESSAGES_TABLE``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Protocol
+
+import pyarrow as pa
+
+from decoder import Lsn, MessageChange, pg_timestamp_to_datetime
+from sink.arrow import ArrowColumn, arrow_table
+from sink.constants import COLUMNS_TABLE, MESSAGES_TABLE, SNAPSHOTS_TABLE
+from sink.evolution import ColumnOrigin
+from sink.spark import engine_errors
+from sink.sql import (
+    COLUMN_ORIGIN_COLUMNS,
+    MESSAGE_COLUMNS,
+    SNAPSHOT_COLUMNS,
+    MetadataColumns,
+    delta_table,
+    render_column_origins_merge,
+    render_messages_merge,
+    render_snapshot_marker_merge,
+)
+from sink.tables import LakeTables
+from sink.typemap import BIGINT, BINARY, BOOLEAN, STRING, TIMESTAMP
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class SnapshotMarkerLike(Protocol):
+    """What ``save_snapshot_marker`` reads from capture's ``SnapshotMarker``."""
+
+    @property
+    def slot(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def consistent_point(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRecord:
+    """A stored snapshot marker; has the fields of capture's ``SnapshotMarker``."""
+
+    slot: str
+    status: str
+    consistent_point: Lsn
+
+
+class Bookkeeping:
+    """Reads and writes the bookkeeping tables under the lake's root ``root``."""
+
+    def __init__(
+        self, spark: SparkSession, lake: LakeTables, root: str, meta: MetadataColumns
+    ) -> None:
+        self._spark = spark
+        self._lake = lake
+        self._root = root.rstrip("/")
+        self._meta = meta
+        self._origins: dict[tuple[str, str], dict[str, ColumnOrigin]] | None = None
+
+    def clear(self) -> None:
+        """Forget the column origins read so far; the next look reads them again."""
+        self._origins = None
+
+    # --- snapshot markers (capture.snapshot.SnapshotMarkerStore) ---------------------------
+
+    def _snapshots(self) -> tuple[str, list[ArrowColumn]]:
+        path = f"{self._root}/{SNAPSHOTS_TABLE}"
+        slot, status, point, updated = SNAPSHOT_COLUMNS
+        columns = [
+            ArrowColumn(slot, STRING.spark_sql, STRING.arrow),
+            ArrowColumn(status, STRING.spark_sql, STRING.arrow),
+            ArrowColumn(point, BIGINT.spark_sql, BIGINT.arrow),
+            ArrowColumn(updated, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+        ]
+        self._lake.ensure_columns(path, SNAPSHOTS_TABLE, columns)
+        return path, columns
+
+    def load_snapshot_marker(self, slot: str) -> SnapshotRecord | None:
+        """The recorded snapshot state of ``slot``, or None when nothing is recorded.
+
+        Raises:
+            SinkError: the markers table could not be read.
+        """
+        path, _ = self._snapshots()
+        with engine_errors("reading snapshot markers"):
+            # One row per slot: reading the whole table is cheaper than a filtered plan.
+            rows = self._spark.read.format("delta").load(path).collect()
+        name, status, point, _ = SNAPSHOT_COLUMNS
+        for row in rows:
+            if row[name] == slot:
+                return SnapshotRecord(slot, str(row[status]), Lsn(int(row[point])))
+        return None
+
+    def save_snapshot_marker(self, marker: SnapshotMarkerLike) -> None:
+        """Record the snapshot state of ``marker.slot``, replacing any earlier record.
+
+        Raises:
+            SinkError: the marker could not be written.
+        """
+        path, columns = self._snapshots()
+        name, status, point, updated = SNAPSHOT_COLUMNS
+        arrow = pa.table(
+            {
+                name: pa.array([marker.slot], STRING.arrow),
+                status: pa.array([marker.status], STRING.arrow),
+                point: pa.array([int(marker.consistent_point)], BIGINT.arrow),
+                updated: pa.array([datetime.now(UTC)], TIMESTAMP.arrow),
+            }
+        )
+        with engine_errors("writing a snapshot marker"), self._lake.view(arrow, columns) as view:
+            self._lake.sql(render_snapshot_marker_merge(target=delta_table(path), view=view))
+
+    # --- column origins (evolution.ColumnOrigin) -------------------------------------------
+
+    def _origins_table(self) -> tuple[str, list[ArrowColumn]]:
+        path = f"{self._root}/{COLUMNS_TABLE}"
+        schema, table, column, attnum, oid, since, updated = COLUMN_ORIGIN_COLUMNS
+        columns = [
+            ArrowColumn(schema, STRING.spark_sql, STRING.arrow),
+            ArrowColumn(table, STRING.spark_sql, STRING.arrow),
+            ArrowColumn(column, STRING.spark_sql, STRING.arrow),
+            ArrowColumn(attnum, BIGINT.spark_sql, BIGINT.arrow),
+            ArrowColumn(oid, BIGINT.spark_sql, BIGINT.arrow),
+            ArrowColumn(since, BIGINT.spark_sql, BIGINT.arrow),
+            ArrowColumn(updated, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+        ]
+        self._lake.ensure_columns(path, COLUMNS_TABLE, columns)
+        return path, columns
+
+    def column_origins(self, schema: str, table: str) -> dict[str, ColumnOrigin]:
+        """The recorded origins of the Delta columns of ``schema.table``, by Delta name.
+
+        The whole record is read once per sink: it holds a row per Delta column.
+        """
+        if self._origins is None:
+            path, _ = self._origins_table()
+            with engine_errors("reading the column origins"):
+                rows = self._spark.read.format("delta").load(path).collect()
+            names = COLUMN_ORIGIN_COLUMNS
+            origins: dict[tuple[str, str], dict[str, ColumnOrigin]] = {}
+            for row in rows:
+                since = row[names[5]]
+                origins.setdefault((str(row[names[0]]), str(row[names[1]])), {})[
+                    str(row[names[2]])
+                ] = ColumnOrigin(
+                    int(row[names[3]]), int(row[names[4]]), None if since is None else int(since)
+                )
+            self._origins = origins
+        return self._origins.get((schema, table), {})
+
+    def record_column_origins(
+        self, schema: str, table: str, entries: Sequence[tuple[str, ColumnOrigin]]
+    ) -> None:
+        """Record (replace) the origins of some Delta columns of ``schema.table``."""
+        path, columns = self._origins_table()
+        now = datetime.now(UTC)
+        arrays: list[list[object]] = [[] for _ in columns]
+        for name, origin in entries:
+            row = (schema, table, name, origin.attnum, origin.table_oid, origin.since_lsn, now)
+            for values, value in zip(arrays, row, strict=True):
+                values.append(value)
+        arrow = arrow_table(f"{schema}.{table}", columns, arrays)
+        with (
+            engine_errors(f"recording the column origins of {schema}.{table}"),
+            self._lake.view(arrow, columns) as view,
+        ):
+            self._lake.sql(render_column_origins_merge(target=delta_table(path), view=view))
+        if self._origins is not None:
+            self._origins.setdefault((schema, table), {}).update(entries)
+
+    # --- logical decoding messages (sink.messages: table) -----------------------------------
+
+    def write_messages(self, messages: Sequence[MessageChange]) -> None:
+        """Merge ``messages`` into the messages table (a replay rewrites the same rows)."""
+        meta = self._meta
+        path = f"{self._root}/{MESSAGES_TABLE}"
+        name_lsn, name_prefix, name_content, name_transactional = MESSAGE_COLUMNS
+        columns = [
+            ArrowColumn(name_lsn, BIGINT.spark_sql, BIGINT.arrow),
+            ArrowColumn(name_prefix, STRING.spark_sql, STRING.arrow),
+            ArrowColumn(name_content, BINARY.spark_sql, BINARY.arrow),
+            ArrowColumn(name_transactional, BOOLEAN.spark_sql, BOOLEAN.arrow),
+            ArrowColumn(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
+            ArrowColumn(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+        ]
+        self._lake.ensure_columns(path, MESSAGES_TABLE, columns)
+        arrow = pa.table(
+            {
+                name_lsn: pa.array([m.lsn for m in messages], BIGINT.arrow),
+                name_prefix: pa.array([m.prefix for m in messages], STRING.arrow),
+                name_content: pa.array([bytes(m.content) for m in messages], BINARY.arrow),
+                name_transactional: pa.array([m.transactional for m in messages], BOOLEAN.arrow),
+                # A non-transactional message has no commit; its own LSN orders it.
+                meta.lsn: pa.array(
+                    [m.lsn if m.commit_lsn is None else m.commit_lsn for m in messages],
+                    BIGINT.arrow,
+                ),
+                meta.commit_time: pa.array(
+                    [
+                        None if m.commit_time is None else pg_timestamp_to_datetime(m.commit_time)
+                        for m in messages
+                    ],
+                    TIMESTAMP.arrow,
+                ),
+            }
+        )
+        with (
+            engine_errors("writing logical decoding messages"),
+            self._lake.view(arrow, columns) as view,
+        ):
+            self._lake.sql(render_messages_merge(meta, target=delta_table(path), view=view))

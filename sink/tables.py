@@ -1,0 +1,191 @@
+"""The Delta tables of the lake as the sink sees them: creation, schema cache, partitioning.
+
+``LakeTables`` wraps the Spark session for the sink: it creates a table with its columns
+unless it exists (an empty DataFrame written with save mode ``ignore``: Sail rejects
+``CREATE TABLE delta.`path```), caches each table's columns after the first look
+(``TableState``), adds missing columns (``mergeSchema``, a metadata-only commit), checks a
+table's key-range partitioning against the configuration, and runs statements over
+temporary views of Arrow tables.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from decoder import Relation
+from sink.arrow import ArrowColumn, ddl
+from sink.base import SinkDataError
+from sink.evolution import delta_type_name
+from sink.keyless import Position
+from sink.plan import PlanColumn
+from sink.settings import KeyBuckets
+from sink.spark import engine_errors
+from sink.sql import MetadataColumns
+from sink.typemap import BIGINT
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass(slots=True)
+class TableState:
+    """What the sink knows of one Delta table.
+
+    Attributes:
+        columns: every column (data and metadata) in Delta order, with its type as
+            ``evolution.delta_type_name`` normalises it.
+        relation: the columns of the last merge step applied in this process; None until
+            one was.
+        message: the Relation message object of that step; a step with another one
+            (even an equal one) makes the table follow its relation again.
+        stale: a statement failed; ``columns`` must be read from the table again.
+        partition_column: the key-range partition column when the table has one.
+        buckets_checked: the stored buckets were compared with the configured width.
+        row_ids_complete: every row has a keyless identity and stamp (checked before the
+            first keyless step; a keyed step may insert rows without them).
+        keyless_floor: the newest change of the table known to be applied; keyless changes
+            at or before it are replays (``keyless.py``). Read from the table once.
+    """
+
+    columns: dict[str, str]
+    relation: tuple[PlanColumn, ...] | None = None
+    message: Relation | None = None
+    stale: bool = False
+    partition_column: str | None = None
+    buckets_checked: bool = False
+    row_ids_complete: bool = False
+    keyless_floor: Position | None = None
+
+
+class LakeTables:
+    """The sink's Delta tables and its Spark session's statements, for one sink instance."""
+
+    def __init__(self, spark: SparkSession, meta: MetadataColumns) -> None:
+        self._spark = spark
+        self._meta = meta
+        self._states: dict[str, TableState] = {}
+        self._view_numbers = itertools.count(1)
+
+    def state(self, path: str) -> TableState | None:
+        """The cached state of the table at ``path``, None before ``load``."""
+        return self._states.get(path)
+
+    def forget(self, path: str) -> None:
+        """Drop the cached state of the table at ``path``; the next look reads it again."""
+        self._states.pop(path, None)
+
+    def clear(self) -> None:
+        """Forget every cached table."""
+        self._states.clear()
+
+    def load(
+        self,
+        path: str,
+        table: str,
+        wanted: Sequence[ArrowColumn],
+        *,
+        data: bool = False,
+        partition: str | None = None,
+    ) -> TableState:
+        """Create the table with ``wanted`` unless it exists; read and cache its schema.
+
+        ``partition`` names the partition column of a table created here (an existing
+        table keeps its layout; ``check_partitioning`` compares).
+
+        A data table is created with the ``timestampNtz`` table feature even when it has
+        no ``TIMESTAMP_NTZ`` column yet: Delta refuses to add such a column (a PostgreSQL
+        ``timestamp`` added later) to a table whose protocol lacks the feature, and the
+        protocol cannot be upgraded through Sail afterwards.
+        """
+        writer = self.empty_frame(wanted).write.format("delta").mode("ignore")
+        if data:
+            writer = writer.option("delta.feature.timestampNtz", "supported")
+        if partition is not None:
+            writer = writer.partitionBy(partition)
+        with engine_errors(f"creating or reading the Delta table of {table}"):
+            writer.save(path)
+            schema = self._spark.read.format("delta").load(path).schema
+        state = self._states[path] = TableState(
+            {field.name: delta_type_name(field.dataType.simpleString()) for field in schema.fields}
+        )
+        if self._meta.key_bucket in state.columns:
+            state.partition_column = self._meta.key_bucket
+        return state
+
+    def check_partitioning(self, table: str, state: TableState, spec: KeyBuckets | None) -> None:
+        """The table's layout must be the configured one: a MERGE relies on it."""
+        column = self._meta.key_bucket
+        if spec is not None and state.partition_column is None:
+            raise SinkDataError(
+                f"sink.partition_by_key lists {table}, but its Delta table exists without "
+                f"the partition column {column!r}; Delta cannot partition an existing table: "
+                "remove the entry, or rewrite the table (drop it and take a new snapshot)"
+            )
+        if spec is None and state.partition_column is not None:
+            raise SinkDataError(
+                f"the Delta table of {table} is partitioned by key range ({column!r}) but "
+                "sink.partition_by_key does not list it; put its entry back, with the same "
+                "width"
+            )
+
+    def ensure_columns(self, path: str, table: str, wanted: Sequence[ArrowColumn]) -> None:
+        """Create the table, or add the columns it lacks (NULL in existing rows)."""
+        state = self._states.get(path)
+        if state is None:
+            state = self.load(path, table, wanted)
+        self.add_columns(path, table, state, [c for c in wanted if c.name not in state.columns])
+
+    def add_columns(
+        self, path: str, table: str, state: TableState, columns: Sequence[ArrowColumn]
+    ) -> None:
+        """Append ``columns`` to the table's schema; a metadata-only Delta commit."""
+        if not columns:
+            return
+        frame_columns = list(columns)
+        partition = state.partition_column
+        if partition is not None:
+            # Sail rejects an append to a partitioned table without its partition column.
+            frame_columns.append(ArrowColumn(partition, BIGINT.spark_sql, BIGINT.arrow))
+        with engine_errors(f"adding columns {', '.join(c.name for c in columns)} to {table}"):
+            writer = (
+                self.empty_frame(frame_columns)
+                .write.format("delta")
+                .mode("append")
+                .option("mergeSchema", "true")
+            )
+            if partition is not None:
+                writer = writer.partitionBy(partition)
+            writer.save(path)
+        state.columns.update((c.name, delta_type_name(c.spark_sql)) for c in columns)
+
+    def empty_frame(self, columns: Sequence[ArrowColumn]) -> DataFrame:
+        """An empty DataFrame with ``columns``."""
+        schema = pa.schema([pa.field(c.name, c.arrow) for c in columns])
+        return self._spark.createDataFrame(schema.empty_table(), schema=ddl(columns))
+
+    @contextmanager
+    def view(self, table: pa.Table, columns: Sequence[ArrowColumn]) -> Iterator[str]:
+        """Register ``table`` as a temporary view for the duration of the block."""
+        name = f"__w2d_source_{next(self._view_numbers)}"
+        frame = self._spark.createDataFrame(table, schema=ddl(columns))
+        frame.createOrReplaceTempView(name)
+        try:
+            yield name
+        finally:
+            self._spark.catalog.dropTempView(name)
+
+    def sql(self, statement: str) -> None:
+        """Run ``statement`` to completion."""
+        # collect() runs the statement on both engines; the rows (metrics) are not needed.
+        self._spark.sql(statement).collect()
+
+    def count(self, query: str, column: str) -> int:
+        """The integer in ``column`` of the first row of ``query`` (0 without rows)."""
+        rows = self._spark.sql(query).collect()
+        return int(rows[0][column]) if rows else 0
