@@ -85,6 +85,7 @@ from sink.arrow import (
 )
 from sink.base import Batch, BatchResult, SinkDataError
 from sink.bookkeeping import Bookkeeping, SnapshotMarkerLike, SnapshotRecord
+from sink.convert import convert_value
 from sink.evolution import (
     CatalogTable,
     ColumnOrigin,
@@ -103,7 +104,7 @@ from sink.keyless import (
 )
 from sink.naming import delta_column_name, table_path
 from sink.partitioning import BucketFilter, bucket_filter, bucket_of, bucket_values, bucketed_column
-from sink.plan import MergePlan, MergeStep, PlanColumn, TruncateStep, convert_value, plan_batch
+from sink.plan import MergePlan, MergeStep, PlanColumn, TruncateStep, plan_batch
 from sink.settings import KeyBuckets, SinkSettings
 from sink.spark import engine_errors
 from sink.sql import (

@@ -73,12 +73,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Final, Literal, TypeVar
 
-from psycopg.adapt import AdaptersMap, Transformer
-from psycopg.postgres import adapters as _psycopg_adapters
-from psycopg.pq import Format
-
 from decoder import (
-    TEXT_KEPT_TYPE_OIDS,
     UNCHANGED_TOAST,
     Change,
     ColumnKind,
@@ -97,18 +92,14 @@ from decoder import (
 )
 from sink.base import Batch, SinkDataError
 from sink.constants import ColumnNamePolicy, MissingKeyPolicy
+from sink.convert import Converter, column_converter, convert_value
 from sink.keyless import KeylessChange, KeylessStep
 from sink.matching import hashable
 from sink.naming import delta_can_hold, delta_column_name
 from sink.typemap import (
     DeltaType,
     UnrepresentableValueError,
-    ValueForm,
-    binary_text_decoder,
-    binary_text_form,
-    checked_decimal,
     delta_type,
-    to_delta_value,
 )
 
 Identity = Literal["key", "row", "ordinal"]
@@ -850,137 +841,6 @@ def _value_error(change: RowChange, column: PlanColumn, exc: Exception) -> SinkD
         f"cannot convert a value of {_where(change, column)} to "
         f"{column.delta.spark_sql} ({type(exc).__name__}); see the chained error"
     )
-
-
-def convert_value(
-    column: PlanColumn, kind: ColumnKind, data: bytes | None, decoder: ValueDecoder
-) -> object:
-    """Convert one sent column value (text or binary, not NULL) to its Delta value.
-
-    Args:
-        column: the column, with its PostgreSQL and Delta types.
-        kind: ``ColumnKind.TEXT`` or ``ColumnKind.BINARY``.
-        data: the value's bytes as pgoutput sends them.
-        decoder: the value decoder (psycopg loaders by type OID).
-
-    Returns:
-        A value of ``column.delta``'s Arrow type.
-
-    Raises:
-        UnrepresentableValueError: the value exists but the Delta type cannot hold it.
-        Exception: whatever the loader raises for bytes it cannot read; callers wrap it.
-    """
-    if column.delta.form is ValueForm.TEXT:
-        assert data is not None
-        if kind is ColumnKind.TEXT:
-            # The text protocol already sends PostgreSQL's text form: keep it exactly.
-            return data.decode("utf-8")
-        text = binary_text_form(column.type_oid, data)
-        if text is not None:
-            return text
-    loaded = decoder.decode_value(column.type_oid, kind, data)
-    return to_delta_value(column.delta, loaded)
-
-
-Converter = Callable[[bytes], object]
-"""The sent bytes of one column (text or binary form, not NULL) -> its Delta value."""
-
-
-def column_converter(column: PlanColumn, kind: ColumnKind, decoder: ValueDecoder) -> Converter:
-    """The function that converts ``column``'s values sent as ``kind``, once per relation.
-
-    It returns exactly what ``convert_value`` returns for the same bytes and raises the
-    same exception classes, but skips the per-value dispatch (form, loader lookup by type
-    OID and format, ``to_delta_value``'s match): text-kept values sent as text are their
-    UTF-8 text, natively stored types are their psycopg loader's ``load``, ``DECIMAL``
-    columns check the loaded value as ``to_delta_value`` does. Anything else - a binary
-    value of a text-kept type that psycopg loads, such as uuid or jsonb - goes through
-    ``convert_value`` itself.
-
-    Args:
-        column: the column, with its PostgreSQL and Delta types.
-        kind: ``ColumnKind.TEXT`` or ``ColumnKind.BINARY``.
-        decoder: the value decoder ``convert_value`` falls back to.
-    """
-    delta = column.delta
-    if delta.form is ValueForm.TEXT:
-        if kind is ColumnKind.TEXT:
-            return _utf8
-        text_form = binary_text_decoder(column.type_oid)
-        if text_form is not None:
-            return text_form
-        # A user type (enum, domain, composite, their arrays): described from the source
-        # catalog here, once per relation shape, so no catalog I/O happens per value.
-        user_form = decoder.binary_text_reader(column.type_oid)
-        if user_form is not None:
-            return user_form
-        return _generic_converter(column, kind, decoder)
-    if column.type_oid in TEXT_KEPT_TYPE_OIDS:
-        # The decoder loads these with loaders of its own; never the case for the types
-        # typemap stores natively, but the generic path is right for anything.
-        return _generic_converter(column, kind, decoder)
-    load = _loader(column.type_oid, Format.BINARY if kind is ColumnKind.BINARY else Format.TEXT)
-    if delta.form is ValueForm.NATIVE:
-        return load
-    if delta.form is ValueForm.DECIMAL:
-
-        def decimal(data: bytes) -> object:
-            value = load(data)
-            if type(value) is Decimal and value.is_finite():
-                return value
-            return checked_decimal(delta, value)
-
-        return decimal
-
-    def array(data: bytes) -> object:
-        return to_delta_value(delta, load(data))
-
-    return array
-
-
-def _utf8(data: bytes) -> str:
-    # The text protocol already sends PostgreSQL's text form: keep it exactly.
-    return data.decode("utf-8")
-
-
-def _generic_converter(column: PlanColumn, kind: ColumnKind, decoder: ValueDecoder) -> Converter:
-    def convert(data: bytes) -> object:
-        return convert_value(column, kind, data, decoder)
-
-    return convert
-
-
-class _LoaderContext:
-    """A psycopg ``AdaptContext`` over a copy of psycopg's default adapters, no connection.
-
-    The same loaders ``ValueDecoder`` resolves for the natively stored types: it only
-    replaces those of the text-kept json, jsonb and interval, which ``column_converter``
-    leaves to ``convert_value``.
-    """
-
-    adapters_map: Final = AdaptersMap(_psycopg_adapters)
-
-    @property
-    def adapters(self) -> AdaptersMap:
-        return self.adapters_map
-
-    @property
-    def connection(self) -> None:
-        return None
-
-
-_TRANSFORMER: Final = Transformer(_LoaderContext())
-_LOADERS: dict[tuple[int, Format], Converter] = {}
-
-
-def _loader(type_oid: int, fmt: Format) -> Converter:
-    """psycopg's loader of ``type_oid`` in ``fmt``, cached for the process."""
-    key = (type_oid, fmt)
-    load = _LOADERS.get(key)
-    if load is None:
-        # Two threads may both resolve it; they find equal loaders, so the race is harmless.
-        load = _LOADERS[key] = _TRANSFORMER.get_loader(type_oid, fmt).load
-    return load
 
 
 def _delta_column_names(

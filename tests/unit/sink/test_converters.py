@@ -38,14 +38,13 @@ from decoder import (
 from sink import Batch, SinkDataError, SinkSettings
 from sink.arrow import commit_time_array as _commit_time_array
 from sink.arrow import source_table
+from sink.convert import column_converter, convert_value
 from sink.plan import (
     BatchPlan,
     MergeStep,
     PlanColumn,
     PlannedRow,
     _new_planned_row,
-    column_converter,
-    convert_value,
     plan_batch,
 )
 from sink.sql import MetadataColumns
