@@ -146,6 +146,14 @@ class ValueDecoder:
             return None
         return self._forms.reader(type_oid)
 
+    def loader(self, type_oid: int, kind: ColumnKind) -> Callable[[bytes], object]:
+        """The function loading ``type_oid``'s values sent as ``kind`` (TEXT or BINARY).
+
+        Cached per (type OID, format) for this decoder: value conversion's one loader
+        cache (``sink.convert.column_converter`` resolves its converters through it).
+        """
+        return self._loader(type_oid, Format.BINARY if kind is ColumnKind.BINARY else Format.TEXT)
+
     def decode_value(self, type_oid: int, kind: ColumnKind, data: bytes | None) -> object:
         """Decode one column value; NULL gives None and unchanged TOAST the marker."""
         if kind is ColumnKind.NULL:

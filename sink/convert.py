@@ -12,11 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from decimal import Decimal
-from typing import TYPE_CHECKING, Final
-
-from psycopg.adapt import AdaptersMap, Transformer
-from psycopg.postgres import adapters as _psycopg_adapters
-from psycopg.pq import Format
+from typing import TYPE_CHECKING
 
 from decoder import TEXT_KEPT_TYPE_OIDS, ColumnKind, ValueDecoder
 from sink.typemap import (
@@ -98,7 +94,8 @@ def column_converter(column: PlanColumn, kind: ColumnKind, decoder: ValueDecoder
         # The decoder loads these with loaders of its own; never the case for the types
         # typemap stores natively, but the generic path is right for anything.
         return _generic_converter(column, kind, decoder)
-    load = _loader(column.type_oid, Format.BINARY if kind is ColumnKind.BINARY else Format.TEXT)
+    # The decoder's loader cache: for these types its loaders are psycopg's own.
+    load = decoder.loader(column.type_oid, kind)
     if delta.form is ValueForm.NATIVE:
         return load
     if delta.form is ValueForm.DECIMAL:
@@ -127,36 +124,3 @@ def _generic_converter(column: PlanColumn, kind: ColumnKind, decoder: ValueDecod
         return convert_value(column, kind, data, decoder)
 
     return convert
-
-
-class _LoaderContext:
-    """A psycopg ``AdaptContext`` over a copy of psycopg's default adapters, no connection.
-
-    The same loaders ``ValueDecoder`` resolves for the natively stored types: it only
-    replaces those of the text-kept json, jsonb and interval, which ``column_converter``
-    leaves to ``convert_value``.
-    """
-
-    adapters_map: Final = AdaptersMap(_psycopg_adapters)
-
-    @property
-    def adapters(self) -> AdaptersMap:
-        return self.adapters_map
-
-    @property
-    def connection(self) -> None:
-        return None
-
-
-_TRANSFORMER: Final = Transformer(_LoaderContext())
-_LOADERS: dict[tuple[int, Format], Converter] = {}
-
-
-def _loader(type_oid: int, fmt: Format) -> Converter:
-    """psycopg's loader of ``type_oid`` in ``fmt``, cached for the process."""
-    key = (type_oid, fmt)
-    load = _LOADERS.get(key)
-    if load is None:
-        # Two threads may both resolve it; they find equal loaders, so the race is harmless.
-        load = _LOADERS[key] = _TRANSFORMER.get_loader(type_oid, fmt).load
-    return load
