@@ -1,30 +1,33 @@
 """Sent column values (pgoutput's text or binary bytes) -> the values stored in Delta.
 
-The sink's side of value conversion: the column's Delta type (``typemap.delta_type``)
-chooses the form - ``TEXT`` keeps PostgreSQL's text form (printed from binary by
-``decoder.textforms`` and ``decoder.usertypes``), ``NATIVE``, ``DECIMAL`` and arrays go
-through psycopg's loaders and ``typemap.to_delta_value``. ``convert_value`` converts one
-value; ``column_converter`` resolves, once per relation, a function per column that does
-the same without the per-value dispatch (the planner's hot path).
+The sink's one value-conversion module. The column's Delta type (``typemap.delta_type``,
+the type mapping) chooses the ``ValueForm``: ``TEXT`` keeps PostgreSQL's text form (sent as
+is in text mode, printed from binary by ``decoder.textforms``/``decoder.usertypes`` or from
+a loaded value by ``pg_text_form``); ``NATIVE``, ``DECIMAL`` and ``ARRAY`` go through the
+decoder's psycopg loaders (``ValueDecoder.loader``, the one loader cache) and
+``to_delta_value``. ``convert_value`` converts one value; ``column_converter`` resolves,
+once per relation, a function per column that does the same without the per-value dispatch
+(the planner's hot path).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import ipaddress
 from collections.abc import Callable
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
+from uuid import UUID
 
-from decoder import TEXT_KEPT_TYPE_OIDS, ColumnKind, ValueDecoder
-from sink.typemap import (
-    ValueForm,
-    binary_text_decoder,
-    binary_text_form,
-    checked_decimal,
-    to_delta_value,
-)
+from decoder import TEXT_KEPT_TYPE_OIDS, ColumnKind, ValueDecoder, builtin_text_reader, float8_text
+from sink.typemap import DeltaType, ValueForm
 
 if TYPE_CHECKING:
     from sink.plan import PlanColumn
+
+
+class UnrepresentableValueError(ValueError):
+    """A value the Delta column cannot hold; the message names no row data."""
 
 
 def convert_value(
@@ -124,3 +127,216 @@ def _generic_converter(column: PlanColumn, kind: ColumnKind, decoder: ValueDecod
         return convert_value(column, kind, data, decoder)
 
     return convert
+
+
+def to_delta_value(target: DeltaType, value: object) -> object:
+    """Convert a value decoded by psycopg's loaders into a value of the Delta column.
+
+    Args:
+        target: the column's Delta type.
+        value: a non-NULL decoded value.
+
+    Returns:
+        A value pyarrow accepts for ``target.arrow``.
+
+    Raises:
+        UnrepresentableValueError: the value cannot be stored without loss (NaN in a
+            DECIMAL column, a multi-dimensional array); the message says why.
+    """
+    match target.form:
+        case ValueForm.NATIVE:
+            return value
+        case ValueForm.DECIMAL:
+            return checked_decimal(target, value)
+        case ValueForm.TEXT:
+            return pg_text_form(value)
+        case ValueForm.ARRAY:
+            assert target.element is not None
+            if not isinstance(value, list):
+                raise UnrepresentableValueError(f"expected an array, got {type(value).__name__}")
+            element = target.element
+            out: list[object] = []
+            for item in value:
+                if isinstance(item, list):
+                    raise UnrepresentableValueError(
+                        f"multi-dimensional arrays cannot be stored in {target.spark_sql}"
+                    )
+                out.append(None if item is None else to_delta_value(element, item))
+            return out
+
+
+def checked_decimal(target: DeltaType, value: object) -> Decimal:
+    """A loaded ``numeric`` value for the ``DECIMAL`` column ``target``, when it is finite.
+
+    Raises:
+        UnrepresentableValueError: ``value`` is not a ``Decimal``, or is NaN or infinite.
+    """
+    if not isinstance(value, Decimal):
+        raise UnrepresentableValueError(f"expected a numeric value, got {type(value).__name__}")
+    if not value.is_finite():
+        # Only NaN and the infinities get here, so naming them reveals no row data.
+        raise UnrepresentableValueError(
+            f"{value} cannot be stored in {target.spark_sql}; declare the column as "
+            "unconstrained numeric to keep it as text"
+        )
+    return value
+
+
+# --- PostgreSQL text forms -----------------------------------------------------------------
+#
+# In text mode pgoutput already sends PostgreSQL's text form and the sink stores those bytes
+# as they are. With ``binary true`` the value arrives in binary form: a builtin type whose
+# layout the decoder ports (``decoder.textforms``, through ``binary_text_form``) is printed
+# from its bytes; user types are printed by the decoder from the catalog's description
+# (``decoder.usertypes``); any other value psycopg loads into a Python object, which the
+# functions below print back the way PostgreSQL's output functions do (ISO DateStyle, hex
+# bytea, timestamptz in UTC).
+
+_ARRAY_SPECIAL: Final = frozenset('{},"\\')
+_RANGE_SPECIAL: Final = frozenset('()[],"\\')
+
+
+def _fraction(microseconds: int) -> str:
+    return f".{microseconds:06d}".rstrip("0") if microseconds else ""
+
+
+def _utc_offset(offset: dt.timedelta) -> str:
+    seconds = int(offset.total_seconds())
+    sign = "-" if seconds < 0 else "+"
+    hours, rest = divmod(abs(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{sign}{hours:02d}"
+    if minutes or secs:
+        text += f":{minutes:02d}"
+    if secs:
+        text += f":{secs:02d}"
+    return text
+
+
+def _time_text(value: dt.time) -> str:
+    text = f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}{_fraction(value.microsecond)}"
+    offset = value.utcoffset()
+    return text if offset is None else text + _utc_offset(offset)
+
+
+def _datetime_text(value: dt.datetime) -> str:
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.UTC)
+        return f"{value.date().isoformat()} {_time_text(value.time())}+00"
+    return f"{value.date().isoformat()} {_time_text(value.time())}"
+
+
+def _float_text(value: float) -> str:
+    """Print a float as float8out does (the decoder's port of PostgreSQL's Ryu output)."""
+    return float8_text(value)
+
+
+def _quoted(text: str, special: frozenset[str]) -> str:
+    needs_quotes = text == "" or any(ch in special or ch.isspace() for ch in text)
+    if not needs_quotes:
+        return text
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def _array_text(items: list[object]) -> str:
+    parts: list[str] = []
+    for item in items:
+        if item is None:
+            parts.append("NULL")
+        elif isinstance(item, list):
+            parts.append(_array_text(item))
+        else:
+            text = pg_text_form(item)
+            parts.append(f'"{text}"' if text.upper() == "NULL" else _quoted(text, _ARRAY_SPECIAL))
+    return "{" + ",".join(parts) + "}"
+
+
+def _range_text(value: object) -> str | None:
+    """Print a psycopg ``Range`` as ``range_out`` does; None when it is not a range."""
+    from psycopg.types.range import Range  # noqa: PLC0415 - only binary-mode ranges need it
+
+    if not isinstance(value, Range):
+        return None
+    if value.isempty:
+        return "empty"
+    bounds = value.bounds
+    lower = "" if value.lower is None else _quoted(pg_text_form(value.lower), _RANGE_SPECIAL)
+    upper = "" if value.upper is None else _quoted(pg_text_form(value.upper), _RANGE_SPECIAL)
+    return f"{bounds[0]}{lower},{upper}{bounds[1]}"
+
+
+def pg_text_form(value: object) -> str:
+    """Print a psycopg-loaded value the way PostgreSQL's output function would.
+
+    Covers the values psycopg's built-in loaders produce for types the sink stores as
+    text: strings, UUIDs, network addresses, times, numbers, dates and timestamps, bytea,
+    booleans, arrays and ranges. Anything else falls back to ``str``.
+    """
+    match value:
+        case str():
+            return value
+        case bool():
+            return "t" if value else "f"
+        case int() | UUID():
+            return str(value)
+        case Decimal():
+            return format(value, "f")
+        case float():
+            return _float_text(value)
+        case dt.datetime():
+            return _datetime_text(value)
+        case dt.date():
+            return value.isoformat()
+        case dt.time():
+            return _time_text(value)
+        case bytes() | bytearray() | memoryview():
+            # Raw bytes are a binary value nothing could read (psycopg's fallback): the
+            # type's send format, not its text, so printing them would store something
+            # PostgreSQL never shows.
+            raise UnrepresentableValueError(
+                "the binary format of this type has no known text form; replicate the table "
+                "in text mode (source binary: false)"
+            )
+        case list():
+            return _array_text(value)
+        case (
+            ipaddress.IPv4Address()
+            | ipaddress.IPv6Address()
+            | ipaddress.IPv4Interface()
+            | ipaddress.IPv6Interface()
+            | ipaddress.IPv4Network()
+            | ipaddress.IPv6Network()
+        ):
+            return str(value)
+    range_text = _range_text(value)
+    if range_text is not None:
+        return range_text
+    multirange = _multirange_text(value)
+    if multirange is not None:
+        return multirange
+    return str(value)
+
+
+def binary_text_form(type_oid: int, data: bytes) -> str | None:
+    """PostgreSQL's text form of a builtin type's binary value, printed from its layout.
+
+    Returns:
+        The text form, or None when the decoder has no port of the type's layout (psycopg
+        then loads the value, or the type is not builtin).
+    """
+    decode = builtin_text_reader(type_oid)
+    return None if decode is None else decode(data)
+
+
+def binary_text_decoder(type_oid: int) -> Callable[[bytes], str] | None:
+    """The function ``binary_text_form`` uses for ``type_oid``; None when it has none."""
+    return builtin_text_reader(type_oid)
+
+
+def _multirange_text(value: object) -> str | None:
+    from psycopg.types.multirange import Multirange  # noqa: PLC0415 - binary-mode only
+
+    if not isinstance(value, Multirange):
+        return None
+    return "{" + ",".join(pg_text_form(item) for item in value) + "}"

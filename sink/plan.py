@@ -92,15 +92,11 @@ from decoder import (
 )
 from sink.base import Batch, SinkDataError
 from sink.constants import ColumnNamePolicy, MissingKeyPolicy
-from sink.convert import Converter, column_converter, convert_value
+from sink.convert import Converter, UnrepresentableValueError, column_converter, convert_value
 from sink.keyless import KeylessChange, KeylessStep
 from sink.matching import hashable
 from sink.naming import delta_can_hold, delta_column_name
-from sink.typemap import (
-    DeltaType,
-    UnrepresentableValueError,
-    delta_type,
-)
+from sink.typemap import DeltaType, delta_type
 
 Identity = Literal["key", "row", "ordinal"]
 PrimaryKeyLookup = Callable[[Relation], Sequence[str]]

@@ -32,7 +32,8 @@ import pyarrow as pa
 from psycopg import sql
 from psycopg.types.string import TextLoader
 
-from sink.typemap import NUMERIC_OID, ValueForm, delta_type, pg_text_form, to_delta_value
+from sink.convert import pg_text_form, to_delta_value
+from sink.typemap import NUMERIC_OID, ValueForm, delta_type
 
 METADATA_PREFIX = "_wal2delta_"
 DELETED_COLUMN = "_wal2delta_deleted"

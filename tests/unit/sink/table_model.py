@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from decoder import UNCHANGED_TOAST, RowChange, TruncateChange, ValueDecoder
 from decoder.lsn import pg_timestamp_to_datetime
 from sink import Batch
+from sink.convert import to_delta_value
 from sink.keyless import NO_POSITION, Candidate, KeylessStep, assign_takes, fold, row_key
 from sink.plan import BatchPlan, MergeStep, PlannedRow, TruncateStep, hashable
-from sink.typemap import delta_type, to_delta_value
+from sink.typemap import delta_type
 
 Row = dict[str, object]
 LSN = "__lsn"

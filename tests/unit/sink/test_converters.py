@@ -38,7 +38,7 @@ from decoder import (
 from sink import Batch, SinkDataError, SinkSettings
 from sink.arrow import commit_time_array as _commit_time_array
 from sink.arrow import source_table
-from sink.convert import column_converter, convert_value
+from sink.convert import column_converter, convert_value, pg_text_form
 from sink.plan import (
     BatchPlan,
     MergeStep,
@@ -48,7 +48,7 @@ from sink.plan import (
     plan_batch,
 )
 from sink.sql import MetadataColumns
-from sink.typemap import ValueForm, delta_type, pg_text_form
+from sink.typemap import ValueForm, delta_type
 from tests.support.pgoutput_builder import encode_tuple
 from tests.unit.sink.sink_changes import U, Value, batch, col, delete, insert, rel, tup, update
 
