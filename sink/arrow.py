@@ -248,3 +248,21 @@ def keyless_touch_table(
     rows = [(*t.values, t.lsn, t.commit_time, t.ordinal) for t in step.touches]
     by_column = list(zip(*rows, strict=True)) if rows else [()] * len(columns)
     return columns, arrow_table(table, columns, by_column)
+
+
+def metadata_columns(
+    meta: MetadataColumns, *, ordinal: bool, row_ids: bool = False
+) -> list[ArrowColumn]:
+    """The metadata columns of a data table: stamps, soft-delete flag, ordinal, row ids."""
+    columns = [
+        ArrowColumn(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
+        ArrowColumn(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+    ]
+    if meta.soft_delete:
+        columns.append(ArrowColumn(meta.deleted, BOOLEAN.spark_sql, BOOLEAN.arrow))
+    if ordinal:
+        columns.append(ArrowColumn(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow))
+    if row_ids:
+        columns.append(ArrowColumn(meta.row_lsn, BIGINT.spark_sql, BIGINT.arrow))
+        columns.append(ArrowColumn(meta.row_ordinal, BIGINT.spark_sql, BIGINT.arrow))
+    return columns

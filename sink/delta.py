@@ -51,28 +51,23 @@ restored elsewhere carries its own snapshot state.
 
 Where the parts live: Arrow sources in ``arrow.py``; table creation, the schema cache and
 partition checks in ``tables.py``; the bookkeeping tables (snapshot markers, column
-origins, messages) in ``bookkeeping.py``; this module runs the plan's steps and makes
-tables follow their relation.
+origins, messages) in ``bookkeeping.py``; schema-change execution in ``follow.py``; this
+module runs the plan's steps.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import structlog
 
 from decoder import (
-    ColumnKind,
-    Lsn,
     Relation,
     TypeDescription,
     ValueDecoder,
-    format_lsn,
 )
 from sink.arrow import (
     ArrowColumn,
@@ -80,19 +75,16 @@ from sink.arrow import (
     ddl,
     keyless_source_table,
     keyless_touch_table,
+    metadata_columns,
     plan_column,
     source_table,
 )
 from sink.base import Batch, BatchResult, SinkDataError
 from sink.bookkeeping import Bookkeeping, SnapshotMarkerLike, SnapshotRecord
-from sink.convert import convert_value
 from sink.evolution import (
-    CatalogTable,
-    ColumnOrigin,
     SourceCatalog,
-    delta_type_name,
-    evolve,
 )
+from sink.follow import RelationFollower
 from sink.keyless import (
     NO_POSITION,
     Candidate,
@@ -102,9 +94,9 @@ from sink.keyless import (
     assign_takes,
     fold,
 )
-from sink.naming import delta_column_name, table_path
+from sink.naming import table_path
 from sink.partitioning import BucketFilter, bucket_filter, bucket_of, bucket_values, bucketed_column
-from sink.plan import MergePlan, MergeStep, PlanColumn, TruncateStep, plan_batch
+from sink.plan import MergePlan, MergeStep, TruncateStep, plan_batch
 from sink.settings import KeyBuckets, SinkSettings
 from sink.spark import engine_errors
 from sink.sql import (
@@ -115,8 +107,6 @@ from sink.sql import (
     MetadataColumns,
     delta_table,
     quote,
-    render_added_columns_select,
-    render_column_reset,
     render_keyless_candidates,
     render_keyless_merge,
     render_merge,
@@ -164,6 +154,14 @@ class DeltaSink:
         self._primary_keys: dict[Relation, tuple[str, ...]] = {}
         self._lake = LakeTables(spark, self._meta)
         self._bookkeeping = Bookkeeping(spark, self._lake, settings.path, self._meta)
+        self._follower = RelationFollower(
+            spark,
+            self._lake,
+            bookkeeping=self._bookkeeping,
+            settings=settings,
+            catalog=catalog,
+            decoder=self._decoder,
+        )
 
     # --- Sink protocol ---------------------------------------------------------------------
 
@@ -254,8 +252,10 @@ class DeltaSink:
             # truncates it (the TRUNCATE's relation is then in ``plan.columns``).
             first = next((s for s in plan.steps if not isinstance(s, TruncateStep)), None)
             data = [plan_column(c) for c in (first.columns if first is not None else plan.columns)]
-            wanted = data + self._metadata_columns(
-                ordinal=plan.uses_ordinal or plan.uses_row_ids, row_ids=plan.uses_row_ids
+            wanted = data + metadata_columns(
+                self._meta,
+                ordinal=plan.uses_ordinal or plan.uses_row_ids,
+                row_ids=plan.uses_row_ids,
             )
             spec = self._settings.key_buckets.get(plan.qualified_name)
             partition = self._meta.key_bucket if spec is not None else None
@@ -282,11 +282,11 @@ class DeltaSink:
                 if isinstance(step, TruncateStep):
                     self._truncate(plan.qualified_name, target, step, state)
                 elif isinstance(step, KeylessStep):
-                    self._follow_relation(plan, path, state, step, message)
+                    self._follower.follow(plan, path, state, step, message)
                     self._merge_keyless(plan.qualified_name, path, step, state)
                 elif step.rows:
                     state.row_ids_complete = False
-                    self._follow_relation(plan, path, state, step, message)
+                    self._follower.follow(plan, path, state, step, message)
                     anomalies += self._merge(plan.qualified_name, path, step, state)
         except BaseException:
             # A failed schema change may or may not have committed: read the schema again
@@ -301,191 +301,6 @@ class DeltaSink:
                 reason="on_missing_key is skip",
             )
         return anomalies
-
-    def _metadata_columns(self, *, ordinal: bool, row_ids: bool = False) -> list[ArrowColumn]:
-        meta = self._meta
-        columns = [
-            ArrowColumn(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
-            ArrowColumn(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
-        ]
-        if meta.soft_delete:
-            columns.append(ArrowColumn(meta.deleted, BOOLEAN.spark_sql, BOOLEAN.arrow))
-        if ordinal:
-            columns.append(ArrowColumn(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow))
-        if row_ids:
-            columns.append(ArrowColumn(meta.row_lsn, BIGINT.spark_sql, BIGINT.arrow))
-            columns.append(ArrowColumn(meta.row_ordinal, BIGINT.spark_sql, BIGINT.arrow))
-        return columns
-
-    # --- schema evolution ------------------------------------------------------------------
-
-    def _follow_relation(
-        self,
-        plan: MergePlan,
-        path: str,
-        state: TableState,
-        step: MergeStep | KeylessStep,
-        message: Relation | None = None,
-    ) -> None:
-        """Make the table ready for ``step``'s relation (see the module docstring)."""
-        meta = self._meta
-        # Metadata columns a table created earlier may lack: the ordinal once a step has
-        # no identity, the soft-delete flag once soft deletes are switched on.
-        metadata = [
-            c
-            for c in self._metadata_columns(
-                ordinal=step.identity in ("ordinal", "row"), row_ids=step.identity == "row"
-            )
-            if c.name not in state.columns
-        ]
-        if step.columns == state.relation and not metadata and message is state.message:
-            return
-        reserved = set(meta.reserved)
-        data = {name: typ for name, typ in state.columns.items() if name not in reserved}
-        catalog: CatalogTable | None = None
-        origins: dict[str, ColumnOrigin] = {}
-        if self._catalog is not None:
-            catalog = self._delta_named(self._catalog.table(plan.schema, plan.table))
-            origins = self._bookkeeping.column_origins(plan.schema, plan.table)
-        change = evolve(
-            plan.qualified_name,
-            step.columns,
-            data,
-            state.relation,
-            catalog,
-            origins=origins,
-            first_lsn=step.first_lsn,
-        )
-        values = self._missing_values(plan, (*change.added, *change.returned), catalog)
-        table = plan.qualified_name
-        plain = [plan_column(c) for c in change.added if c.name not in values] + metadata
-        self._lake.add_columns(path, table, state, plain)
-        defaulted = [c for c in change.added if c.name in values]
-        if defaulted:
-            self._add_filled_columns(path, table, state, defaulted, values, lsn=step.first_lsn)
-        # A column the catalog no longer has lost its default with it: resetting would
-        # replace what an earlier run backfilled with NULL, so it is left alone.
-        reset = [c for c in change.returned if catalog is None or c.name in catalog.columns]
-        if reset:
-            self._reset_columns(path, table, reset, values, lsn=step.first_lsn)
-        # Recorded only now: a crash before this line finds the old origins and repeats
-        # the additions and resets (harmless); one after it finds them done.
-        if change.origins:
-            self._bookkeeping.record_column_origins(plan.schema, plan.table, change.origins)
-        if change.added or change.returned:
-            log.info(
-                "delta table follows relation",
-                table=table,
-                added=[c.name for c in change.added],
-                reset=[c.name for c in reset],
-                backfilled=sorted(values),
-                lsn=format_lsn(step.first_lsn),
-            )
-        state.relation = step.columns
-        state.message = message
-
-    def _delta_named(self, catalog: CatalogTable | None) -> CatalogTable | None:
-        """``catalog`` with its columns under their Delta names, as ``evolve`` compares them."""
-        policy = self._settings.column_names
-        if catalog is None or policy == "error":
-            return catalog
-        columns = {delta_column_name(n, policy): c for n, c in catalog.columns.items()}
-        return replace(catalog, columns=columns)
-
-    def _missing_values(
-        self, plan: MergePlan, columns: Sequence[PlanColumn], catalog: CatalogTable | None
-    ) -> dict[str, object]:
-        """The fast default of each of ``columns`` that has one, as a Delta value."""
-        values: dict[str, object] = {}
-        if catalog is None:
-            return values
-        for column in columns:
-            described = catalog.columns.get(column.name)
-            if described is None:
-                # Dropping a column clears its missing value: the default is gone with it.
-                log.warning(
-                    "added column no longer in the source catalog",
-                    table=plan.qualified_name,
-                    column=column.name,
-                    consequence="rows older than the column keep NULL if it had a default",
-                )
-                continue
-            if described.missing_value is None:
-                continue
-            try:
-                values[column.name] = convert_value(
-                    column, ColumnKind.TEXT, described.missing_value.encode(), self._decoder
-                )
-            except Exception as exc:
-                raise SinkDataError(
-                    f"cannot store the default of column {column.name!r} of "
-                    f"{plan.qualified_name}, which existing rows show, as "
-                    f"{column.delta.spark_sql} ({type(exc).__name__}); see the chained error"
-                ) from exc
-        return values
-
-    def _default_view_data(
-        self, columns: Sequence[PlanColumn], values: dict[str, object]
-    ) -> tuple[list[ArrowColumn], pa.Table]:
-        specs = [plan_column(c) for c in columns]
-        arrow = pa.table(
-            {c.name: pa.array([values.get(c.name)], c.arrow) for c in specs},
-        )
-        return specs, arrow
-
-    def _add_filled_columns(
-        self,
-        path: str,
-        table: str,
-        state: TableState,
-        columns: Sequence[PlanColumn],
-        values: dict[str, object],
-        *,
-        lsn: Lsn,
-    ) -> None:
-        """Add ``columns`` and fill them in the rows up to ``lsn``, in one Delta commit."""
-        names = [c.name for c in columns]
-        specs, arrow = self._default_view_data(columns, values)
-        with (
-            engine_errors(f"adding columns {', '.join(names)} with their defaults to {table}"),
-            self._lake.view(arrow, specs) as view,
-        ):
-            query = render_added_columns_select(
-                names, self._meta, target=delta_table(path), view=view, lsn=lsn
-            )
-            (
-                self._spark.sql(query)
-                .write.format("delta")
-                .mode("overwrite")
-                .option("mergeSchema", "true")
-                .save(path)
-            )
-        state.columns.update((c.name, delta_type_name(c.spark_sql)) for c in specs)
-
-    def _reset_columns(
-        self,
-        path: str,
-        table: str,
-        columns: Sequence[PlanColumn],
-        values: dict[str, object],
-        *,
-        lsn: Lsn,
-    ) -> None:
-        """Set ``columns`` to their default (or NULL) in the rows up to ``lsn``.
-
-        Every row at or below ``lsn`` predates the relation that brought the columns
-        (back), so PostgreSQL shows the default there; setting it again when a restarted
-        sink replays the step is harmless.
-        """
-        names = [c.name for c in columns]
-        specs, arrow = self._default_view_data(columns, values)
-        with (
-            engine_errors(f"resetting returned columns {', '.join(names)} of {table}"),
-            self._lake.view(arrow, specs) as view,
-        ):
-            self._lake.sql(
-                render_column_reset(names, self._meta, target=delta_table(path), view=view, lsn=lsn)
-            )
 
     # --- steps -----------------------------------------------------------------------------
 
