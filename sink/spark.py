@@ -31,6 +31,7 @@ quote row values - but stays attached as ``__cause__``.
 
 from __future__ import annotations
 
+import re
 import threading
 import warnings
 from collections.abc import Iterator, Mapping
@@ -257,7 +258,27 @@ def classify_engine_error(exc: BaseException, action: str) -> SinkError:
             f"the Spark engine rejected the data while {action} ({detail}); see the chained "
             "error for the column and value"
         )
-    return SinkError(f"the Spark engine failed while {action} ({detail}); see the chained error")
+    return SinkError(
+        f"the Spark engine failed while {action} ({detail}): {engine_message(exc)}; the "
+        "chained error has the rest"
+    )
+
+
+_ENGINE_SECRET = re.compile(r"(?i)((?:token|password|secret)[\w.-]*\s*[=:]\s*)[^\s;,&]+")
+_ENGINE_MESSAGE_LIMIT = 300
+
+
+def engine_message(exc: BaseException) -> str:
+    """The engine's own words: the first line of its message, trimmed, secrets masked.
+
+    Not used for data errors, whose messages may quote row values (never logged).
+    """
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    text = _ENGINE_SECRET.sub(lambda m: m.group(1) + "****", text)
+    if len(text) > _ENGINE_MESSAGE_LIMIT:
+        text = text[: _ENGINE_MESSAGE_LIMIT - 3] + "..."
+    return text
 
 
 @contextmanager

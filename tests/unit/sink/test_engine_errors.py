@@ -83,12 +83,27 @@ def test_data_that_does_not_fit_is_a_terminal_data_error(exc: Exception) -> None
     assert not error.retryable
 
 
-def test_other_engine_failures_are_terminal_and_never_quote_the_engine_message() -> None:
-    exc = AnalysisException("secret value 42 in the message", StatusCode.INTERNAL, "X_Y")
+def test_other_engine_failures_are_terminal_and_say_what_the_engine_said() -> None:
+    exc = AnalysisException(
+        "[PATH_NOT_FOUND] Path does not exist: s3://lake/t; token=abc123\n\tat org.apache...",
+        StatusCode.INTERNAL,
+        "X_Y",
+    )
     error = classify_engine_error(exc, "truncating a.b")
     assert type(error) is SinkError
-    assert "secret value" not in str(error)
     assert "(AnalysisException, X_Y)" in str(error)
+    assert "Path does not exist: s3://lake/t" in str(error)  # the engine's own words
+    assert "abc123" not in str(error)  # secrets masked
+    assert "org.apache" not in str(error)  # first line only
+    long = classify_engine_error(AnalysisException("x" * 1000, StatusCode.INTERNAL), "y")
+    assert len(str(long)) < 500
+
+
+def test_data_errors_never_quote_the_engine_message_which_may_hold_row_values() -> None:
+    exc = ArithmeticException("secret value 42 overflows", StatusCode.INTERNAL)
+    error = classify_engine_error(exc, "merging into a.b")
+    assert type(error) is SinkDataError
+    assert "secret value" not in str(error)
 
 
 def test_engine_errors_chains_the_original_and_lets_sink_errors_through() -> None:
