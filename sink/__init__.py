@@ -1,11 +1,14 @@
 """The Delta sink: PostgreSQL changes merged into Delta Lake tables through Spark.
 
-``DeltaSink`` plans each batch without Spark (``plan``), renders MERGE statements
-(``sql``) and runs them on the process's Spark session (``spark``); ``typemap`` maps
-PostgreSQL types to Delta types; ``evolution`` decides how a table follows a changed
-relation, with the source catalog (``SourceCatalog``) that capture injects; ``naming``
-says where a table lands in the lake (``table_path``) and what its columns are called in
-Delta (``sink.column_names``).
+``DeltaSink`` (``delta``) plans each batch without Spark (``plan``, keyless tables in
+``keyless``), renders MERGE statements (``sql``), ships the rows as Arrow (``arrow``) and
+runs them on the process's Spark session (``spark``), over the tables ``tables`` creates
+and caches. ``typemap`` maps PostgreSQL types to Delta types; ``convert`` turns sent values
+into Delta values; ``evolution`` decides how a table follows a changed relation, with the
+source catalog (``SourceCatalog``) that capture injects, and ``follow`` carries it out;
+``bookkeeping`` keeps the lake's own tables (snapshot markers, column origins, messages);
+``constants`` holds the names and vocabularies defined once; ``naming`` says where a table
+lands in the lake (``table_path``) and what its columns are called in Delta.
 """
 
 from sink.base import Batch, BatchResult, Sink, SinkDataError, SinkError, SinkRetryableError
