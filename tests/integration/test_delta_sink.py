@@ -45,7 +45,7 @@ from sink import (
     table_path,
 )
 from tests.support.delta_compare import assert_delta_matches, delta_rows, postgres_rows
-from tests.unit.sink.sink_changes import (
+from tests.support.sink_changes import (
     INT4,
     U,
     batch,

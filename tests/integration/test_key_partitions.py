@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 
 from sink import DeltaSink, KeyBuckets, SinkDataError, SinkSettings, table_path
 from tests.support.delta_compare import assert_delta_matches, delta_rows
-from tests.unit.sink.sink_changes import (
+from tests.support.sink_changes import (
     INT4,
     INT8,
     TEXT,

@@ -24,7 +24,7 @@ from sink import (
     table_path,
 )
 from tests.support.delta_compare import assert_delta_matches, delta_rows
-from tests.unit.sink.sink_changes import (
+from tests.support.sink_changes import (
     INT4,
     INT8,
     batch,

@@ -71,3 +71,13 @@ def test_packages_import_only_what_their_layer_allows(package: str) -> None:
             if _forbidden(package, module):
                 problems.append(f"{where} ({package} must not use {module})")
     assert not problems, "\n".join(problems)
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared test helpers live in tests/support (and tests/golden), never in a test module."""
+    problems = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for module, line in _imports(path):
+            if module.startswith(("tests.unit", "tests.integration", "tests.e2e")):
+                problems.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert not problems, "\n".join(problems)

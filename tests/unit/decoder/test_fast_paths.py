@@ -43,8 +43,8 @@ from decoder import (
 from decoder.changes import RowChangeBuilder, new_row_change
 from decoder.frames import XLogDataBuilder
 from decoder.parser import row_message_is_valid, row_parts, scan_row_message
+from tests.support.decoder_data import ROW_PAYLOADS, tuples
 from tests.support.pgoutput_builder import INT4_OID, TEXT_OID, encode_message, relation
-from tests.unit.decoder.test_parser_properties import ROW_PAYLOADS, tuples
 
 STREAM_OPTIONS = ProtocolOptions(2, "on")
 

@@ -20,8 +20,6 @@ from decoder import (
     AssemblerState,
     Begin,
     BeginPrepare,
-    ColumnKind,
-    ColumnValue,
     Commit,
     CommitPrepared,
     CommittedTransaction,
@@ -42,13 +40,13 @@ from decoder import (
     StreamStart,
     StreamStop,
     Truncate,
-    TupleData,
     Type,
     Update,
     parse_message,
 )
 from decoder.parser import scan_row_message
 from tests.golden import load_captures
+from tests.support.decoder_data import GOLDEN_PAYLOADS, ROW_PAYLOADS, tuples
 from tests.support.pgoutput_builder import encode_message
 
 ALL_OPTIONS = [
@@ -68,13 +66,6 @@ xids = st.integers(1, 2**32 - 1)
 oids = st.integers(0, 2**32 - 1)
 names = st.text(st.characters(exclude_characters="\0", exclude_categories=["Cs"]), max_size=12)
 
-column_values = st.one_of(
-    st.just(ColumnValue(ColumnKind.NULL)),
-    st.just(ColumnValue(ColumnKind.UNCHANGED_TOAST)),
-    st.builds(ColumnValue, st.just(ColumnKind.TEXT), st.binary(max_size=20)),
-    st.builds(ColumnValue, st.just(ColumnKind.BINARY), st.binary(max_size=20)),
-)
-tuples = st.builds(TupleData, st.lists(column_values, max_size=6).map(tuple))
 relation_columns = st.builds(
     RelationColumn,
     st.integers(0, 255),
@@ -216,19 +207,6 @@ def test_random_bodies_after_a_valid_tag_parse_or_raise_decode_error(tag, body, 
         assert error.message_type != "UNKNOWN"
 
 
-def _golden_payloads() -> list[tuple[bytes, ProtocolOptions, bool]]:
-    payloads = []
-    for found in load_captures():
-        in_stream = False
-        for golden in found.messages[:40]:
-            payloads.append((golden.payload, found.options, in_stream))
-            in_stream = {"S": True, "E": False}.get(golden.tag, in_stream)
-    return payloads
-
-
-GOLDEN_PAYLOADS = _golden_payloads()
-
-
 @given(
     st.sampled_from(GOLDEN_PAYLOADS),
     st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=4),
@@ -270,9 +248,6 @@ def test_assembler_fed_real_messages_in_random_order_raises_only_decode_errors(f
             assert assembler.state is AssemblerState.ERROR
             assert error.wal_start in (golden.lsn, None)
             break
-
-
-ROW_PAYLOADS = [g for g in GOLDEN_PAYLOADS if g[0][:1] in (b"I", b"U", b"D")]
 
 
 def _outcome(function, data: bytes, in_stream: bool) -> object:

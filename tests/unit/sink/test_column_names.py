@@ -8,7 +8,7 @@ from sink import ColumnNamePolicy, SinkDataError
 from sink.partitioning import bucketed_column
 from sink.plan import MergeStep, plan_batch
 from sink.settings import KeyBuckets
-from tests.unit.sink.sink_changes import INT4, INT8, batch, col, insert, rel, update
+from tests.support.sink_changes import INT4, INT8, batch, col, insert, rel, update
 
 RESERVED = ("_wal2delta_lsn", "_wal2delta_commit_ts", "_wal2delta_deleted", "_wal2delta_ordinal")
 ODD = rel(

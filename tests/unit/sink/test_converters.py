@@ -50,7 +50,7 @@ from sink.plan import (
 from sink.sql import MetadataColumns
 from sink.typemap import ValueForm, delta_type
 from tests.support.pgoutput_builder import encode_tuple
-from tests.unit.sink.sink_changes import U, Value, batch, col, delete, insert, rel, tup, update
+from tests.support.sink_changes import U, Value, batch, col, delete, insert, rel, tup, update
 
 PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 PG_DATE_EPOCH = dt.date(2000, 1, 1)

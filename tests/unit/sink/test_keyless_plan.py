@@ -20,8 +20,8 @@ from decoder import RowChange
 from sink import Batch
 from sink.keyless import NO_POSITION, Candidate, FoldedStep, KeylessStep, Take, assign_takes, fold
 from sink.plan import plan_batch
-from tests.unit.sink.sink_changes import INT4, batch, col, commit_time, delete, insert, rel, update
-from tests.unit.sink.table_model import TableModel, apply_plan, replay_changes
+from tests.support.sink_changes import INT4, batch, col, commit_time, delete, insert, rel, update
+from tests.support.table_model import TableModel, apply_plan, replay_changes
 
 LOG = rel("public.log", col("a", INT4), col("b"), identity="f")
 VALUES = [(a, b) for a in ("1", "2", None) for b in ("x", None)]

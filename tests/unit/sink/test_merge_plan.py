@@ -14,7 +14,7 @@ from decoder import Lsn, Relation, RowChange, TruncateChange
 from sink import Batch, SinkDataError
 from sink.keyless import KeylessStep
 from sink.plan import MergeStep, PlannedRow, TruncateStep, plan_batch
-from tests.unit.sink.sink_changes import (
+from tests.support.sink_changes import (
     INT4,
     U,
     Value,
@@ -28,7 +28,7 @@ from tests.unit.sink.sink_changes import (
     truncate,
     update,
 )
-from tests.unit.sink.table_model import TableModel, apply_plan, replay_changes
+from tests.support.table_model import TableModel, apply_plan, replay_changes
 
 RESERVED = ("_wal2delta_lsn", "_wal2delta_commit_ts", "_wal2delta_deleted", "_wal2delta_ordinal")
 DOCS = rel("public.docs", col("id", INT4, key=True), col("body"), col("rev", INT4))

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from sink.partitioning import bucket_filter, bucket_of, bucket_values, bucketed_column
 from sink.plan import MergeStep, plan_batch
 from sink.settings import KeyBuckets
-from tests.unit.sink.sink_changes import INT8, batch, col, delete, insert, rel
+from tests.support.sink_changes import INT8, batch, col, delete, insert, rel
 
 ITEMS = rel("public.items", col("id", INT8, key=True), col("body"))
 

@@ -21,7 +21,7 @@ from sink.sql import (
     render_truncate,
     source_columns,
 )
-from tests.unit.sink.sink_changes import INT4, U, batch, col, insert, rel, update
+from tests.support.sink_changes import INT4, U, batch, col, insert, rel, update
 
 DOCS = rel("public.docs", col("id", INT4, key=True), col("body"), col("rev", INT4))
 LOG = rel("public.log", col("id", INT4), col("body"), identity="n")

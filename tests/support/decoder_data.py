@@ -1,0 +1,36 @@
+"""Decoder test data shared by test modules: tuple strategies and golden payloads.
+
+``GOLDEN_PAYLOADS`` are the first messages of every harvested capture, with the options
+they were captured under and whether they sit inside a stream block.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from decoder import ColumnKind, ColumnValue, ProtocolOptions, TupleData
+from tests.golden import load_captures
+
+column_values = st.one_of(
+    st.just(ColumnValue(ColumnKind.NULL)),
+    st.just(ColumnValue(ColumnKind.UNCHANGED_TOAST)),
+    st.builds(ColumnValue, st.just(ColumnKind.TEXT), st.binary(max_size=20)),
+    st.builds(ColumnValue, st.just(ColumnKind.BINARY), st.binary(max_size=20)),
+)
+tuples = st.builds(TupleData, st.lists(column_values, max_size=6).map(tuple))
+
+
+def _golden_payloads() -> list[tuple[bytes, ProtocolOptions, bool]]:
+    payloads = []
+    for found in load_captures():
+        in_stream = False
+        for golden in found.messages[:40]:
+            payloads.append((golden.payload, found.options, in_stream))
+            in_stream = {"S": True, "E": False}.get(golden.tag, in_stream)
+    return payloads
+
+
+GOLDEN_PAYLOADS = _golden_payloads()
+
+ROW_PAYLOADS = [g for g in GOLDEN_PAYLOADS if g[0][:1] in (b"I", b"U", b"D")]
+"""The INSERT, UPDATE and DELETE payloads among them."""
