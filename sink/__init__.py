@@ -12,13 +12,21 @@ lands in the lake (``table_path``) and what its columns are called in Delta.
 """
 
 from sink.base import Batch, BatchResult, Sink, SinkDataError, SinkError, SinkRetryableError
+from sink.convert import pg_text_form, to_delta_value
 from sink.delta import DeltaSink
 from sink.evolution import CatalogColumn, CatalogTable, SourceCatalog
 from sink.naming import column_map, delta_can_hold, delta_column_name, table_of_path, table_path
 from sink.settings import ColumnNamePolicy, KeyBuckets, SinkSettings, SparkSettings
 from sink.spark import create_spark_session, stop_spark_session
+from sink.typemap import NUMERIC_OID, DeltaType, ValueForm, delta_type
 
 __all__ = [
+    "NUMERIC_OID",
+    "DeltaType",
+    "ValueForm",
+    "delta_type",
+    "pg_text_form",
+    "to_delta_value",
     "Batch",
     "BatchResult",
     "CatalogColumn",

@@ -32,6 +32,7 @@ from decoder import (
     TupleData,
     datetime_to_pg_timestamp,
 )
+from devtools.verify import assert_delta_matches, delta_rows, postgres_rows
 from sink import (
     BatchResult,
     CatalogColumn,
@@ -44,7 +45,6 @@ from sink import (
     stop_spark_session,
     table_path,
 )
-from tests.support.delta_compare import assert_delta_matches, delta_rows, postgres_rows
 from tests.support.sink_changes import (
     INT4,
     U,

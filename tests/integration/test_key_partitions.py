@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from devtools.verify import assert_delta_matches, delta_rows
 from sink import DeltaSink, KeyBuckets, SinkDataError, SinkSettings, table_path
-from tests.support.delta_compare import assert_delta_matches, delta_rows
 from tests.support.sink_changes import (
     INT4,
     INT8,

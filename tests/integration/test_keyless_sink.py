@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from devtools.verify import assert_delta_matches, delta_rows
 from sink import DeltaSink, SinkSettings, table_path
-from tests.support.delta_compare import assert_delta_matches, delta_rows
 from tests.support.sink_changes import INT4, batch, col, delete, insert, rel, truncate, update
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

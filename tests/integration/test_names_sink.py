@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from devtools.verify import assert_delta_matches, delta_rows
 from sink import (
     CatalogColumn,
     CatalogTable,
@@ -23,7 +24,6 @@ from sink import (
     table_of_path,
     table_path,
 )
-from tests.support.delta_compare import assert_delta_matches, delta_rows
 from tests.support.sink_changes import (
     INT4,
     INT8,
