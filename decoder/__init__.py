@@ -80,6 +80,7 @@ from decoder.textforms import (
     UnknownBinaryFormatError,
     builtin_text_reader,
     float8_text,
+    utc_offset,
 )
 from decoder.usertypes import (
     ArrayType,
@@ -190,4 +191,5 @@ __all__ = [
     "pg_timestamp_to_datetime",
     "read_xlog_data",
     "spilling_buffers",
+    "utc_offset",
 ]

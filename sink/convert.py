@@ -19,7 +19,14 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Final
 from uuid import UUID
 
-from decoder import TEXT_KEPT_TYPE_OIDS, ColumnKind, ValueDecoder, builtin_text_reader, float8_text
+from decoder import (
+    TEXT_KEPT_TYPE_OIDS,
+    ColumnKind,
+    ValueDecoder,
+    builtin_text_reader,
+    float8_text,
+    utc_offset,
+)
 from sink.typemap import DeltaType, ValueForm
 
 if TYPE_CHECKING:
@@ -200,23 +207,10 @@ def _fraction(microseconds: int) -> str:
     return f".{microseconds:06d}".rstrip("0") if microseconds else ""
 
 
-def _utc_offset(offset: dt.timedelta) -> str:
-    seconds = int(offset.total_seconds())
-    sign = "-" if seconds < 0 else "+"
-    hours, rest = divmod(abs(seconds), 3600)
-    minutes, secs = divmod(rest, 60)
-    text = f"{sign}{hours:02d}"
-    if minutes or secs:
-        text += f":{minutes:02d}"
-    if secs:
-        text += f":{secs:02d}"
-    return text
-
-
 def _time_text(value: dt.time) -> str:
     text = f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}{_fraction(value.microsecond)}"
     offset = value.utcoffset()
-    return text if offset is None else text + _utc_offset(offset)
+    return text if offset is None else text + utc_offset(int(offset.total_seconds()))
 
 
 def _datetime_text(value: dt.datetime) -> str:

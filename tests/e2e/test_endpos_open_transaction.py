@@ -23,7 +23,7 @@ from capture.slots import current_wal_lsn
 from decoder import format_lsn
 from devtools.verify import compare_table, read_delta
 from sink import table_path
-from tests.support.harness import confirmed_flush, run_cli
+from tests.support.harness import confirmed_flush, run_cli, table_mismatches
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -65,18 +65,6 @@ def run_to(config: Path, endpos: int) -> list[dict[str, object]]:
         if line.startswith("{"):
             events.append(json.loads(line))
     return events
-
-
-def mismatches(dsn: str, lake: Path) -> list[str]:
-    found = []
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for name in TABLES:
-            schema, _, table = name.partition(".")
-            comparison = compare_table(conn, name, table_path(str(lake), schema, table))
-            assert comparison.source_rows > 0
-            if not comparison.matches:
-                found.append(comparison.describe())
-    return found
 
 
 def delta_ids(lake: Path, table: str) -> set[object]:
@@ -134,7 +122,7 @@ def test_endpos_returns_while_a_transaction_begun_before_it_is_still_open(
         conn.execute("UPDATE small SET v = 'after' WHERE id = 1000")
         end = current_wal_lsn(conn)
     run_to(config, end)
-    found = mismatches(dsn, lake)
+    found = table_mismatches(dsn, lake, TABLES)
     assert not found, "\n".join(found)
     assert confirmed_flush(dsn, SLOT) >= end
 

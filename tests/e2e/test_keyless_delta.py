@@ -19,10 +19,8 @@ import pytest
 
 from capture.slots import current_wal_lsn
 from daemon.wiring import prepare_configured_source
-from devtools.verify import compare_table
-from sink import table_path
 from tests.support.configs import make_config
-from tests.support.harness import run_daemon
+from tests.support.harness import run_daemon, table_mismatches
 from tests.support.subscriber import native_subscriber, wait_for_subscriber
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -72,19 +70,6 @@ STREAMED = [
 ]
 
 
-def mismatches(dsn: str, lake: Path) -> list[str]:
-    """Every table of ``dsn`` compared with its Delta table, as multisets."""
-    found = []
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for name in TABLES:
-            schema, _, table = name.partition(".")
-            comparison = compare_table(conn, name, table_path(str(lake), schema, table))
-            assert comparison.source_rows > 0
-            if not comparison.matches:
-                found.append(comparison.describe())
-    return found
-
-
 @pytest.mark.parametrize("server", ["pg18", "pg15"])
 def test_identical_rows_land_in_delta_as_in_a_native_subscriber(
     server: str, request: pytest.FixtureRequest, tmp_path: Path, spark_session: object
@@ -111,8 +96,12 @@ def test_identical_rows_land_in_delta_as_in_a_native_subscriber(
             end = current_wal_lsn(conn)
         run_daemon(dsn, config, spark_session, end)
         wait_for_subscriber(dsn, subscriber, end)
-        assert not mismatches(dsn, lake), "\n".join(mismatches(dsn, lake))
-        assert not mismatches(subscriber, lake), "\n".join(mismatches(subscriber, lake))
+        assert not table_mismatches(dsn, lake, TABLES), "\n".join(
+            table_mismatches(dsn, lake, TABLES)
+        )
+        assert not table_mismatches(subscriber, lake, TABLES), "\n".join(
+            table_mismatches(subscriber, lake, TABLES)
+        )
     with psycopg.connect(dsn, autocommit=True) as conn:
         (count,) = conn.execute("SELECT count(*) FROM log WHERE a = 4").fetchone() or (0,)
     assert count > 400, "the duplicates this test is about are there"

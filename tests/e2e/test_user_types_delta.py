@@ -32,9 +32,10 @@ from config import AppConfig
 from daemon.supervisor import Supervisor
 from daemon.wiring import prepare_configured_source, sink_settings
 from decoder import ColumnKind, RowChange
-from devtools.verify import compare_table, read_delta
+from devtools.verify import read_delta
 from sink import Batch, BatchResult, DeltaSink, SinkDataError, table_path
 from tests.support.configs import make_config
+from tests.support.harness import table_mismatches
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -129,19 +130,6 @@ def run_statements(dsn: str, statements: list[str], *, one_transaction: bool = F
         return current_wal_lsn(conn)
 
 
-def mismatches(dsn: str, lake: Path) -> list[str]:
-    """Every table compared with its Delta table; each must have rows."""
-    found = []
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for name in TABLES:
-            schema, _, table = name.partition(".")
-            comparison = compare_table(conn, name, table_path(str(lake), schema, table))
-            assert comparison.source_rows > 0
-            if not comparison.matches:
-                found.append(comparison.describe())
-    return found
-
-
 def lake_rows(lake: Path) -> dict[str, list[str]]:
     """Each table's rows without metadata columns, in a comparable, order-free form."""
     return {
@@ -184,7 +172,9 @@ def test_user_types_in_binary_mode_land_in_delta_as_postgresql_prints_them(
 
     for config in (binary, text):
         lake = Path(str(config.sink.path))
-        assert not mismatches(dsn, lake), "\n".join(mismatches(dsn, lake))
+        assert not table_mismatches(dsn, lake, TABLES), "\n".join(
+            table_mismatches(dsn, lake, TABLES)
+        )
     assert lake_rows(Path(str(binary.sink.path))) == lake_rows(Path(str(text.sink.path)))
     # The comparison above is between text forms; spot-check a few against PostgreSQL's.
     people = {r["id"]: r for r in read_delta(table_path(str(binary.sink.path), "public", "people"))}

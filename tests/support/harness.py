@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,8 @@ from capture import PostgresCatalog, slot_state
 from config import AppConfig
 from daemon import Supervisor, sink_settings
 from decoder import Lsn
-from sink import DeltaSink
+from devtools.verify import compare_table
+from sink import DeltaSink, table_path
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,3 +98,17 @@ def run_daemon(dsn: str, config: AppConfig, spark_session: Any, endpos: int) -> 
     with PostgresCatalog(dsn) as catalog:
         sink = DeltaSink(spark_session, sink_settings(config), catalog=catalog)
         Supervisor(config, sink, endpos=Lsn(endpos)).run()
+
+
+def table_mismatches(dsn: str, lake: Path | str, tables: Sequence[str]) -> list[str]:
+    """Every table of ``dsn`` compared with its Delta table (``devtools.verify``); each must
+    have rows. Returns the descriptions of those that differ."""
+    found = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for name in tables:
+            schema, _, table = name.partition(".")
+            comparison = compare_table(conn, name, table_path(str(lake), schema, table))
+            assert comparison.source_rows > 0, f"{name} is empty in the source"
+            if not comparison.matches:
+                found.append(comparison.describe())
+    return found
