@@ -27,10 +27,10 @@ from capture.catalog import PostgresCatalog
 from capture.slots import current_wal_lsn
 from daemon.supervisor import Supervisor
 from daemon.wiring import prepare_configured_source, sink_settings
-from devtools.verify import compare_table, read_delta
+from devtools.verify import read_delta
 from sink import DeltaSink, SinkDataError, table_path
 from tests.support.configs import make_config
-from tests.support.harness import confirmed_flush, run_daemon, wait_for_flush
+from tests.support.harness import confirmed_flush, run_daemon, table_mismatches, wait_for_flush
 from tests.support.subscriber import native_subscriber, wait_for_subscriber
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -42,19 +42,6 @@ def execute(dsn: str, *statements: str) -> int:
         for statement in statements:
             conn.execute(statement.encode())
         return current_wal_lsn(conn)
-
-
-def mismatches(dsn: str, lake: Path, tables: list[str]) -> list[str]:
-    """Each table of the database at ``dsn`` compared with its Delta table."""
-    found = []
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for name in tables:
-            schema, _, table = name.partition(".")
-            comparison = compare_table(conn, name, table_path(str(lake), schema, table))
-            assert comparison.source_rows > 0, f"{name} must keep rows"
-            if not comparison.matches:
-                found.append(comparison.describe())
-    return found
 
 
 def delta_by_id(lake: Path, table: str) -> dict[object, dict[str, object]]:
@@ -104,7 +91,7 @@ def test_a_column_dropped_and_added_back_under_its_name_is_new_also_across_a_res
         "FROM generate_series(1000, 2500) g",
     )
     run_daemon(dsn, config, spark_session, end)
-    assert not mismatches(dsn, lake, tables), "\n".join(mismatches(dsn, lake, tables))
+    assert not table_mismatches(dsn, lake, tables), "\n".join(table_mismatches(dsn, lake, tables))
     wide, same = delta_by_id(lake, "wide"), delta_by_id(lake, "same")
     # Rows written before the DDL: the new b is NULL (no default) or 'fresh', never the
     # dropped column's value; c shows its fast default.
@@ -143,7 +130,7 @@ def test_a_column_dropped_and_added_back_while_the_daemon_runs_is_new_from_that_
         finally:
             stop.set()
             runner.join()
-    assert not mismatches(dsn, lake, ["public.same"])
+    assert not table_mismatches(dsn, lake, ["public.same"])
     same = delta_by_id(lake, "same")
     assert [same[i]["b"] for i in (1, 4, 5, 31)] == ["fresh", "fresh", "new b", "fresh"]
 
@@ -209,10 +196,10 @@ def test_columns_no_longer_published_keep_their_last_value_as_in_a_native_subscr
         )
         run_daemon(dsn, narrowed, spark_session, end)
         wait_for_subscriber(dsn, subscriber, end)
-        found = mismatches(subscriber, lake, tables)
+        found = table_mismatches(subscriber, lake, tables)
         assert not found, "\n".join(found)
     # The source no longer has gone: the columns it still has equal Delta's.
-    assert not mismatches(dsn, lake, ["public.dropping"])
+    assert not table_mismatches(dsn, lake, ["public.dropping"])
     dropping, listed = delta_by_id(lake, "dropping"), delta_by_id(lake, "listed")
     assert [(dropping[i]["gone"], dropping[i]["a"]) for i in (1, 2, 21)] == [
         ("gone 1", "a!"),
@@ -249,4 +236,4 @@ def test_a_table_whose_first_batch_ends_with_truncate_is_created_with_its_data_c
     assert read_delta(path) == []
     end = execute(pg18_dsn, "INSERT INTO emptied VALUES (6, 'after', 6.5)")
     run_daemon(pg18_dsn, config, spark_session, end)
-    assert not mismatches(pg18_dsn, lake, ["public.emptied"])
+    assert not table_mismatches(pg18_dsn, lake, ["public.emptied"])

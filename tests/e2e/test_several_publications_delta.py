@@ -24,11 +24,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from capture.slots import current_wal_lsn
 from devtools.verify import compare_table, read_delta
 from sink import table_path
 from tests.support.configs import make_config
-from tests.support.harness import run_daemon, wait_until
+from tests.support.harness import run_daemon, run_statements, wait_until
 from tests.support.subscriber import native_subscriber, wait_for_subscriber
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -99,19 +98,6 @@ STREAMED = [
 ]
 
 
-def execute(dsn: str, statements: list[str], *, in_one_transaction: bool = False) -> int:
-    """Run ``statements``; return the WAL position after them."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        if in_one_transaction:
-            with conn.transaction():
-                for statement in statements:
-                    conn.execute(statement.encode())
-        else:
-            for statement in statements:
-                conn.execute(statement.encode())
-        return current_wal_lsn(conn)
-
-
 def wait_for_table_sync(subscriber_dsn: str) -> None:
     """Wait until the subscriber's table sync copied every table (state ready)."""
     with psycopg.connect(subscriber_dsn, autocommit=True) as conn:
@@ -151,7 +137,7 @@ def test_two_publications_land_in_delta_as_in_a_native_subscriber(
 ) -> None:
     dsn: str = request.getfixturevalue(f"{server}_dsn")
     lake = tmp_path / "lake"
-    execute(dsn, [SOURCE])
+    run_statements(dsn, [SOURCE])
     config = make_config(
         dsn,
         lake,
@@ -166,7 +152,7 @@ def test_two_publications_land_in_delta_as_in_a_native_subscriber(
         ("public.refunds", "public.refunds"),
     ]
     with native_subscriber(dsn, SUBSCRIBER, PUBLICATIONS, copy_data=True) as subscriber:
-        before = execute(dsn, [])
+        before = run_statements(dsn, [])
         run_daemon(dsn, config, spark_session, before)  # the snapshot, nothing to stream
         wait_for_table_sync(subscriber)
         wait_for_subscriber(dsn, subscriber, before)
@@ -174,10 +160,10 @@ def test_two_publications_land_in_delta_as_in_a_native_subscriber(
         assert not copied, "\n".join(copied)
         assert not mismatches(dsn, lake, as_published)
 
-        middle = execute(dsn, WORKLOAD)
+        middle = run_statements(dsn, WORKLOAD)
         run_daemon(dsn, config, spark_session, middle)
-        execute(dsn, STREAMED, in_one_transaction=True)
-        end = execute(dsn, ["UPDATE orders SET region = 'eu' WHERE id = 3"])
+        run_statements(dsn, STREAMED, one_transaction=True)
+        end = run_statements(dsn, ["UPDATE orders SET region = 'eu' WHERE id = 3"])
         run_daemon(dsn, config, spark_session, end)
         wait_for_subscriber(dsn, subscriber, end)
         streamed = mismatches(subscriber, lake, [(t, t) for t in tables])
@@ -226,7 +212,7 @@ def test_initial_snapshot_of_an_existing_publication_copies_every_published_tabl
 ) -> None:
     dsn: str = request.getfixturevalue(f"{server}_dsn")
     lake = tmp_path / "lake"
-    execute(dsn, [SCHEMA_SOURCE, f"CREATE PUBLICATION existing {publication}"])
+    run_statements(dsn, [SCHEMA_SOURCE, f"CREATE PUBLICATION existing {publication}"])
     config = make_config(
         dsn,
         lake,
@@ -238,11 +224,11 @@ def test_initial_snapshot_of_an_existing_publication_copies_every_published_tabl
     if publication == "FOR ALL TABLES":
         published.append("public.customers")
 
-    run_daemon(dsn, config, spark_session, execute(dsn, []))
+    run_daemon(dsn, config, spark_session, run_statements(dsn, []))
     copied = mismatches(dsn, lake, [(t, t) for t in published])
     assert not copied, "\n".join(copied)
 
-    end = execute(dsn, AFTER_SNAPSHOT)
+    end = run_statements(dsn, AFTER_SNAPSHOT)
     run_daemon(dsn, config, spark_session, end)
     found = mismatches(dsn, lake, [(t, t) for t in [*published, "sales.returns"]])
     assert not found, "\n".join(found)

@@ -35,7 +35,7 @@ from decoder import ColumnKind, RowChange
 from devtools.verify import read_delta
 from sink import Batch, BatchResult, DeltaSink, SinkDataError, table_path
 from tests.support.configs import make_config
-from tests.support.harness import table_mismatches
+from tests.support.harness import run_statements, table_mismatches
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -115,19 +115,6 @@ def run_daemon(dsn: str, config: AppConfig, spark_session: Any, endpos: int) -> 
         sink.kinds = Counter()
         Supervisor(config, sink, endpos=endpos).run()  # type: ignore[arg-type]
     return sink.kinds
-
-
-def run_statements(dsn: str, statements: list[str], *, one_transaction: bool = False) -> int:
-    """Run ``statements`` (each its own transaction unless told); return the WAL position."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        if one_transaction:
-            with conn.transaction():
-                for statement in statements:
-                    conn.execute(statement.encode())
-        else:
-            for statement in statements:
-                conn.execute(statement.encode())
-        return current_wal_lsn(conn)
 
 
 def lake_rows(lake: Path) -> dict[str, list[str]]:

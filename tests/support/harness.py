@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from capture import PostgresCatalog, slot_state
+from capture import PostgresCatalog, current_wal_lsn, slot_state
 from config import AppConfig
 from daemon import Supervisor, sink_settings
 from decoder import Lsn
@@ -112,3 +112,16 @@ def table_mismatches(dsn: str, lake: Path | str, tables: Sequence[str]) -> list[
             if not comparison.matches:
                 found.append(comparison.describe())
     return found
+
+
+def run_statements(dsn: str, statements: Sequence[str], *, one_transaction: bool = False) -> int:
+    """Run ``statements`` (each its own transaction unless told); return the WAL position."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if one_transaction:
+            with conn.transaction():
+                for statement in statements:
+                    conn.execute(statement.encode())
+        else:
+            for statement in statements:
+                conn.execute(statement.encode())
+        return current_wal_lsn(conn)
