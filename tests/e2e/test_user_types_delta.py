@@ -31,7 +31,7 @@ from capture.slots import current_wal_lsn, slot_state
 from config import AppConfig
 from daemon.supervisor import Supervisor
 from daemon.wiring import prepare_configured_source, sink_settings
-from decoder import ColumnKind, RowChange
+from decoder import ColumnKind, RowChange, parse_lsn
 from devtools.verify import read_delta
 from sink import Batch, BatchResult, DeltaSink, SinkDataError, table_path
 from tests.support.configs import make_config
@@ -191,10 +191,14 @@ def test_a_type_without_a_known_binary_layout_stops_the_daemon_before_its_batch_
     config = make_config(pg18_dsn, lake, tables, source={"binary": True})
     prepare_configured_source(config)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
-        before = current_wal_lsn(conn)
         with conn.transaction():
             conn.execute("INSERT INTO plain VALUES (1, 'written with the tag or not at all')")
             conn.execute("INSERT INTO tagged VALUES (1, 'MiXeD')")
+            # The commit record is written after this point; the daemon may acknowledge
+            # anything before it (e.g. an empty transaction the server skipped), never past.
+            row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+            assert row is not None
+            before_commit = parse_lsn(row[0])
         end = current_wal_lsn(conn)
     with pytest.raises(SinkDataError) as caught:
         run_daemon(pg18_dsn, config, spark_session, end)
@@ -206,7 +210,7 @@ def test_a_type_without_a_known_binary_layout_stops_the_daemon_before_its_batch_
         state = slot_state(conn, config.source.slot)
     assert state is not None
     assert state.confirmed_flush_lsn is not None
-    assert state.confirmed_flush_lsn <= before
+    assert state.confirmed_flush_lsn <= before_commit
     assert not (lake / "public" / "plain").exists() or not read_delta(
         table_path(str(lake), "public", "plain")
     )
