@@ -195,12 +195,13 @@ def build_table(
         "md5(CAST(id AS STRING))",
         "2",
         "TIMESTAMP '2025-01-01 00:00:00'",
+        "0",
     )
     if bucket_width is not None:
         # floor(id / width), as the sink computes it; `div` would round negative keys up.
         values += (f"(id - pmod(id, {int(bucket_width)})) div {int(bucket_width)}",)
-    # Same names and types as the table the sink created (data columns, then LSN and
-    # commit time); a layout the sink changes shows up here as an error, not as bad data.
+    # Same names and types as the table the sink created (data columns, then LSN, commit
+    # time and ordinal); a layout the sink changes shows up here as an error, not bad data.
     if len(schema.fields) != len(values):
         raise RuntimeError(f"unexpected table schema {schema.simpleString()}")
     frame = spark.range(keys[0], keys[1] + 1, 1, files).selectExpr(

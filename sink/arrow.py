@@ -24,6 +24,8 @@ from sink.sql import (
     KEYLESS_REMOVE,
     KEYLESS_REWRITE,
     MOVED_FLAG,
+    MOVED_LSN,
+    MOVED_ORDINAL,
     MetadataColumns,
     keep_flag,
     keyless_source_columns,
@@ -144,8 +146,7 @@ def source_table(
         [r.commit_time for r in rows],
         commit_time_array,
     )
-    if step.identity == "ordinal":
-        add(ArrowColumn(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow), [r.ordinal for r in rows])
+    add(ArrowColumn(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow), [r.ordinal for r in rows])
     add(ArrowColumn(DELETE_FLAG, BOOLEAN.spark_sql, BOOLEAN.arrow), [r.delete for r in rows])
     for index in step.kept_indexes:
         add(
@@ -157,11 +158,19 @@ def source_table(
             ArrowColumn(MOVED_FLAG, BOOLEAN.spark_sql, BOOLEAN.arrow),
             [r.moved_from is not None for r in rows],
         )
+        add(
+            ArrowColumn(MOVED_LSN, BIGINT.spark_sql, BIGINT.arrow),
+            [None if r.moved_from is None else r.moved_from.lsn for r in rows],
+        )
+        add(
+            ArrowColumn(MOVED_ORDINAL, BIGINT.spark_sql, BIGINT.arrow),
+            [None if r.moved_from is None else r.moved_from.ordinal for r in rows],
+        )
         for position, column in enumerate(step.match_columns):
             delta = column.delta
             add(
                 ArrowColumn(moved_from_column(position), delta.spark_sql, delta.arrow),
-                [None if r.moved_from is None else r.moved_from[position] for r in rows],
+                [None if r.moved_from is None else r.moved_from.identity[position] for r in rows],
             )
     names = [c.name for c in columns]
     assert tuple(names) == source_columns(step, meta), "source view out of step with sql.py"
@@ -250,18 +259,16 @@ def keyless_touch_table(
     return columns, arrow_table(table, columns, by_column)
 
 
-def metadata_columns(
-    meta: MetadataColumns, *, ordinal: bool, row_ids: bool = False
-) -> list[ArrowColumn]:
-    """The metadata columns of a data table: stamps, soft-delete flag, ordinal, row ids."""
+def metadata_columns(meta: MetadataColumns, *, row_ids: bool = False) -> list[ArrowColumn]:
+    """The metadata columns of a data table: stamp (LSN, commit time, ordinal), soft-delete
+    flag, row ids."""
     columns = [
         ArrowColumn(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
         ArrowColumn(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
     ]
     if meta.soft_delete:
         columns.append(ArrowColumn(meta.deleted, BOOLEAN.spark_sql, BOOLEAN.arrow))
-    if ordinal:
-        columns.append(ArrowColumn(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow))
+    columns.append(ArrowColumn(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow))
     if row_ids:
         columns.append(ArrowColumn(meta.row_lsn, BIGINT.spark_sql, BIGINT.arrow))
         columns.append(ArrowColumn(meta.row_ordinal, BIGINT.spark_sql, BIGINT.arrow))

@@ -252,11 +252,7 @@ class DeltaSink:
             # truncates it (the TRUNCATE's relation is then in ``plan.columns``).
             first = next((s for s in plan.steps if not isinstance(s, TruncateStep)), None)
             data = [plan_column(c) for c in (first.columns if first is not None else plan.columns)]
-            wanted = data + metadata_columns(
-                self._meta,
-                ordinal=plan.uses_ordinal or plan.uses_row_ids,
-                row_ids=plan.uses_row_ids,
-            )
+            wanted = data + metadata_columns(self._meta, row_ids=plan.uses_row_ids)
             spec = self._settings.key_buckets.get(plan.qualified_name)
             partition = self._meta.key_bucket if spec is not None else None
             if partition is not None:

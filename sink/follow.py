@@ -72,13 +72,12 @@ class RelationFollower:
     ) -> None:
         """Make the table ready for ``step``'s relation (see ``delta.py``'s docstring)."""
         meta = self._meta
-        # Metadata columns a table created earlier may lack: the ordinal once a step has
-        # no identity, the soft-delete flag once soft deletes are switched on.
+        # Metadata columns a table created earlier may lack: the ordinal (keyed tables
+        # written by wal2delta before it stamped one), the soft-delete flag once soft
+        # deletes are switched on.
         metadata = [
             c
-            for c in metadata_columns(
-                meta, ordinal=step.identity in ("ordinal", "row"), row_ids=step.identity == "row"
-            )
+            for c in metadata_columns(meta, row_ids=step.identity == "row")
             if c.name not in state.columns
         ]
         if step.columns == state.relation and not metadata and message is state.message:

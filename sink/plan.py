@@ -132,6 +132,24 @@ class PlanColumn:
 
 
 @dataclass(frozen=True, slots=True)
+class MovedFrom:
+    """Where a moved row's kept columns are: the target row it moved from, and when.
+
+    Attributes:
+        identity: the identity values of the target row that holds the kept columns.
+        lsn: commit LSN of the change that moved the row.
+        ordinal: that change's ordinal in its transaction. The kept values are those of
+            the origin row before this position: a batch replayed after a crash finds
+            the origin as later changes (of the same transaction, too) left it, stamped
+            at or after this position, and must not read it.
+    """
+
+    identity: tuple[object, ...]
+    lsn: Lsn
+    ordinal: int
+
+
+@dataclass(frozen=True, slots=True)
 class PlannedRow:
     """The folded outcome for one identity value inside a merge step.
 
@@ -139,8 +157,8 @@ class PlannedRow:
         delete: the row must not exist after the step (or, with soft deletes, be flagged).
         values: Delta values in step column order; None where ``keep`` names the column.
         keep: indexes of the columns the MERGE leaves as they are in the target.
-        moved_from: the identity values of the target row that holds the kept columns,
-            when the row moved to a new identity in this step; None otherwise.
+        moved_from: the target row that holds the kept columns, when the row moved to a
+            new identity in this step; None otherwise.
         lsn: commit LSN of the row's last change.
         commit_time: commit time of that change (UTC).
         ordinal: ordinal of that change in its transaction.
@@ -149,7 +167,7 @@ class PlannedRow:
     delete: bool
     values: tuple[object, ...]
     keep: frozenset[int]
-    moved_from: tuple[object, ...] | None
+    moved_from: MovedFrom | None
     lsn: Lsn
     commit_time: datetime
     ordinal: int
@@ -218,7 +236,6 @@ class MergePlan:
         table: source table name.
         columns: every column any step writes (latest type wins), for creating the table
             and adding columns.
-        uses_ordinal: some step matches on the ordinal metadata column.
         uses_row_ids: some step is a ``KeylessStep``, whose rows carry a hidden identity
             (and a stamp in the LSN and ordinal columns).
         steps: applied in order.
@@ -232,7 +249,6 @@ class MergePlan:
     schema: str
     table: str
     columns: tuple[PlanColumn, ...]
-    uses_ordinal: bool
     steps: tuple[Step, ...]
     counts: Mapping[str, int]
     skipped: int = 0
@@ -331,7 +347,7 @@ _NOTHING_KEPT: Final[frozenset[int]] = frozenset()
 class _Row:
     delete: bool
     values: list[object]
-    moved_from: tuple[object, ...] | None
+    moved_from: MovedFrom | None
     lsn: Lsn
     commit_time: datetime
     ordinal: int
@@ -373,7 +389,7 @@ class _PlannedRowBuilder:
         delete: bool,
         values: tuple[object, ...],
         keep: frozenset[int],
-        moved_from: tuple[object, ...] | None,
+        moved_from: MovedFrom | None,
         lsn: Lsn,
         commit_time: datetime,
         ordinal: int,
@@ -391,7 +407,7 @@ def _new_planned_row(  # noqa: PLR0917 - positional on purpose: one call per pla
     delete: bool,
     values: tuple[object, ...],
     keep: frozenset[int],
-    moved_from: tuple[object, ...] | None,
+    moved_from: MovedFrom | None,
     lsn: Lsn,
     commit_time: datetime,
     ordinal: int,
@@ -473,7 +489,6 @@ class _TablePlan:
             schema=self.schema,
             table=self.table,
             columns=tuple(columns.values()),
-            uses_ordinal=any(isinstance(s, MergeStep) and s.identity == "ordinal" for s in steps),
             steps=steps,
             counts=dict(self.counts),
             skipped=self.skipped,
@@ -737,7 +752,7 @@ class _Planner:
         old_identity = self._identity(change, shape, old if old is not None else new)
         new_identity = self._identity(change, shape, new)
         prior = step.rows.get(old_identity)
-        moved_from: tuple[object, ...] | None = None
+        moved_from: MovedFrom | None = None
         if prior is not None and not prior.delete:
             # An earlier change of this row in the step fills what this one did not send.
             for i, value in enumerate(new):
@@ -747,7 +762,9 @@ class _Planner:
         if old_identity != new_identity:
             if moved_from is None and any(v is UNCHANGED_TOAST for v in new):
                 assert old is not None
-                moved_from = tuple(old[i] for i in shape.match_indexes)
+                moved_from = MovedFrom(
+                    tuple(old[i] for i in shape.match_indexes), change.commit_lsn, change.ordinal
+                )
             step.rows[old_identity] = _Row(
                 True,
                 _without_unchanged(old if old is not None else new),

@@ -60,9 +60,10 @@ class SinkSettings:
         keys: qualified table name (``schema.table``) -> key columns, for tables whose
             replica identity flags no key column (FULL, NOTHING, DEFAULT without primary
             key). A key flagged by the relation always wins.
-        ordinal_column: metadata column holding the change's position in its transaction;
-            only tables without any key carry it, because only there it is the identity
-            that makes a replayed insert recognisable.
+        ordinal_column: metadata column holding the position in its transaction of the
+            change that last wrote the row; with the LSN column it is the row's stamp. In
+            tables without any key it is also the identity that makes a replayed insert
+            recognisable.
         on_missing_key: what an UPDATE or DELETE on a table without any identity (no key
             flagged, configured or in the catalog) does: ``error`` stops with a
             ``SinkDataError``, ``skip`` drops the change and logs how many were dropped

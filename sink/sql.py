@@ -45,6 +45,8 @@ from sink.settings import SinkSettings
 
 DELETE_FLAG: Final = f"{HELPER_PREFIX}delete"
 MOVED_FLAG: Final = f"{HELPER_PREFIX}moved"
+MOVED_LSN: Final = f"{HELPER_PREFIX}moved_lsn"
+MOVED_ORDINAL: Final = f"{HELPER_PREFIX}moved_ordinal"
 ANOMALY_COUNT: Final = "toast_anomalies"
 
 
@@ -145,13 +147,11 @@ def _any_kept(step: MergeStep, alias: str) -> str | None:
 def source_columns(step: MergeStep, meta: MetadataColumns) -> tuple[str, ...]:
     """The columns of the source view of ``step``, in the order ``delta.py`` builds them."""
     names = [column.name for column in step.columns]
-    names += [meta.lsn, meta.commit_time]
-    if step.identity == "ordinal":
-        names.append(meta.ordinal)
+    names += [meta.lsn, meta.commit_time, meta.ordinal]
     names.append(DELETE_FLAG)
     names += [keep_flag(i) for i in step.kept_indexes]
     if step.has_moved_keeps:
-        names.append(MOVED_FLAG)
+        names += [MOVED_FLAG, MOVED_LSN, MOVED_ORDINAL]
         names += [moved_from_column(j) for j in range(len(step.match_indexes))]
     return tuple(names)
 
@@ -178,7 +178,12 @@ def _resolved_source(
             )
         else:
             select.append(_col("s", column.name))
-    select += [_col("s", meta.lsn), _col("s", meta.commit_time), _col("s", DELETE_FLAG)]
+    select += [
+        _col("s", meta.lsn),
+        _col("s", meta.commit_time),
+        _col("s", meta.ordinal),
+        _col("s", DELETE_FLAG),
+    ]
     if buckets is not None:
         select.append(_col("s", buckets.column))
     for index in step.kept_indexes:
@@ -189,7 +194,16 @@ def _resolved_source(
         f"{_col('m', column.name)} <=> {_col('s', moved_from_column(j))}"
         for j, column in enumerate(step.match_columns)
     ]
-    join.append(f"{_col('m', meta.lsn)} <= {_col('s', meta.lsn)}")
+    # The origin as it was before the move: stamped at a position (LSN, ordinal) before
+    # the move's. A replayed batch finds the origin as later changes left it - of the same
+    # transaction too, so LSNs alone do not tell. Rows written before tables carried the
+    # ordinal have NULL there and are older than any change of the stream that follows.
+    origin_lsn, move_lsn = _col("m", meta.lsn), _col("s", MOVED_LSN)
+    origin_ordinal = f"coalesce({_col('m', meta.ordinal)}, -1)"
+    join.append(
+        f"({origin_lsn} < {move_lsn} OR ({origin_lsn} = {move_lsn} "
+        f"AND {origin_ordinal} < {_col('s', MOVED_ORDINAL)}))"
+    )
     columns = ",\n    ".join(select)
     return (
         f"(\n  SELECT\n    {columns}\n  FROM {quote(view)} AS s\n"
@@ -235,6 +249,7 @@ def render_merge(
         stamp = [
             f"{_col('t', meta.lsn)} = {_col('s', meta.lsn)}",
             f"{_col('t', meta.commit_time)} = {_col('s', meta.commit_time)}",
+            f"{_col('t', meta.ordinal)} = {_col('s', meta.ordinal)}",
         ]
         if meta.soft_delete:
             tombstone = [f"{_col('t', meta.deleted)} = true", *stamp]
@@ -260,11 +275,9 @@ def render_merge(
             f"WHEN MATCHED AND NOT {is_delete} AND {guard} THEN UPDATE SET\n  "
             + ",\n  ".join(assignments)
         )
-    insert_names = [column.name for column in step.columns] + [meta.lsn, meta.commit_time]
+    insert_names = [column.name for column in step.columns]
+    insert_names += [meta.lsn, meta.commit_time, meta.ordinal]
     insert_values = [_col("s", name) for name in insert_names]
-    if step.identity == "ordinal":
-        insert_names.append(meta.ordinal)
-        insert_values.append(_col("s", meta.ordinal))
     if buckets is not None:
         insert_names.append(buckets.column)
         insert_values.append(_col("s", buckets.column))

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from psycopg import sql
 from structlog.testing import capture_logs
 
@@ -214,6 +215,51 @@ def test_replaying_the_same_batch_twice_leaves_the_table_as_applying_it_once(
     assert again.toast_anomalies == 0
     assert_delta_matches(docs_path(lake), once, key=["id"], include_metadata=True)
     assert_delta_matches(docs_path(lake), [doc(7, "seven", 2)], key=["id"])
+
+
+def test_a_moved_row_replayed_after_its_old_key_came_back_keeps_the_moved_toast_value(
+    make_sink: SinkFactory, lake: Path
+) -> None:
+    """Key 1 moves to 2 keeping its TOAST value, then key 1 is inserted again: all in one
+    transaction, split across two batches. Replaying both (a crash before the flush) must
+    not copy the new row 1's body into row 2: the origin is read only as it was before
+    the move, by (LSN, ordinal)."""
+    sink = make_sink()
+    sink.apply(batch(insert(DOCS, "1", "x" * 3000, "1", lsn=10)))
+    moving = batch(update(DOCS, "2", U, "2", old=["1", None, None], lsn=20))
+    returning = batch(insert(DOCS, "1", "back again", "1", lsn=20, ordinal=1))
+    for replay in range(2):
+        for applied in (moving, returning):
+            assert sink.apply(applied).toast_anomalies == 0, f"replay {replay}"
+        assert_delta_matches(
+            docs_path(lake), [doc(1, "back again", 1), doc(2, "x" * 3000, 2)], key=["id"]
+        )
+    stamps = {
+        r["id"]: r["_wal2delta_ordinal"] for r in delta_rows(docs_path(lake), include_metadata=True)
+    }
+    assert stamps == {1: 1, 2: 0}
+
+
+def test_a_keyed_table_written_before_rows_carried_an_ordinal_gets_the_column(
+    make_sink: SinkFactory, lake: Path
+) -> None:
+    """Lakes written by earlier versions: keyed tables had the LSN and commit time only."""
+    written = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+    old_layout = pa.table(
+        {
+            "id": pa.array([1], pa.int32()),
+            "body": pa.array(["x" * 3000]),
+            "rev": pa.array([1], pa.int32()),
+            "_wal2delta_lsn": pa.array([10], pa.int64()),
+            "_wal2delta_commit_ts": pa.array([written], pa.timestamp("us", tz="UTC")),
+        }
+    )
+    write_deltalake(docs_path(lake), old_layout)
+    sink = make_sink()
+    result = sink.apply(batch(update(DOCS, "2", U, "2", old=["1", None, None], lsn=20)))
+    assert result.toast_anomalies == 0
+    rows = delta_rows(docs_path(lake), include_metadata=True)
+    assert [(r["id"], r["body"], r["_wal2delta_ordinal"]) for r in rows] == [(2, "x" * 3000, 0)]
 
 
 def test_an_older_batch_replayed_after_a_newer_one_does_not_regress_rows(

@@ -96,13 +96,15 @@ def _merge(model: TableModel, rows: dict[tuple[object, ...], Row], step: MergeSt
         keep = set(row.keep)
         values = list(row.values)
         if row.moved_from is not None and keep:
-            origin = snapshot.get(tuple(hashable(v) for v in row.moved_from))
-            if origin is not None and _lsn(origin) <= row.lsn:
+            moved = row.moved_from
+            origin = snapshot.get(tuple(hashable(v) for v in moved.identity))
+            # The origin as it was before the move: stamped at a position before it.
+            if origin is not None and _stamp(origin) < (moved.lsn, moved.ordinal):
                 for i in keep:
                     values[i] = origin.get(names[i])
                 keep = set()
         target = snapshot.get(key)
-        stamp: Row = {LSN: row.lsn, TIME: row.commit_time}
+        stamp: Row = {LSN: row.lsn, TIME: row.commit_time, ORDINAL: row.ordinal}
         if target is not None:
             if step.identity == "ordinal" or _lsn(target) > row.lsn:
                 continue
@@ -128,8 +130,6 @@ def _merge(model: TableModel, rows: dict[tuple[object, ...], Row], step: MergeSt
             continue
         inserted: Row = dict(zip(names, values, strict=True))
         inserted.update(stamp)
-        if step.identity == "ordinal":
-            inserted["__ordinal"] = row.ordinal
         if model.soft_delete:
             inserted[DELETED] = row.delete
         rows[key] = inserted
@@ -291,7 +291,11 @@ def _replay_row(
     relation = change.relation
     rows = model.tables.setdefault(relation.qualified_name, {})
     names = [c.name for c in relation.columns]
-    stamp: Row = {LSN: change.commit_lsn, TIME: pg_timestamp_to_datetime(change.commit_time)}
+    stamp: Row = {
+        LSN: change.commit_lsn,
+        TIME: pg_timestamp_to_datetime(change.commit_time),
+        ORDINAL: change.ordinal,
+    }
     if relation.replica_identity == "f" and relation.qualified_name not in keys:
         _replay_keyless(model, rows, change, decoder)
         return
@@ -331,8 +335,6 @@ def _replay_row(
             new[i] = previous[names[i]]
     row: Row = dict(zip(names, new, strict=True))
     row.update(stamp)
-    if not relation.key_columns and relation.qualified_name not in keys:
-        row["__ordinal"] = change.ordinal
     if model.soft_delete:
         row[DELETED] = False
     rows[_key(change, new, keys)] = row

@@ -56,10 +56,12 @@ def test_upsert_and_delete_merge_with_lsn_guard() -> None:
         "  t.`body` = s.`body`,\n"
         "  t.`rev` = s.`rev`,\n"
         "  t.`_wal2delta_lsn` = s.`_wal2delta_lsn`,\n"
-        "  t.`_wal2delta_commit_ts` = s.`_wal2delta_commit_ts`\n"
+        "  t.`_wal2delta_commit_ts` = s.`_wal2delta_commit_ts`,\n"
+        "  t.`_wal2delta_ordinal` = s.`_wal2delta_ordinal`\n"
         "WHEN NOT MATCHED AND NOT s.`__w2d_delete` THEN INSERT "
-        "(`id`, `body`, `rev`, `_wal2delta_lsn`, `_wal2delta_commit_ts`)\n"
-        "  VALUES (s.`id`, s.`body`, s.`rev`, s.`_wal2delta_lsn`, s.`_wal2delta_commit_ts`)"
+        "(`id`, `body`, `rev`, `_wal2delta_lsn`, `_wal2delta_commit_ts`, `_wal2delta_ordinal`)\n"
+        "  VALUES (s.`id`, s.`body`, s.`rev`, s.`_wal2delta_lsn`, s.`_wal2delta_commit_ts`, "
+        "s.`_wal2delta_ordinal`)"
     )
 
 
@@ -77,10 +79,12 @@ def test_kept_toast_columns_keep_the_target_value_and_are_never_inserted() -> No
         "  t.`body` = CASE WHEN s.`__w2d_keep_1` THEN t.`body` ELSE s.`body` END,\n"
         "  t.`rev` = s.`rev`,\n"
         "  t.`_wal2delta_lsn` = s.`_wal2delta_lsn`,\n"
-        "  t.`_wal2delta_commit_ts` = s.`_wal2delta_commit_ts`\n"
+        "  t.`_wal2delta_commit_ts` = s.`_wal2delta_commit_ts`,\n"
+        "  t.`_wal2delta_ordinal` = s.`_wal2delta_ordinal`\n"
         "WHEN NOT MATCHED AND NOT s.`__w2d_delete` AND NOT s.`__w2d_keep_1` THEN INSERT "
-        "(`id`, `body`, `rev`, `_wal2delta_lsn`, `_wal2delta_commit_ts`)\n"
-        "  VALUES (s.`id`, s.`body`, s.`rev`, s.`_wal2delta_lsn`, s.`_wal2delta_commit_ts`)"
+        "(`id`, `body`, `rev`, `_wal2delta_lsn`, `_wal2delta_commit_ts`, `_wal2delta_ordinal`)\n"
+        "  VALUES (s.`id`, s.`body`, s.`rev`, s.`_wal2delta_lsn`, s.`_wal2delta_commit_ts`, "
+        "s.`_wal2delta_ordinal`)"
     )
 
 
@@ -93,12 +97,14 @@ RESOLVED_SOURCE = (
     "    s.`rev`,\n"
     "    s.`_wal2delta_lsn`,\n"
     "    s.`_wal2delta_commit_ts`,\n"
+    "    s.`_wal2delta_ordinal`,\n"
     "    s.`__w2d_delete`,\n"
     "    s.`__w2d_keep_1` AND m.`_wal2delta_lsn` IS NULL AS `__w2d_keep_1`\n"
     "  FROM `src` AS s\n"
     "  LEFT JOIN delta.`/lake/public/docs` AS m\n"
     "    ON s.`__w2d_moved` AND m.`id` <=> s.`__w2d_from_0` "
-    "AND m.`_wal2delta_lsn` <= s.`_wal2delta_lsn`\n"
+    "AND (m.`_wal2delta_lsn` < s.`__w2d_moved_lsn` OR (m.`_wal2delta_lsn` = s.`__w2d_moved_lsn` "
+    "AND coalesce(m.`_wal2delta_ordinal`, -1) < s.`__w2d_moved_ordinal`))\n"
     ")"
 )
 
@@ -118,7 +124,8 @@ def test_moved_rows_read_kept_columns_from_their_old_target_row_with_soft_delete
         "WHEN MATCHED AND s.`__w2d_delete` AND t.`_wal2delta_lsn` <= s.`_wal2delta_lsn` "
         "THEN UPDATE SET t.`_wal2delta_deleted` = true, "
         "t.`_wal2delta_lsn` = s.`_wal2delta_lsn`, "
-        "t.`_wal2delta_commit_ts` = s.`_wal2delta_commit_ts`\n"
+        "t.`_wal2delta_commit_ts` = s.`_wal2delta_commit_ts`, "
+        "t.`_wal2delta_ordinal` = s.`_wal2delta_ordinal`\n"
         "WHEN MATCHED AND NOT s.`__w2d_delete` AND t.`_wal2delta_lsn` <= s.`_wal2delta_lsn` "
         "THEN UPDATE SET\n"
         "  t.`id` = s.`id`,\n"
@@ -126,11 +133,13 @@ def test_moved_rows_read_kept_columns_from_their_old_target_row_with_soft_delete
         "  t.`rev` = s.`rev`,\n"
         "  t.`_wal2delta_lsn` = s.`_wal2delta_lsn`,\n"
         "  t.`_wal2delta_commit_ts` = s.`_wal2delta_commit_ts`,\n"
+        "  t.`_wal2delta_ordinal` = s.`_wal2delta_ordinal`,\n"
         "  t.`_wal2delta_deleted` = false\n"
         "WHEN NOT MATCHED AND NOT s.`__w2d_keep_1` THEN INSERT "
-        "(`id`, `body`, `rev`, `_wal2delta_lsn`, `_wal2delta_commit_ts`, `_wal2delta_deleted`)\n"
+        "(`id`, `body`, `rev`, `_wal2delta_lsn`, `_wal2delta_commit_ts`, `_wal2delta_ordinal`, "
+        "`_wal2delta_deleted`)\n"
         "  VALUES (s.`id`, s.`body`, s.`rev`, s.`_wal2delta_lsn`, s.`_wal2delta_commit_ts`, "
-        "s.`__w2d_delete`)"
+        "s.`_wal2delta_ordinal`, s.`__w2d_delete`)"
     )
 
 
@@ -156,9 +165,12 @@ def test_source_view_columns_follow_the_step() -> None:
         "rev",
         "_wal2delta_lsn",
         "_wal2delta_commit_ts",
+        "_wal2delta_ordinal",
         "__w2d_delete",
         "__w2d_keep_1",
         "__w2d_moved",
+        "__w2d_moved_lsn",
+        "__w2d_moved_ordinal",
         "__w2d_from_0",
     )
 
@@ -217,11 +229,14 @@ def test_messages_are_inserted_once_per_message_lsn() -> None:
 
 def test_custom_metadata_column_names_are_used_everywhere() -> None:
     meta = MetadataColumns.from_settings(
-        SinkSettings(path="/lake", lsn_column="src_lsn", commit_time_column="src_ts")
+        SinkSettings(
+            path="/lake", lsn_column="src_lsn", commit_time_column="src_ts", ordinal_column="src_o"
+        )
     )
     text = render_merge(step_of(insert(DOCS, "1", "a", "1", lsn=10)), meta, target=TARGET, view="v")
     assert "t.`src_lsn` <= s.`src_lsn`" in text
     assert "t.`src_ts` = s.`src_ts`" in text
+    assert "t.`src_o` = s.`src_o`" in text
     assert "_wal2delta" not in text
 
 
@@ -251,6 +266,7 @@ def test_an_update_writes_only_the_columns_of_its_relation() -> None:
         "  t.`rev`",
         "  t.`_wal2delta_lsn`",
         "  t.`_wal2delta_commit_ts`",
+        "  t.`_wal2delta_ordinal`",
     ]
 
 
@@ -284,9 +300,10 @@ def test_a_key_partitioned_merge_names_its_partitions_and_inserts_the_bucket() -
         "AND t.`_wal2delta_key_bucket` <=> s.`_wal2delta_key_bucket` AND t.`id` <=> s.`id`"
     )
     assert rendered.endswith(
-        "(`id`, `body`, `rev`, `_wal2delta_lsn`, `_wal2delta_commit_ts`, `_wal2delta_key_bucket`)\n"
+        "(`id`, `body`, `rev`, `_wal2delta_lsn`, `_wal2delta_commit_ts`, `_wal2delta_ordinal`, "
+        "`_wal2delta_key_bucket`)\n"
         "  VALUES (s.`id`, s.`body`, s.`rev`, s.`_wal2delta_lsn`, s.`_wal2delta_commit_ts`, "
-        "s.`_wal2delta_key_bucket`)"
+        "s.`_wal2delta_ordinal`, s.`_wal2delta_key_bucket`)"
     )
 
 
