@@ -20,6 +20,7 @@ import psycopg
 from capture import current_wal_lsn
 from config import AppConfig, parse_config
 from daemon import configure_logging, prepare_configured_source, run_service
+from daemon.logging import configure_engine_logging
 from decoder import Lsn, format_lsn
 from devtools.pgserver import LocalPostgres
 from devtools.verify import compare_table
@@ -86,6 +87,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def run_demo(*, workdir: Path, lake: Path, rounds: int, keep: bool) -> int:
     """Run the demo; return 0 when every Delta table matches its source table."""
     configure_logging("console", "warning")
+    configure_engine_logging("error")  # before Sail starts: it reads RUST_LOG once
     workdir = workdir.resolve()
     lake = lake.resolve()
     if workdir.exists():
