@@ -1,10 +1,14 @@
 """Groups replayed changes of committed transactions into sink batches by size and age.
 
 A batch closes when it holds ``max_rows`` changes, or when its oldest content is
-``max_age`` old. A transaction larger than ``max_rows`` is split over several batches;
-only the batch that holds its last change carries its end LSN as ``durable_lsn``, so the
-flush position never passes a transaction that is only partly in Delta. Empty
-transactions still move ``durable_lsn`` forward, so idle tables do not hold WAL back.
+``max_age`` old, or - group commit, ``close_when_idle`` - as soon as it holds a whole
+transaction while the sink has nothing to do: lag is then one MERGE time at low rates
+instead of ``max_age``, and under load the batch grows while the sink works.
+
+A transaction larger than ``max_rows`` is split over several batches; only the batch that
+holds its last change carries its end LSN as ``durable_lsn``, so the flush position never
+passes a transaction that is only partly in Delta. Empty transactions still move
+``durable_lsn`` forward, so idle tables do not hold WAL back.
 
 Adaptive batching: while the sink is still busy with earlier batches (a backlog), a batch
 neither closes on age nor at ``max_rows``; it keeps growing up to ``max_rows_ceiling``.
@@ -36,6 +40,7 @@ class Batcher:
         max_age: float,
         max_rows_ceiling: int | None = None,
         max_bytes: int | None = None,
+        close_when_idle: bool = False,
     ) -> None:
         if max_rows < 1:
             raise ValueError("max_rows must be at least 1")
@@ -43,6 +48,7 @@ class Batcher:
         self.max_rows_ceiling = max(max_rows, max_rows_ceiling or max_rows)
         self.max_bytes = max_bytes
         self.max_age = max_age
+        self.close_when_idle = close_when_idle
         self._changes: list[Change] = []
         self._bytes = 0
         self._durable_lsn: Lsn | None = None
@@ -117,14 +123,19 @@ class Batcher:
     def due(self, now: float, *, backlog: bool = False) -> bool:
         """True when the open batch should be handed over now.
 
-        That is when its oldest content is ``max_age`` old - unless the sink has a
-        backlog, in which case the batch keeps growing - or when it is full.
+        That is when its oldest content is ``max_age`` old, or with ``close_when_idle``
+        when it holds a whole transaction - unless the sink has a backlog, in which case
+        the batch keeps growing - or when it is full.
         """
         if self._opened_at is None:
             return False
         if self._full(backlog):
             return True
-        return not backlog and now - self._opened_at >= self.max_age
+        if backlog:
+            return False
+        if self.close_when_idle and self._transactions:
+            return True
+        return now - self._opened_at >= self.max_age
 
     def next_deadline(self) -> float | None:
         return None if self._opened_at is None else self._opened_at + self.max_age

@@ -21,6 +21,7 @@ class BatchSettings:
     max_age: float
     max_rows_ceiling: int
     max_bytes: int
+    close_when_idle: bool = True
 
 
 @dataclass(frozen=True, slots=True)

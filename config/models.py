@@ -719,6 +719,15 @@ class BatchConfig(_Section):
             "still reach Delta quickly."
         ),
     )
+    close_when_idle: bool = Field(
+        default=True,
+        description=(
+            "Group commit: hand the batch to the sink as soon as it holds a whole "
+            "transaction and the sink has nothing to do, rather than waiting for `max_age`. "
+            "While the sink works, the batch keeps growing. Lag is then about one MERGE "
+            "time at low rates, and batches grow by themselves under load."
+        ),
+    )
     max_rows_ceiling: int = Field(
         default=500_000,
         ge=1,

@@ -234,6 +234,7 @@ class Supervisor:
                     max_age=batch.max_age,
                     max_rows_ceiling=batch.max_rows_ceiling,
                     max_bytes=batch.max_bytes,
+                    close_when_idle=batch.close_when_idle,
                 ),
                 worker=self._worker,
                 metrics=self.metrics,

@@ -54,6 +54,7 @@ def capture_settings(config: AppConfig) -> CaptureSettings:
             max_age=batch.max_age.total_seconds(),
             max_rows_ceiling=batch.max_rows_ceiling,
             max_bytes=int(batch.max_bytes),
+            close_when_idle=batch.close_when_idle,
         ),
         spool_dir=Path(config.spool.dir) if config.spool.dir is not None else None,
         spool_memory_limit=int(config.spool.memory_limit),

@@ -69,6 +69,26 @@ def test_batch_is_due_after_max_age_of_its_oldest_content() -> None:
     assert batcher.take() is None
 
 
+def test_group_commit_hands_over_a_whole_transaction_at_once_while_the_sink_is_idle() -> None:
+    batcher = Batcher(max_rows=100, max_age=1.0, close_when_idle=True)
+    batcher.add(change(0), 10.0)
+    assert not batcher.due(10.0), "part of a transaction waits for the rest of it"
+    batcher.end_transaction(Lsn(150), PgTimestamp(5), 10.0)
+    assert not batcher.due(10.0, backlog=True), "while the sink works, the batch grows"
+    assert batcher.due(10.0), "the sink is idle: no need to wait for max_age"
+    batch = batcher.take()
+    assert batch is not None
+    assert batch.durable_lsn == 150
+
+
+def test_without_group_commit_an_idle_sink_still_waits_for_max_age() -> None:
+    batcher = Batcher(max_rows=100, max_age=1.0)
+    batcher.add(change(0), 10.0)
+    batcher.end_transaction(Lsn(150), PgTimestamp(5), 10.0)
+    assert not batcher.due(10.5)
+    assert batcher.due(11.0)
+
+
 def test_a_batch_carries_the_end_of_the_last_complete_transaction_it_holds() -> None:
     batcher = Batcher(max_rows=3, max_age=60)
     batcher.add(change(0, 100), 0.0)
