@@ -9,10 +9,12 @@ wal2delta uses one ``SparkSession`` per process (ARCHITECTURE, Spark), built fro
   process, bound to 127.0.0.1 on a free port, and the session connects to it over Spark
   Connect. ``stop_spark_session`` stops the session and then the server.
 * ``connect``: a remote Spark Connect server at ``SparkSettings.url``.
-* ``classic``: a local JVM with the delta-spark jars, configured with
-  ``configure_spark_with_delta_pip``. It needs Java and the jars from Maven (or a
-  pre-filled Ivy cache), which the test machines do not have, so this path is written
-  with care but is not exercised by the tests.
+* ``classic``: a local JVM (the ``classic`` extra: pyspark, delta-spark, and a JRE) with
+  the Delta jars already on its classpath - the ``-jre`` image copies them into
+  ``pyspark/jars`` at build time. ``classic_session_conf`` builds the session settings
+  from the jars present and never asks Spark to resolve packages from Maven at start; with
+  the jars missing it fails with a ``SinkError`` that says how to get them. The tests
+  check the settings and the builder calls; starting the JVM itself is not exercised.
 
 Spark sessions are created with ``builder.create()``, never ``getOrCreate()``: a Spark
 Connect builder would hand back a session that is already open to another server.
@@ -31,11 +33,14 @@ quote row values - but stays attached as ``__cause__``.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import threading
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from sink.base import SinkDataError, SinkError, SinkRetryableError
@@ -48,6 +53,22 @@ DEFAULT_CONF: Final[Mapping[str, str]] = {"spark.sql.session.timeZone": "UTC"}
 EMBEDDED_HOST: Final = "127.0.0.1"
 _DELTA_EXTENSION: Final = "io.delta.sql.DeltaSparkSessionExtension"
 _DELTA_CATALOG: Final = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+# Jar name prefixes a classic session needs on its classpath (delta-spark_4.2_2.13-4.4.1.jar,
+# delta-storage-4.4.1.jar), and those that make s3a:// (and s3://) lakes work.
+_DELTA_JARS: Final = ("delta-spark_", "delta-storage-")
+_S3A_JARS: Final = ("hadoop-aws-", "bundle-")
+_PACKAGES: Final = "spark.jars.packages"
+_S3A_FILE_SYSTEM: Final = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+_S3A_ABSTRACT_FILE_SYSTEM: Final = "org.apache.hadoop.fs.s3a.S3A"
+# s3:// is the lake URI the other engines (Sail, delta-rs) read; Hadoop knows only s3a://,
+# so both schemes go to the S3A file system. Credentials come from S3A's default chain
+# (AWS_* environment variables, web identity, instance profile).
+_S3A_CONF: Final[Mapping[str, str]] = {
+    "spark.hadoop.fs.s3a.impl": _S3A_FILE_SYSTEM,
+    "spark.hadoop.fs.s3.impl": _S3A_FILE_SYSTEM,
+    "spark.hadoop.fs.AbstractFileSystem.s3a.impl": _S3A_ABSTRACT_FILE_SYSTEM,
+    "spark.hadoop.fs.AbstractFileSystem.s3.impl": _S3A_ABSTRACT_FILE_SYSTEM,
+}
 
 # Sessions started in embedded mode, so stop_spark_session can stop their server too.
 _embedded_servers: dict[int, object] = {}
@@ -127,21 +148,79 @@ def _create_embedded(conf: Mapping[str, str]) -> SparkSession:
 
 
 def _create_classic(conf: Mapping[str, str]) -> SparkSession:
-    from delta import configure_spark_with_delta_pip  # noqa: PLC0415 - needs a JVM
-    from pyspark.sql import SparkSession  # noqa: PLC0415
-
-    builder = (
-        SparkSession.builder.master("local[*]")
-        .appName("wal2delta")
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config(
-            "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-        )
-    )
-    for key, value in conf.items():
+    session_conf = classic_session_conf(_spark_jars_dir(), conf)
+    builder = _classic_builder()
+    for key, value in session_conf.items():
         builder = builder.config(key, value)
-    session: SparkSession = configure_spark_with_delta_pip(builder).getOrCreate()
+    session: SparkSession = builder.getOrCreate()
     return session
+
+
+def _classic_builder() -> SparkSession.Builder:
+    """A local-JVM session builder (needs the ``classic`` extra: pyspark, a JRE)."""
+    from pyspark.sql import SparkSession  # noqa: PLC0415 - heavy import, only when used
+
+    return SparkSession.builder.master("local[*]").appName("wal2delta")
+
+
+def _spark_jars_dir() -> Path:
+    """Where a local Spark takes its classpath from: ``$SPARK_HOME/jars`` or pyspark's own."""
+    spark_home = os.environ.get("SPARK_HOME")
+    if spark_home:
+        return Path(spark_home) / "jars"
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise SinkError(
+            "sink.spark.mode classic needs pyspark and delta-spark: "
+            "pip install 'wal2delta[classic]'"
+        )
+    return Path(spec.origin).parent / "jars"
+
+
+def classic_session_conf(jars_dir: Path, conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings of a classic (local JVM) session that uses the jars already present.
+
+    A classic session never resolves anything from Maven at start: the Delta jars (and, for
+    ``s3://`` lakes, hadoop-aws with the AWS SDK bundle) must already be on the classpath in
+    ``jars_dir`` - the ``-jre`` image puts them there at build time
+    (``deploy/docker/prefetch_delta_jars.py``). The one way around is explicit: settings
+    that name ``spark.jars.packages`` themselves (``sink.spark.conf``) resolve what they name.
+
+    Args:
+        jars_dir: the local Spark's jar directory (``pyspark/jars`` or ``$SPARK_HOME/jars``).
+        conf: the configured settings, applied last (they win over the defaults here).
+
+    Returns:
+        Spark settings: the Delta SQL extension and catalog, the S3A file system for
+        ``s3a://`` and ``s3://`` when its jars are present, then ``conf``.
+
+    Raises:
+        SinkError: the Delta jars are not in ``jars_dir`` and ``conf`` does not name
+            ``spark.jars.packages``.
+    """
+    given = dict(conf or {})
+    jars = {jar.name for jar in jars_dir.glob("*.jar")} if jars_dir.is_dir() else set()
+    missing = [prefix for prefix in _DELTA_JARS if not _has_jar(jars, prefix)]
+    if missing and _PACKAGES not in given:
+        raise SinkError(
+            f"sink.spark.mode classic needs the Delta jars ({', '.join(p + '*' for p in missing)})"
+            f" in {jars_dir}, and wal2delta does not download them at start: use the -jre "
+            "image (docker build --build-arg WITH_JRE=true), or install the classic extra "
+            "(pip install 'wal2delta[classic]') and run deploy/docker/prefetch_delta_jars.py "
+            f"once, or name the packages yourself in sink.spark.conf ({_PACKAGES})"
+        )
+    settings = {
+        "spark.sql.extensions": _DELTA_EXTENSION,
+        "spark.sql.catalog.spark_catalog": _DELTA_CATALOG,
+    }
+    if all(_has_jar(jars, prefix) for prefix in _S3A_JARS):
+        settings.update(_S3A_CONF)
+    settings.update(given)
+    return settings
+
+
+def _has_jar(jars: set[str], prefix: str) -> bool:
+    return any(name.startswith(prefix) for name in jars)
 
 
 def stop_spark_session(spark: SparkSession) -> None:
