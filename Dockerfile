@@ -6,15 +6,25 @@
 #   docker build --build-arg WITH_JRE=true -t wal2delta:0.1.0-jre .  # + JRE and Delta jars for
 #                                                                    #   sink.spark.mode: classic
 #
-# Two stages: the builder turns the sources into a wheel and installs it with its
-# dependencies into a virtual environment at /opt/wal2delta; the runtime stage copies only
-# that environment onto a fresh slim image, so no build tooling, pip cache or source tree
-# ends up in the image. The runtime runs as uid 10001 and works with a read-only root file
-# system: it writes only to /tmp and /var/lib/wal2delta (volumes in Kubernetes).
+# Two stages: the builder installs the locked dependencies into a virtual environment at
+# /opt/wal2delta and adds the wal2delta wheel built from the sources; the runtime stage
+# copies only that environment onto a fresh slim image, so no build tooling, pip cache or
+# source tree ends up in the image. The runtime runs as uid 10001 and works with a
+# read-only root file system: it writes only to /tmp and /var/lib/wal2delta (volumes in
+# Kubernetes).
+#
+# Dependencies come from requirements/*.lock (exported from uv.lock by `make lock`): exact
+# versions with hashes, so an image built next month has the versions that were tested.
+# The default image has the Spark Connect client only (pyspark-client); the JRE variant
+# adds the classic extra (pyspark, delta-spark) over it and the jars, in the runtime stage.
+# The demo (devtools/) is not part of the image: `wal2delta demo` is a development command.
 
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS builder
+
+# true adds the classic extra (pyspark with its JVM side, delta-spark) from its lock.
+ARG WITH_JRE=false
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -23,30 +33,35 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 RUN python -m venv /opt/wal2delta
 
-# Dependencies first, from pyproject.toml alone (with empty package stubs so setuptools
-# can build): that layer, by far the largest (pyspark, pyarrow, Sail), is then reused
-# from the build cache until pyproject.toml changes, whatever happens to the sources.
-COPY pyproject.toml README.md ./
-RUN mkdir capture decoder sink config \
-    && touch capture/__init__.py decoder/__init__.py sink/__init__.py config/__init__.py \
-    && /opt/wal2delta/bin/pip install . \
-    && /opt/wal2delta/bin/pip uninstall --yes wal2delta \
-    && rm -rf capture decoder sink config build ./*.egg-info
+# Dependencies first, from the locks alone: that layer, by far the largest (pyarrow, Sail,
+# deltalake), is reused from the build cache until a lock changes, whatever happens to the
+# sources. pyspark (classic) is pyspark-client's files and more, at the same version.
+COPY requirements/runtime.lock requirements/classic.lock requirements/
+RUN /opt/wal2delta/bin/pip install --require-hashes -r requirements/runtime.lock \
+    && if [ "${WITH_JRE}" = "true" ]; then \
+        /opt/wal2delta/bin/pip install --require-hashes -r requirements/classic.lock; \
+    fi
 
+COPY pyproject.toml README.md ./
 COPY capture/ capture/
+COPY daemon/ daemon/
 COPY decoder/ decoder/
 COPY sink/ sink/
 COPY config/ config/
 
+# The wheel alone (--no-deps): nothing is resolved again; pip check fails the build when
+# the lock does not satisfy what the wheel declares.
 RUN /opt/wal2delta/bin/pip wheel --no-deps --wheel-dir /wheels . \
     && /opt/wal2delta/bin/pip install --no-deps /wheels/wal2delta-*.whl \
+    && /opt/wal2delta/bin/pip check \
     && /opt/wal2delta/bin/python -m compileall -q /opt/wal2delta/lib
 
 FROM ${PYTHON_IMAGE} AS runtime
 
 # Re-declared: an ARG before the first FROM is not visible inside a stage.
 ARG PYTHON_IMAGE
-# true adds a JRE and the delta-spark jars, for sink.spark.mode: classic.
+# true adds a JRE and the Delta and S3A jars, for sink.spark.mode: classic (the builder
+# installed pyspark and delta-spark with the same argument).
 ARG WITH_JRE=false
 ARG VERSION=0.1.0
 ARG REVISION=unknown
@@ -89,6 +104,8 @@ RUN if [ "${WITH_JRE}" = "true" ]; then \
 COPY --from=builder /opt/wal2delta /opt/wal2delta
 COPY deploy/docker/prefetch_delta_jars.py /opt/wal2delta/share/prefetch_delta_jars.py
 
+# The jars a classic session needs, resolved once here (Maven Central, build time only) into
+# pyspark/jars: at start the daemon uses them and never downloads anything.
 RUN if [ "${WITH_JRE}" = "true" ]; then \
         /opt/wal2delta/bin/python /opt/wal2delta/share/prefetch_delta_jars.py \
         && rm -rf /tmp/* /var/lib/wal2delta/.cache; \

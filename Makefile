@@ -6,15 +6,29 @@ BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 PG15_BIN := /usr/lib/postgresql/15/bin
 
-.PHONY: setup demo test lint typecheck pg15 promtool
+.PHONY: setup demo test lint typecheck pg15 promtool lock
 
-$(BIN)/wal2delta: pyproject.toml
+# Every dependency comes from the lock (exact versions and hashes, see `make lock`); the
+# project itself is installed editable on top, without resolving anything again.
+$(BIN)/wal2delta: pyproject.toml requirements/test.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet --require-hashes -r requirements/test.lock
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $@
 
 setup: $(BIN)/wal2delta
+
+# Refresh the lock after changing dependencies in pyproject.toml: uv.lock (one resolution
+# for every extra, CPython 3.11 on x86_64 Linux) and its exports, which the Dockerfile
+# (runtime, classic) and `make setup` (test) install from. Pins that still satisfy
+# pyproject.toml are kept; `make lock UV_LOCK_ARGS=--upgrade` takes the newest versions.
+LOCK_EXPORT = $(BIN)/uv export --frozen --no-emit-project --no-dev --format requirements-txt
+lock: setup
+	$(BIN)/uv lock $(UV_LOCK_ARGS)
+	$(LOCK_EXPORT) --output-file requirements/runtime.lock
+	$(LOCK_EXPORT) --extra classic --output-file requirements/classic.lock
+	$(LOCK_EXPORT) --extra test --output-file requirements/test.lock
 
 demo: setup
 	$(BIN)/wal2delta demo

@@ -6,6 +6,7 @@ import fnmatch
 import re
 import shlex
 import subprocess
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -88,10 +89,40 @@ def test_dockerignore_lets_every_copied_path_into_the_context() -> None:
 
 
 def test_wheel_sources_match_the_packages_pyproject_builds() -> None:
-    packages = {"capture", "decoder", "sink", "config"}
+    """Every runtime package (the entry point is daemon.cli:main); the demo stays out."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]
+    packages = {
+        pattern.rstrip("*") for pattern in setuptools["setuptools"]["packages"]["find"]["include"]
+    }
     copied = {source.rstrip("/") for source in copy_sources()}
-    assert packages <= copied
+    assert packages - copied == {"devtools"}
     assert {"pyproject.toml", "README.md"} <= copied
+
+
+def builder_runs() -> list[str]:
+    return [arguments for keyword, arguments in stages()[0] if keyword == "RUN"]
+
+
+def test_dependencies_are_installed_from_the_runtime_lock_with_hashes() -> None:
+    installs = [run for run in builder_runs() if "pip install" in run]
+    assert any("--require-hashes -r requirements/runtime.lock" in run for run in installs)
+    wheel_installs = [run for run in installs if "wal2delta-*.whl" in run]
+    assert wheel_installs
+    assert all("pip install --no-deps /wheels/wal2delta-*.whl" in run for run in wheel_installs)
+    assert any("pip check" in run for run in wheel_installs)
+    # Nothing else resolves versions: every install is a lock, the wheel, or --no-deps.
+    for run in installs:
+        for command in run.split("&&"):
+            if "pip install" in command:
+                assert "--require-hashes -r requirements/" in command or "--no-deps" in command
+
+
+def test_the_jre_variant_installs_the_classic_lock_only_when_asked() -> None:
+    assert ("ARG", "WITH_JRE=false") in stages()[0]
+    [run] = [run for run in builder_runs() if "requirements/classic.lock" in run]
+    condition, _, install = run.partition('if [ "${WITH_JRE}" = "true" ]; then')
+    assert "--require-hashes -r requirements/runtime.lock" in condition
+    assert "--require-hashes -r requirements/classic.lock" in install
 
 
 def test_base_image_is_a_pinned_python_311_slim_tag() -> None:
