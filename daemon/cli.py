@@ -1,6 +1,7 @@
 """The ``wal2delta`` command line.
 
-Sub-commands: ``run`` (the daemon), ``check-config``, ``demo``. Exit codes: 0 clean
+Sub-commands: ``run`` (the daemon), ``check-config``, ``status``, ``verify``, ``capture``,
+``decode``, ``demo``. Exit codes: 0 clean
 stop, 1 fatal error, 2 configuration error (or a server that cannot do what the
 configuration asks), 3 slot in use by another process (Kubernetes restarts with backoff).
 """
@@ -91,6 +92,20 @@ def _cmd_status(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     print(render_status(collect_status(config), as_json=args.json))
     return EXIT_OK
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from daemon.verify import render_report, verify_source  # noqa: PLC0415
+
+    config = _load_or_report(args.config)
+    if config is None:
+        return EXIT_CONFIG
+    configure_logging(config.logging.format, "warning")
+    configure_engine_logging("error")
+    tables = [name for group in args.tables or [] for name in group.split(",") if name]
+    report = verify_source(config, tables=tables or None, wait=args.wait)
+    print(render_report(report, as_json=args.json))
+    return report.exit_code
 
 
 def _cmd_capture(args: argparse.Namespace) -> int:
@@ -202,6 +217,22 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("-c", "--config", required=True, help="YAML configuration file")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=_cmd_status)
+
+    verify = commands.add_parser(
+        "verify", help="compare every replicated table with its source (exit 1 on differences)"
+    )
+    verify.add_argument("-c", "--config", required=True, help="YAML configuration file")
+    verify.add_argument(
+        "--tables", nargs="+", metavar="TABLE", help="only these tables (schema.table, comma lists)"
+    )
+    verify.add_argument("--json", action="store_true", help="machine-readable output")
+    verify.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        help="seconds to wait for the slot to pass the compared LSN (default 30)",
+    )
+    verify.set_defaults(func=_cmd_verify)
 
     _register_plugins(commands)
     return parser
