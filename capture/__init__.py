@@ -27,7 +27,7 @@ from capture.metrics import Metrics
 from capture.monitor import SlotSample, SourceMonitor, sample_slot
 from capture.negotiation import ReplicationRequest, negotiate, start_replication_options
 from capture.session import ServiceState, Session
-from capture.settings import BatchSettings, CaptureSettings, ReconnectSettings
+from capture.settings import BatchSettings, CaptureSettings, ReconnectSettings, SnapshotTuning
 from capture.sink_worker import AppliedBatch, FailedBatch, SinkWorker
 from capture.slots import PublishedTable, current_wal_lsn, read_published_tables, slot_state
 from capture.snapshot import SnapshotCopier, SnapshotMarker, SnapshotMarkerStore
@@ -66,6 +66,7 @@ __all__ = [
     "SnapshotCopier",
     "SnapshotMarker",
     "SnapshotMarkerStore",
+    "SnapshotTuning",
     "SourceInfo",
     "SourceMonitor",
     "SourceRefusedError",

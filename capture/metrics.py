@@ -123,6 +123,18 @@ class Metrics:
         self.snapshot_rows = Counter(
             "wal2delta_snapshot_rows", "Rows copied by the initial snapshot.", ["table"], registry=r
         )
+        self.snapshot_bytes = Counter(
+            "wal2delta_snapshot_bytes",
+            "Bytes of COPY output read by the initial snapshot (text form).",
+            ["table"],
+            registry=r,
+        )
+        self.snapshot_table_rows_estimated = Gauge(
+            "wal2delta_snapshot_table_rows_estimated",
+            "Rows the initial snapshot expects to copy per table (catalog estimate).",
+            ["table"],
+            registry=r,
+        )
         self.snapshot_tables_remaining = Gauge(
             "wal2delta_snapshot_tables_remaining",
             "Tables the initial snapshot has still to copy.",

@@ -25,6 +25,19 @@ class BatchSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class SnapshotTuning:
+    """How the initial snapshot copies (``capture.snapshot``).
+
+    Attributes:
+        parallelism: connections copying at once, each in the exported snapshot.
+        chunk_bytes: COPY output read and appended at a time, per connection.
+    """
+
+    parallelism: int = 1
+    chunk_bytes: int = 32 << 20
+
+
+@dataclass(frozen=True, slots=True)
 class ReconnectSettings:
     """Backoff between sessions after a retryable error (``max_attempts`` 0: for ever)."""
 
@@ -49,6 +62,7 @@ class CaptureSettings:
         connect_timeout: seconds to wait for a connection.
         status_interval: seconds between standby status updates.
         initial_snapshot: copy the tables in the slot's exported snapshot first.
+        snapshot: how the snapshot copies (parallelism, chunk size).
         batch: when batches close.
         spool_dir: where large transactions spill; None for a temporary directory.
         spool_memory_limit: bytes all open transactions may hold before spilling.
@@ -70,3 +84,4 @@ class CaptureSettings:
     spool_dir: Path | None
     spool_memory_limit: int
     shutdown_grace: float
+    snapshot: SnapshotTuning = SnapshotTuning()

@@ -30,19 +30,29 @@ interrupted snapshot restarts cleanly.
 
 from __future__ import annotations
 
+import queue
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Literal, Protocol, runtime_checkable
 
 import psycopg
 import structlog
 from psycopg import sql
 
+from capture.copyreader import (
+    MIN_TID_RANGE_SCAN_VERSION,
+    PageRange,
+    copy_query,
+    page_ranges,
+    read_text_batches,
+)
 from capture.errors import CaptureError
 from capture.metrics import Metrics
+from capture.settings import SnapshotTuning
 from capture.slots import PublishedTable, read_published_tables, require_publications
 from decoder import (
     Change,
@@ -59,7 +69,10 @@ from decoder import (
     datetime_to_pg_timestamp,
     format_lsn,
 )
-from sink import Batch
+from sink import RANGE_ORDINAL_STRIDE, Batch, BulkTarget
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = structlog.get_logger("wal2delta.snapshot")
 
@@ -196,8 +209,46 @@ def _estimated_rows(conn: Conn, relation: Relation) -> int:
     return int(str(row[0])) if row is not None else 0
 
 
+@runtime_checkable
+class BulkSnapshotSink(Protocol):
+    """Sinks that take copied rows as bulk appends of Arrow batches (``sink.bulk``)."""
+
+    def begin_bulk(
+        self, relation: Relation, lsn: Lsn, commit_time: PgTimestamp
+    ) -> BulkTarget | None: ...
+
+    def append_bulk(
+        self, target: BulkTarget, strings: pa.RecordBatch | pa.Table, first_ordinal: int
+    ) -> int: ...
+
+
+@dataclass(slots=True)
+class _TableJob:
+    """One table of a bulk copy: its target, ranges left and progress."""
+
+    relation: Relation
+    row_filter: str | None
+    only: bool
+    target: BulkTarget
+    estimate: int
+    pages: int
+    ranges: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    rows: int = 0
+    bytes: int = 0
+    started: float = 0.0
+    last_report: float = 0.0
+
+
 class SnapshotCopier:
-    """Copies every table the publications publish, in one exported snapshot, into the sink."""
+    """Copies every table the publications publish, in one exported snapshot, into the sink.
+
+    With a ``bulk`` sink, tables are read as COPY csv into Arrow string batches
+    (``copyreader``) and appended (``BulkSnapshotSink``) by ``tuning.parallelism``
+    workers, each its own connection in the exported snapshot, several tables at once and
+    large tables in page ranges. Tables the sink declines, and every table without a bulk
+    sink, are copied as inserts through ``apply`` (the MERGE path).
+    """
 
     def __init__(
         self,
@@ -207,6 +258,8 @@ class SnapshotCopier:
         apply: Callable[[Batch], object],
         metrics: Metrics,
         chunk_rows: int,
+        bulk: BulkSnapshotSink | None = None,
+        tuning: SnapshotTuning | None = None,
         progress_interval: float = 5.0,
     ) -> None:
         self._conninfo = conninfo
@@ -214,7 +267,11 @@ class SnapshotCopier:
         self._apply = apply
         self._metrics = metrics
         self._chunk_rows = chunk_rows
+        self._bulk = bulk
+        self._tuning = tuning or SnapshotTuning()
         self._progress_interval = progress_interval
+        self._remaining = 0
+        self._remaining_lock = threading.Lock()
 
     def run(self, snapshot: ExportedSnapshot) -> int:
         """Copy all published tables; return the number of rows copied.
@@ -223,24 +280,33 @@ class SnapshotCopier:
             PublicationError: a publication does not exist (in the snapshot), or the
                 publications publish a table with different column lists.
             CaptureError: no table was found although the publications publish some.
+            SinkError: the sink could not write the copied rows.
         """
         lsn = snapshot.consistent_point
         commit_time = datetime_to_pg_timestamp(datetime.now(UTC))
         total = 0
         started = time.monotonic()
         with psycopg.connect(self._conninfo, application_name="wal2delta-snapshot") as conn:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            conn.execute(
-                sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot.snapshot_name))
-            )
+            _enter_snapshot(conn, snapshot.snapshot_name)
             tables = self._published_tables(conn)
-            remaining = len(tables)
-            self._metrics.snapshot_tables_remaining.set(remaining)
+            self._remaining = len(tables)
+            self._metrics.snapshot_tables_remaining.set(self._remaining)
+            jobs: list[_TableJob] = []
+            merged: list[tuple[Relation, str | None]] = []
             for table in tables:
                 relation = relation_from_catalog(conn, table)
-                total += self._copy_table(conn, relation, table.where, lsn, commit_time)
-                remaining -= 1
-                self._metrics.snapshot_tables_remaining.set(remaining)
+                job = self._bulk_job(conn, relation, table.where, lsn, commit_time)
+                if job is None:
+                    merged.append((relation, table.where))
+                else:
+                    jobs.append(job)
+            if jobs:
+                total += self._copy_bulk(conn, snapshot.snapshot_name, jobs)
+            # Tables the bulk path declined go through the sink's MERGE path, after the
+            # workers: the sink is used by one thread at a time.
+            for relation, row_filter in merged:
+                total += self._copy_table(conn, relation, row_filter, lsn, commit_time)
+                self._table_done()
             conn.execute("COMMIT")
         log.info(
             "snapshot copied",
@@ -248,8 +314,14 @@ class SnapshotCopier:
             tables=len(tables),
             consistent_point=format_lsn(lsn),
             duration_seconds=round(time.monotonic() - started, 3),
+            parallelism=self._tuning.parallelism,
         )
         return total
+
+    def _table_done(self) -> None:
+        with self._remaining_lock:
+            self._remaining -= 1
+            self._metrics.snapshot_tables_remaining.set(self._remaining)
 
     def _published_tables(self, conn: Conn) -> list[PublishedTable]:
         """The tables to copy, as the snapshot sees the publications."""
@@ -275,6 +347,151 @@ class SnapshotCopier:
             )
         return tables
 
+    # --- bulk path -------------------------------------------------------------------------
+
+    def _bulk_job(
+        self,
+        conn: Conn,
+        relation: Relation,
+        row_filter: str | None,
+        lsn: Lsn,
+        commit_time: PgTimestamp,
+    ) -> _TableJob | None:
+        """Prepare a table for bulk appends; None when it goes through ``apply``."""
+        if self._bulk is None or not relation.columns:
+            return None
+        target = self._bulk.begin_bulk(relation, lsn, commit_time)
+        if target is None:
+            log.info("snapshot: table copied through MERGE", table=relation.qualified_name)
+            return None
+        row = conn.execute(
+            "SELECT relkind, greatest(reltuples, 0)::bigint, "
+            "pg_relation_size(oid) / current_setting('block_size')::int "
+            "FROM pg_class WHERE oid = %s",
+            (relation.relation_id,),
+        ).fetchone()
+        assert row is not None
+        kind, estimate, pages = str(row[0]), int(str(row[1])), int(str(row[2]))
+        ranges = 1
+        tuning = self._tuning
+        if (
+            tuning.parallelism > 1
+            and kind == "r"
+            and conn.info.server_version >= MIN_TID_RANGE_SCAN_VERSION
+        ):
+            size = pages * _BLOCK_SIZE
+            ranges = max(1, min(4 * tuning.parallelism, size // tuning.chunk_bytes))
+        self._metrics.snapshot_table_rows_estimated.labels(table=target.table).set(estimate)
+        return _TableJob(relation, row_filter, kind == "r", target, estimate, pages, ranges)
+
+    def _copy_bulk(self, conn: Conn, snapshot_name: str, jobs: list[_TableJob]) -> int:
+        """Copy the prepared tables; ``parallelism`` workers, each in the snapshot."""
+        work: queue.SimpleQueue[tuple[_TableJob, int, PageRange]] = queue.SimpleQueue()
+        # Largest tables first, so the last table to finish is a small one.
+        for job in sorted(jobs, key=lambda j: j.estimate, reverse=True):
+            for index, pages in enumerate(page_ranges(job.pages, job.ranges)):
+                work.put((job, index, pages))
+        workers = min(self._tuning.parallelism, work.qsize())
+        if workers <= 1:
+            return self._work(conn, work, threading.Event())
+        failed = threading.Event()
+        errors: list[BaseException] = []
+        copied: list[int] = []
+
+        def worker() -> None:
+            try:
+                with psycopg.connect(self._conninfo, application_name="wal2delta-snapshot") as own:
+                    _enter_snapshot(own, snapshot_name)
+                    copied.append(self._work(own, work, failed))
+                    own.execute("COMMIT")
+            except BaseException as exc:
+                errors.append(exc)
+                failed.set()
+
+        threads = [
+            threading.Thread(target=worker, name=f"wal2delta-snapshot-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+        return sum(copied)
+
+    def _work(
+        self,
+        conn: Conn,
+        work: queue.SimpleQueue[tuple[_TableJob, int, PageRange]],
+        failed: threading.Event,
+    ) -> int:
+        """Copy ranges from ``work`` until it is empty (or another worker failed)."""
+        assert self._bulk is not None
+        copied = 0
+        while not failed.is_set():
+            try:
+                job, index, pages = work.get_nowait()
+            except queue.Empty:
+                break
+            copied += self._copy_range(conn, job, index, pages, failed)
+        return copied
+
+    def _copy_range(
+        self, conn: Conn, job: _TableJob, index: int, pages: PageRange, failed: threading.Event
+    ) -> int:
+        assert self._bulk is not None
+        name = job.target.table
+        with job.lock:
+            if not job.started:
+                job.started = job.last_report = time.monotonic()
+        bytes_counter = self._metrics.snapshot_bytes.labels(table=name)
+
+        def read(size: int) -> None:
+            bytes_counter.inc(size)
+            with job.lock:
+                job.bytes += size
+
+        rows_counter = self._metrics.snapshot_rows.labels(table=name)
+        query = copy_query(job.relation, job.row_filter, only=job.only, pages=pages)
+        ordinal = index * RANGE_ORDINAL_STRIDE + 1
+        copied = 0
+        for batch in read_text_batches(
+            conn,
+            query,
+            len(job.relation.columns),
+            block_bytes=self._tuning.chunk_bytes,
+            on_bytes=read,
+        ):
+            if failed.is_set():
+                break
+            with job.lock:  # one append at a time per table: appends never conflict
+                appended = self._bulk.append_bulk(job.target, batch, ordinal)
+                job.rows += appended
+            ordinal += appended
+            copied += appended
+            rows_counter.inc(appended)
+            self._maybe_report(job)
+        with job.lock:
+            job.ranges -= 1
+            done = job.ranges == 0
+        if done:
+            elapsed = time.monotonic() - job.started
+            self._report(name, job.rows, job.bytes, max(job.estimate, job.rows), elapsed, done=True)
+            self._table_done()
+        return copied
+
+    def _maybe_report(self, job: _TableJob) -> None:
+        now = time.monotonic()
+        with job.lock:
+            if now - job.last_report < self._progress_interval:
+                return
+            job.last_report = now
+            rows, read = job.rows, job.bytes
+        self._report(job.target.table, rows, read, job.estimate, now - job.started)
+
+    # --- MERGE path ------------------------------------------------------------------------
+
     def _copy_table(
         self,
         conn: Conn,
@@ -285,6 +502,7 @@ class SnapshotCopier:
     ) -> int:
         name = relation.qualified_name
         estimate = _estimated_rows(conn, relation)
+        self._metrics.snapshot_table_rows_estimated.labels(table=name).set(estimate)
         # Replaces whatever an interrupted earlier snapshot left behind.
         first: list[Change] = [
             TruncateChange(
@@ -296,11 +514,15 @@ class SnapshotCopier:
                 ordinal=0,
             )
         ]
-        copied = 0
+        copied = read = 0
         ordinal = 1
         started = last_report = time.monotonic()
         counter = self._metrics.snapshot_rows.labels(table=name)
+        bytes_counter = self._metrics.snapshot_bytes.labels(table=name)
         for chunk in copy_rows(conn, relation, row_filter, self._chunk_rows):
+            size = sum(len(v.data or b"") for data in chunk for v in data.values)
+            read += size
+            bytes_counter.inc(size)
             changes = [
                 RowChange(
                     op="insert",
@@ -322,14 +544,23 @@ class SnapshotCopier:
             now = time.monotonic()
             if now - last_report >= self._progress_interval:
                 last_report = now
-                self._report(name, copied, estimate, now - started)
+                self._report(name, copied, read, estimate, now - started)
         if first:
             self._apply(_batch(first))
-        self._report(name, copied, max(estimate, copied), time.monotonic() - started, done=True)
+        self._report(
+            name, copied, read, max(estimate, copied), time.monotonic() - started, done=True
+        )
         return copied
 
     def _report(
-        self, table: str, rows: int, estimate: int, elapsed: float, *, done: bool = False
+        self,
+        table: str,
+        rows: int,
+        read: int,
+        estimate: int,
+        elapsed: float,
+        *,
+        done: bool = False,
     ) -> None:
         rate = rows / elapsed if elapsed > 0 else 0.0
         eta = (estimate - rows) / rate if rate > 0 and estimate > rows else 0.0
@@ -337,6 +568,7 @@ class SnapshotCopier:
             "snapshot table copied" if done else "snapshot progress",
             table=table,
             rows=rows,
+            bytes=read,
             estimated_rows=estimate,
             rows_per_second=round(rate),
             eta_seconds=round(eta),
@@ -349,6 +581,16 @@ class SnapshotCopier:
                 end="",
                 file=sys.stderr,
             )
+
+
+_BLOCK_SIZE: Final = 8192
+"""PostgreSQL's default page size; only sizes the ranges a table is split into."""
+
+
+def _enter_snapshot(conn: Conn, snapshot_name: str) -> None:
+    """Open a read-only transaction on ``conn`` that sees the exported snapshot."""
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
 
 
 def _batch(changes: Sequence[Change]) -> Batch:

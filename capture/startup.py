@@ -26,7 +26,12 @@ from capture.slots import (
     slot_state,
     wal_sender_timeout_seconds,
 )
-from capture.snapshot import SnapshotCopier, SnapshotMarker, SnapshotMarkerStore
+from capture.snapshot import (
+    BulkSnapshotSink,
+    SnapshotCopier,
+    SnapshotMarker,
+    SnapshotMarkerStore,
+)
 from capture.stream import ReplicationStream
 from decoder import Lsn, ProtocolOptions, format_lsn
 from sink import Sink
@@ -146,6 +151,8 @@ def ensure_snapshot(
         apply=sink.apply,
         metrics=metrics,
         chunk_rows=settings.batch.max_rows,
+        bulk=sink if isinstance(sink, BulkSnapshotSink) else None,
+        tuning=settings.snapshot,
     )
     copier.run(exported)
     markers.save_snapshot_marker(

@@ -632,7 +632,22 @@ class SnapshotConfig(_Section):
         ),
     )
     parallelism: int = Field(
-        default=1, ge=1, le=64, description="Tables copied at the same time during the snapshot."
+        default=1,
+        ge=1,
+        le=64,
+        description=(
+            "Connections copying at the same time, each in the exported snapshot: several "
+            "tables at once, and a large table in ranges of pages (PostgreSQL 14 and newer)."
+        ),
+    )
+    chunk_size: ByteSize = Field(
+        default=32 * 1024**2,
+        ge=64 * 1024,
+        description=(
+            "COPY output read and appended to Delta at a time, per connection: memory "
+            "grows with it and with `parallelism`, never with the table. "
+            "`32MiB`, `100MB` (SI, 1000-based) or a number of bytes."
+        ),
     )
 
 
@@ -860,6 +875,15 @@ class SinkConfig(_Section):
             "cannot change later."
         ),
     )
+    history: bool | list[TableName] = Field(
+        default=False,
+        description=(
+            "Change history next to the merged table: `true` (every table) or a list of "
+            "tables (`[public.orders]`) whose every change - operation, commit LSN, "
+            "ordinal, commit time, the new row, the old key or row when sent - is also "
+            "appended, exactly once, to `<path>/<schema>/<table>__changes`."
+        ),
+    )
     column_names: ColumnNamePolicy = Field(
         default="error",
         description=(
@@ -971,6 +995,12 @@ class AppConfig(_Section):
                 problems.append(
                     (("sink", "partition_by_key", name), f"{name} is not one of source.tables")
                 )
+        if isinstance(self.sink.history, list):
+            for index, name in enumerate(self.sink.history):
+                if listed and name not in listed:
+                    problems.append(
+                        (("sink", "history", index), f"{name} is not one of source.tables")
+                    )
         if self.sink.messages == "table" and not self.source.messages:
             problems.append(
                 (

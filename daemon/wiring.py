@@ -15,6 +15,7 @@ from capture import (
     ReconnectSettings,
     ReplicationRequest,
     SnapshotMarkerStore,
+    SnapshotTuning,
     SourceInfo,
     prepare_source,
 )
@@ -49,6 +50,10 @@ def capture_settings(config: AppConfig) -> CaptureSettings:
         connect_timeout=source.connect_timeout.total_seconds(),
         status_interval=source.status_interval.total_seconds(),
         initial_snapshot=config.snapshot.mode == "initial",
+        snapshot=SnapshotTuning(
+            parallelism=config.snapshot.parallelism,
+            chunk_bytes=int(config.snapshot.chunk_size),
+        ),
         batch=BatchSettings(
             max_rows=batch.max_rows,
             max_age=batch.max_age.total_seconds(),
@@ -106,6 +111,11 @@ def sink_settings(config: AppConfig) -> SinkSettings:
         },
         key_bucket_column=sink.metadata.key_bucket_column,
         column_names=sink.column_names,
+        history=(
+            sink.history
+            if isinstance(sink.history, bool)
+            else frozenset(relation_name(name) for name in sink.history)
+        ),
     )
 
 

@@ -12,6 +12,7 @@ lands in the lake (``table_path``) and what its columns are called in Delta.
 """
 
 from sink.base import Batch, BatchResult, Sink, SinkDataError, SinkError, SinkRetryableError
+from sink.bulk import RANGE_ORDINAL_STRIDE, BulkTarget
 from sink.convert import pg_text_form, to_delta_value
 from sink.delta import DeltaSink
 from sink.evolution import CatalogColumn, CatalogTable, SourceCatalog
@@ -22,8 +23,10 @@ from sink.typemap import NUMERIC_OID, DeltaType, ValueForm, delta_type
 
 __all__ = [
     "NUMERIC_OID",
+    "RANGE_ORDINAL_STRIDE",
     "Batch",
     "BatchResult",
+    "BulkTarget",
     "CatalogColumn",
     "CatalogTable",
     "ColumnNamePolicy",

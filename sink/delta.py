@@ -65,9 +65,18 @@ import pyarrow as pa
 import structlog
 
 from decoder import (
+    Change,
+    ColumnKind,
+    ColumnValue,
+    Lsn,
+    PgTimestamp,
     Relation,
+    RowChange,
+    TruncateChange,
+    TupleData,
     TypeDescription,
     ValueDecoder,
+    pg_timestamp_to_datetime,
 )
 from sink.arrow import (
     ArrowColumn,
@@ -81,6 +90,8 @@ from sink.arrow import (
 )
 from sink.base import Batch, BatchResult, SinkDataError
 from sink.bookkeeping import Bookkeeping, SnapshotMarkerLike, SnapshotRecord
+from sink.bulk import BulkTarget, bulk_table, frame_columns
+from sink.convert import column_converter
 from sink.evolution import (
     SourceCatalog,
 )
@@ -242,34 +253,133 @@ class DeltaSink:
         """
         self._bookkeeping.save_snapshot_marker(marker)
 
+    # --- initial snapshot: bulk appends (bulk.py) ------------------------------------------
+
+    def begin_bulk(
+        self, relation: Relation, lsn: Lsn, commit_time: PgTimestamp
+    ) -> BulkTarget | None:
+        """Prepare ``relation``'s table for the snapshot's appends; None when it cannot take them.
+
+        The table is created, truncated at ``lsn`` and made to follow the relation exactly
+        as the MERGE path's first snapshot batch does. None - copy through ``apply`` - when
+        an append could differ from a MERGE of the same rows: the table still holds rows
+        (soft deletes keep truncated rows), its key is a configured one (nothing makes it
+        unique), or it has columns the relation lacks.
+
+        Raises:
+            SinkDataError, SinkRetryableError, SinkError: as ``apply``.
+        """
+        name = relation.qualified_name
+        flagged = any(c.is_key for c in relation.columns)
+        if (relation.replica_identity == "f" or not flagged) and self._settings.keys.get(name):
+            return None
+        null = ColumnValue(ColumnKind.NULL)
+        changes: tuple[Change, ...] = (
+            TruncateChange(
+                relations=(relation,),
+                cascade=False,
+                restart_identity=False,
+                commit_lsn=lsn,
+                commit_time=commit_time,
+                ordinal=0,
+            ),
+            RowChange(
+                op="insert",
+                relation=relation,
+                new=TupleData((null,) * len(relation.columns)),
+                old=None,
+                old_kind=None,
+                commit_lsn=lsn,
+                commit_time=commit_time,
+                ordinal=1,
+            ),
+        )
+        plan = plan_batch(
+            Batch(changes, durable_lsn=None, transaction_count=0, last_commit_time=None),
+            keys=self._settings.keys,
+            reserved_columns=self._meta.reserved,
+            decoder=self._decoder,
+            primary_key=self._primary_key if self._catalog is not None else None,
+            on_missing_key=self._settings.on_missing_key,
+            column_names=self._settings.column_names,
+        ).tables[0]
+        truncate, step = plan.steps
+        assert isinstance(truncate, TruncateStep)
+        assert not isinstance(step, TruncateStep)
+        spec = self._settings.key_buckets.get(name)
+        if spec is not None and isinstance(step, KeylessStep):
+            return None  # the MERGE path raises the error that names the fix
+        path, state = self._prepare_table(plan)
+        target = delta_table(path)
+        try:
+            self._truncate(name, target, truncate, state)
+            self._follower.follow(plan, path, state, step, plan.relations[1])
+        except BaseException:
+            state.stale = True
+            raise
+        # Appended rows have no keyless floor or row-identity check behind them yet.
+        state.row_ids_complete = False
+        state.keyless_floor = None
+        meta = self._meta
+        row_ids = step.identity == "row"
+        metadata = metadata_columns(meta, row_ids=row_ids)
+        bucket: tuple[str, int, int] | None = None
+        if spec is not None and state.partition_column is not None:
+            assert isinstance(step, MergeStep)
+            bucket = (state.partition_column, bucketed_column(name, step, spec), spec.width)
+            metadata.append(ArrowColumn(state.partition_column, BIGINT.spark_sql, BIGINT.arrow))
+        frame = frame_columns(step.columns, metadata)
+        if set(state.columns) != {c.name for c in frame}:
+            return None
+        with engine_errors(f"reading {name}"):
+            if self._spark.sql(f"SELECT 1 AS one FROM {target} LIMIT 1").collect():
+                return None
+        return BulkTarget(
+            table=name,
+            path=path,
+            columns=step.columns,
+            converters=tuple(
+                column_converter(c, ColumnKind.TEXT, self._decoder) for c in step.columns
+            ),
+            frame=frame,
+            lsn=lsn,
+            commit_time=pg_timestamp_to_datetime(commit_time),
+            lsn_column=meta.lsn,
+            commit_time_column=meta.commit_time,
+            ordinal=meta.ordinal,
+            deleted=meta.deleted if meta.soft_delete else None,
+            row_ids=(meta.row_lsn, meta.row_ordinal) if row_ids else None,
+            bucket=bucket,
+        )
+
+    def append_bulk(
+        self, target: BulkTarget, strings: pa.RecordBatch | pa.Table, first_ordinal: int
+    ) -> int:
+        """Append copied rows (text forms, COPY order) to a table ``begin_bulk`` prepared.
+
+        Safe to call from several threads at once for different tables (it only uses the
+        Spark session); appends to one table must not overlap. Returns the rows appended.
+
+        Raises:
+            SinkDataError: a value cannot be stored in its Delta type.
+            SinkRetryableError, SinkError: as ``apply``.
+        """
+        arrow = bulk_table(target, strings, first_ordinal)
+        rows: int = arrow.num_rows
+        if not rows:
+            return 0
+        with engine_errors(f"appending the snapshot of {target.table}"):
+            frame = self._spark.createDataFrame(arrow, schema=ddl(target.frame))
+            writer = frame.write.format("delta").mode("append")
+            if target.bucket is not None:
+                writer = writer.partitionBy(target.bucket[0])
+            writer.save(target.path)
+        return rows
+
     # --- tables ----------------------------------------------------------------------------
 
     def _apply_table(self, plan: MergePlan) -> int:
-        path = table_path(self._settings.path, plan.schema, plan.table)
-        state = self._lake.state(path)
-        if state is None or state.stale:
-            # A new table gets the columns of its first relation, also when the batch only
-            # truncates it (the TRUNCATE's relation is then in ``plan.columns``).
-            first = next((s for s in plan.steps if not isinstance(s, TruncateStep)), None)
-            data = [plan_column(c) for c in (first.columns if first is not None else plan.columns)]
-            wanted = data + metadata_columns(self._meta, row_ids=plan.uses_row_ids)
-            spec = self._settings.key_buckets.get(plan.qualified_name)
-            partition = self._meta.key_bucket if spec is not None else None
-            if partition is not None:
-                wanted.append(ArrowColumn(partition, BIGINT.spark_sql, BIGINT.arrow))
-            relation = state.relation if state is not None else None
-            state = self._lake.load(
-                path, plan.qualified_name, wanted, data=True, partition=partition
-            )
-            state.relation = relation
-            try:
-                self._lake.check_partitioning(plan.qualified_name, state, spec)
-            except SinkDataError:
-                self._lake.forget(path)  # checked again, never skipped, on the next batch
-                raise
-            # A table written before soft deletes were switched on lacks their flag.
-            missing = [c for c in wanted if c.name not in state.columns and c not in data]
-            self._lake.add_columns(path, plan.qualified_name, state, missing)
+        path, state = self._prepare_table(plan)
         target = delta_table(path)
         anomalies = 0
         try:
@@ -297,6 +407,35 @@ class DeltaSink:
                 reason="on_missing_key is skip",
             )
         return anomalies
+
+    def _prepare_table(self, plan: MergePlan) -> tuple[str, TableState]:
+        """The table's location and state; created (and given missing columns) when new."""
+        path = table_path(self._settings.path, plan.schema, plan.table)
+        state = self._lake.state(path)
+        if state is None or state.stale:
+            # A new table gets the columns of its first relation, also when the batch only
+            # truncates it (the TRUNCATE's relation is then in ``plan.columns``).
+            first = next((s for s in plan.steps if not isinstance(s, TruncateStep)), None)
+            data = [plan_column(c) for c in (first.columns if first is not None else plan.columns)]
+            wanted = data + metadata_columns(self._meta, row_ids=plan.uses_row_ids)
+            spec = self._settings.key_buckets.get(plan.qualified_name)
+            partition = self._meta.key_bucket if spec is not None else None
+            if partition is not None:
+                wanted.append(ArrowColumn(partition, BIGINT.spark_sql, BIGINT.arrow))
+            relation = state.relation if state is not None else None
+            state = self._lake.load(
+                path, plan.qualified_name, wanted, data=True, partition=partition
+            )
+            state.relation = relation
+            try:
+                self._lake.check_partitioning(plan.qualified_name, state, spec)
+            except SinkDataError:
+                self._lake.forget(path)  # checked again, never skipped, on the next batch
+                raise
+            # A table written before soft deletes were switched on lacks their flag.
+            missing = [c for c in wanted if c.name not in state.columns and c not in data]
+            self._lake.add_columns(path, plan.qualified_name, state, missing)
+        return path, state
 
     # --- steps -----------------------------------------------------------------------------
 

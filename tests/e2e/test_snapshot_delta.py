@@ -17,11 +17,11 @@ import psycopg
 import pytest
 
 from capture.slots import current_wal_lsn
-from config import AppConfig
+from config import AppConfig, SnapshotConfig
 from daemon.supervisor import Supervisor
 from daemon.wiring import sink_settings
 from devtools.verify import compare_table, read_delta
-from sink import Batch, BatchResult, DeltaSink, table_path
+from sink import BulkTarget, DeltaSink, table_path
 from tests.support.configs import make_config
 from tests.support.harness import wait_for_flush
 from tests.support.sinks import InjectedFaultError
@@ -103,16 +103,16 @@ def test_snapshot_and_stream_meet_in_delta_without_gaps_or_duplicates(
 
 
 class _FailingDeltaSink(DeltaSink):
-    """A Delta sink that fails once, after ``fail_after`` batches."""
+    """A Delta sink that fails once, after ``fail_after`` bulk appends of the snapshot."""
 
-    fail_after = 2
+    fail_after = 1
 
-    def apply(self, batch: Batch) -> BatchResult:
+    def append_bulk(self, target: BulkTarget, strings: Any, first_ordinal: int) -> int:
         if self.fail_after == 0:
             self.fail_after = -1
             raise InjectedFaultError("crash in the middle of the snapshot")
         self.fail_after -= 1
-        return super().apply(batch)
+        return super().append_bulk(target, strings, first_ordinal)
 
 
 def test_interrupted_snapshot_into_delta_restarts_cleanly(
@@ -121,7 +121,10 @@ def test_interrupted_snapshot_into_delta_restarts_cleanly(
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
     lake = tmp_path / "lake"
-    config = _config(pg18_dsn, lake)
+    # Small chunks: the 5000 rows take several appends, and the crash comes between two.
+    config = _config(pg18_dsn, lake).model_copy(
+        update={"snapshot": SnapshotConfig(mode="initial", chunk_size=64 * 1024)}
+    )
     failing = _FailingDeltaSink(spark_session, sink_settings(config))  # type: ignore[arg-type]
     with pytest.raises(InjectedFaultError):
         Supervisor(config, failing).run()

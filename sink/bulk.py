@@ -1,0 +1,242 @@
+"""Bulk appends for the initial snapshot: copied rows as Arrow, no MERGE, no per-row objects.
+
+Theory of operation
+-------------------
+At the snapshot's consistent point a table is empty or truncated (its TRUNCATE deletes
+every row at or below that LSN), so its copied rows can be *appended*: what a MERGE of the
+same rows as inserts would write, row for row. ``DeltaSink.begin_bulk`` prepares the table
+exactly as the MERGE path's first batch would (create it from the relation, TRUNCATE,
+follow the relation: metadata columns, hidden row identity, column origins) and hands out
+a ``BulkTarget``; ``DeltaSink.append_bulk`` then writes batches of copied rows with it.
+
+Copied rows arrive as Arrow string columns holding PostgreSQL's text form (the COPY's
+output, NULL kept apart from the empty string). ``bulk_arrays`` turns each column into its
+Delta type with vectorised Arrow casts where the cast reads PostgreSQL's text form exactly
+as the per-value converter (``convert.column_converter``) does: integers, floats, booleans,
+``DECIMAL(p,s)``, dates and timestamps in ISO form; strings stay as they are. Arrow's
+parsers are strict: a value they do not read (a BC date, ``infinity``, ``NaN`` in a
+DECIMAL, an offset with seconds) makes that column of that batch go through the per-value
+converter, which stores the same value or raises the same error as the MERGE path. Types
+without an exact cast (bytea, arrays) always take the per-value path - still one Arrow
+array per column, no change objects.
+
+Metadata columns are what the MERGE path writes for an insert: the consistent point as
+LSN, the snapshot's commit time, the insert's ordinal (1, 2, ... in copy order; a copy
+split into ranges starts each range at its own base so ordinals stay unique per table),
+``false`` for the soft-delete flag, and for tables without any key the hidden row identity
+(the insert's LSN and ordinal, as ``keyless.py`` stamps an inserted row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from decoder import Lsn, UnknownBinaryFormatError
+from sink.arrow import ArrowColumn
+from sink.base import SinkDataError
+from sink.convert import Converter, UnrepresentableValueError
+from sink.plan import PlanColumn
+from sink.typemap import (
+    BIGINT,
+    BOOLEAN,
+    DATE,
+    DOUBLE,
+    FLOAT,
+    INT,
+    SMALLINT,
+    STRING,
+    TIMESTAMP,
+    TIMESTAMP_NTZ,
+    DeltaType,
+    ValueForm,
+)
+
+RANGE_ORDINAL_STRIDE: Final = 1 << 40
+"""Ordinal distance between the ranges of one table's copy (2^40 rows per range)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BulkTarget:
+    """A table prepared for bulk appends (``DeltaSink.begin_bulk``).
+
+    Attributes:
+        table: ``schema.table`` of the source.
+        path: the Delta table's location.
+        columns: the relation's columns as Delta sees them, in COPY order.
+        converters: per column, the per-value converter of its text form.
+        frame: every column an append writes, data then metadata, with its types.
+        lsn: the consistent point, the copied rows' commit LSN.
+        commit_time: the snapshot's commit time.
+        deleted: the soft-delete flag column, when soft deletes are on.
+        ordinal: the ordinal column.
+        lsn_column: the LSN column.
+        commit_time_column: the commit time column.
+        row_ids: the hidden row identity columns (LSN, ordinal) of a table without a key.
+        bucket: the key-range partition: (partition column, key column index, width).
+    """
+
+    table: str
+    path: str
+    columns: tuple[PlanColumn, ...]
+    converters: tuple[Converter, ...]
+    frame: tuple[ArrowColumn, ...]
+    lsn: Lsn
+    commit_time: datetime
+    lsn_column: str
+    commit_time_column: str
+    ordinal: str
+    deleted: str | None = None
+    row_ids: tuple[str, str] | None = None
+    bucket: tuple[str, int, int] | None = None
+
+
+def bulk_table(
+    target: BulkTarget, strings: pa.RecordBatch | pa.Table, first_ordinal: int
+) -> pa.Table:
+    """The Arrow table an append of ``strings`` (text forms, COPY order) writes.
+
+    Args:
+        target: the prepared table.
+        strings: one string column per relation column, NULL for SQL NULL.
+        first_ordinal: the ordinal of the first row; the rows follow consecutively.
+
+    Raises:
+        SinkDataError: a value cannot be stored in its Delta type (the MERGE path's error).
+    """
+    rows = strings.num_rows
+    data = bulk_arrays(target, strings)
+    ordinals = pa.array(np.arange(first_ordinal, first_ordinal + rows, dtype=np.int64))
+    meta: dict[str, pa.Array] = {
+        target.lsn_column: pa.array(np.full(rows, int(target.lsn), dtype=np.int64)),
+        target.commit_time_column: pa.array([target.commit_time] * rows, TIMESTAMP.arrow)
+        if rows
+        else pa.array([], TIMESTAMP.arrow),
+        target.ordinal: ordinals,
+    }
+    if target.deleted is not None:
+        meta[target.deleted] = pa.array(np.zeros(rows, dtype=np.bool_))
+    if target.row_ids is not None:
+        meta[target.row_ids[0]] = meta[target.lsn_column]
+        meta[target.row_ids[1]] = ordinals
+    if target.bucket is not None:
+        name, index, width = target.bucket
+        meta[name] = key_buckets(data[index], width)
+    by_name = {c.name: a for c, a in zip(target.columns, data, strict=True)} | meta
+    arrays = [by_name[c.name].cast(c.arrow) for c in target.frame]
+    return pa.Table.from_arrays(arrays, names=[c.name for c in target.frame])
+
+
+def key_buckets(keys: pa.Array, width: int) -> pa.Array:
+    """``floor(key / width)`` per key (``partitioning.bucket_of``), NULL for a NULL key."""
+    values = keys.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+    return pa.array(
+        np.floor_divide(values, width),
+        pa.int64(),
+        mask=keys.is_null().to_numpy(zero_copy_only=False),
+    )
+
+
+def bulk_arrays(target: BulkTarget, strings: pa.RecordBatch | pa.Table) -> list[pa.Array]:
+    """Each relation column's text forms as an array of its Delta type.
+
+    Raises:
+        SinkDataError: a value cannot be stored in its Delta type.
+    """
+    out = []
+    for index, (column, convert) in enumerate(zip(target.columns, target.converters, strict=True)):
+        text = strings.column(index)
+        if isinstance(text, pa.ChunkedArray):
+            text = text.combine_chunks()
+        out.append(_column_array(target.table, column, convert, text))
+    return out
+
+
+def _cast_to(arrow: pa.DataType) -> Callable[[pa.Array], pa.Array]:
+    return lambda text: pc.cast(text, arrow)
+
+
+def _float4(text: pa.Array) -> pa.Array:
+    # As the per-value path: parsed as a double (Python's float), then narrowed.
+    return pc.cast(pc.cast(text, DOUBLE.arrow), FLOAT.arrow)
+
+
+def _boolean(text: pa.Array) -> pa.Array:
+    true = pc.equal(text, "t")
+    if pc.any(pc.and_(pc.invert(true), pc.not_equal(text, "f"))).as_py():
+        raise pa.ArrowInvalid("a boolean text form other than t or f")
+    return true
+
+
+def _same(text: pa.Array) -> pa.Array:
+    return text
+
+
+_NATIVE_READERS: Final[dict[DeltaType, Callable[[pa.Array], pa.Array]]] = {
+    BOOLEAN: _boolean,
+    FLOAT: _float4,
+    STRING: _same,
+    **{
+        t: _cast_to(t.arrow)
+        for t in (SMALLINT, INT, BIGINT, DOUBLE, DATE, TIMESTAMP, TIMESTAMP_NTZ)
+    },
+}
+"""Natively stored types whose text forms Arrow reads exactly as psycopg's loaders do."""
+
+
+def _vectorised(delta: DeltaType) -> Callable[[pa.Array], pa.Array] | None:
+    """The exact vectorised reading of ``delta``'s text forms; None when there is none."""
+    if delta.form is ValueForm.TEXT:
+        return _same
+    if delta.form is ValueForm.DECIMAL:
+        return _cast_to(delta.arrow)
+    if delta.form is ValueForm.NATIVE:
+        return _NATIVE_READERS.get(delta)
+    return None
+
+
+def _column_array(table: str, column: PlanColumn, convert: Converter, text: pa.Array) -> pa.Array:
+    cast = _vectorised(column.delta)
+    if cast is not None:
+        try:
+            return cast(text)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass  # a value Arrow's strict parser does not read: the per-value path decides
+    values: list[object] = []
+    append = values.append
+    try:
+        for value in text.to_pylist():
+            append(None if value is None else convert(value.encode()))
+    except (UnrepresentableValueError, UnknownBinaryFormatError) as exc:
+        raise SinkDataError(
+            f"cannot store a value of column {column.name!r} of {table} (initial snapshot): {exc}"
+        ) from exc
+    except Exception as exc:
+        # The loader's message may quote the value; it stays in the chained exception.
+        raise SinkDataError(
+            f"cannot convert a value of column {column.name!r} of {table} (initial snapshot) "
+            f"to {column.delta.spark_sql} ({type(exc).__name__}); see the chained error"
+        ) from exc
+    try:
+        return pa.array(values, type=column.delta.arrow)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+        raise SinkDataError(
+            f"cannot build {column.delta.spark_sql} values for column {column.name!r} of "
+            f"{table} ({type(exc).__name__}); see the chained error"
+        ) from exc
+
+
+def frame_columns(
+    columns: Sequence[PlanColumn], metadata: Sequence[ArrowColumn]
+) -> tuple[ArrowColumn, ...]:
+    """The columns an append writes: data columns, then metadata."""
+    return (
+        *(ArrowColumn(c.name, c.delta.spark_sql, c.delta.arrow) for c in columns),
+        *metadata,
+    )
