@@ -19,7 +19,9 @@ Method
    * ``daemon``: ``daemon.Supervisor`` into a counting sink (``bench.daemon``): receive,
      frame parsing, assembler, replay into changes, batcher, sink worker hand-off,
      feedback and metrics, i.e. everything but Delta; with the garbage-collector
-     settings ``wal2delta run`` applies (``daemon.gc_tuning``).
+     settings ``wal2delta run`` applies (``daemon.gc_tuning``);
+   * ``pg_recvlogical -f FILE`` and ``wal2delta capture -o FILE``: the raw stream into a
+     file, synced before the position is acknowledged (target: >= 0.90).
 
    A warm-up ``pg_recvlogical`` run first makes sure the WAL is in the page cache for
    everybody. Repetitions rotate the order of the contenders, and the median is kept.
@@ -51,7 +53,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.daemon import DaemonRun, bench_config, run_daemon
+from bench.daemon import DaemonRun, bench_config, daemon_gc, run_daemon
 from bench.postgres import bench_server
 from bench.report import Figure, Ratio, median_figure, print_report
 from bench.workload import (
@@ -67,11 +69,15 @@ from bench.workload import (
 from capture.negotiation import start_replication_options
 from capture.stream import ReplicationStream
 from config import AppConfig
-from decoder import ProtocolOptions, encode_standby_status_update, format_lsn
+from daemon.logging import configure_logging
+from daemon.recording import RecordingSink, StreamRecorder
+from daemon.supervisor import Supervisor
+from decoder import Lsn, ProtocolOptions, encode_standby_status_update, format_lsn
 from devtools.pgserver import LocalPostgres
 
 SOURCE_SLOT = "bench_source"
 DAEMON_TARGET = 0.9
+RECORDING_TARGET = 0.9
 # What the daemon negotiates with PostgreSQL 18 under the default configuration.
 OPTIONS = ProtocolOptions(proto_version=4, streaming="on")
 _XLOG_TAG = 0x77
@@ -83,8 +89,14 @@ def pgoutput_options() -> dict[str, str]:
     return start_replication_options(OPTIONS, PUBLICATION, "any")
 
 
-def run_pg_recvlogical(server: LocalPostgres, slot: str, backlog: Backlog) -> tuple[float, float]:
-    """Stream the slot to /dev/null with ``pg_recvlogical``; return (wall, CPU) seconds."""
+def run_pg_recvlogical(
+    server: LocalPostgres, slot: str, backlog: Backlog, output: Path | None = None
+) -> tuple[float, float]:
+    """Stream the slot with ``pg_recvlogical``; return (wall, CPU) seconds.
+
+    To /dev/null by default; with ``output``, into that file, synced as the tool does by
+    default (every 10 s and at the end), the baseline of ``wal2delta capture -o FILE``.
+    """
     command = [
         str(server.bin_dir / "pg_recvlogical"),
         "--dbname",
@@ -95,11 +107,11 @@ def run_pg_recvlogical(server: LocalPostgres, slot: str, backlog: Backlog) -> tu
         "--endpos",
         format_lsn(backlog.end_lsn),
         "--file",
-        "/dev/null",
-        "--fsync-interval",
-        "0",
+        "/dev/null" if output is None else str(output),
         "--no-loop",
     ]
+    if output is None:
+        command += ["--fsync-interval", "0"]
     for name, value in pgoutput_options().items():
         command += ["--option", f"{name}={value}"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -157,15 +169,44 @@ def run_read_loop(dsn: str, slot: str, backlog: Backlog) -> tuple[float, float, 
     return time.perf_counter() - started, time.process_time() - cpu_started, xlog_frames
 
 
+def run_recording(config: AppConfig, endpos: Lsn, output: Path) -> float:
+    """``wal2delta capture -o FILE`` up to ``endpos``, in process; return wall seconds."""
+    configure_logging("console", "warning")
+    recorder = StreamRecorder(output)
+    service = Supervisor(
+        config,
+        RecordingSink(recorder),
+        endpos=endpos,
+        frame_tap=recorder.write,
+        replay_changes=False,
+    )
+    with daemon_gc(True):
+        started = time.perf_counter()
+        try:
+            service.run()
+        finally:
+            recorder.close()
+        return time.perf_counter() - started
+
+
 def _fresh_slot(dsn: str, name: str) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
         copy_slot(conn, SOURCE_SLOT, name)
     return name
 
 
-def _drop(dsn: str, name: str) -> None:
+def _drop(dsn: str, name: str, wait: float = 30.0) -> None:
+    """Drop a slot once the walsender that streamed it has exited (it may linger)."""
+    deadline = time.monotonic() + wait
     with psycopg.connect(dsn, autocommit=True) as conn:
-        drop_slot(conn, name)
+        while True:
+            try:
+                drop_slot(conn, name)
+                return
+            except psycopg.errors.ObjectInUse:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
 
 def _print_profile(path: Path, limit: int = 30) -> None:
@@ -219,11 +260,29 @@ def main(argv: list[str] | None = None) -> int:
         read_loop_cpu: list[float] = []
         daemon: list[DaemonRun] = []
         default_gc: list[DaemonRun] = []
+        recvlogical_file: list[float] = []
+        recording: list[float] = []
+        recorded = workdir / "recording.bin"
 
         def one_recvlogical() -> None:
             wall, _ = run_pg_recvlogical(server, _fresh_slot(dsn, "bench_recvlogical"), backlog)
             recvlogical.append(wall)
             _drop(dsn, "bench_recvlogical")
+
+        def one_recvlogical_file() -> None:
+            slot = _fresh_slot(dsn, "bench_recvlogical_file")
+            recorded.unlink(missing_ok=True)
+            wall, _ = run_pg_recvlogical(server, slot, backlog, recorded)
+            recvlogical_file.append(wall)
+            _drop(dsn, slot)
+
+        def one_recording() -> None:
+            slot = _fresh_slot(dsn, "bench_recording")
+            recorded.unlink(missing_ok=True)
+            recording.append(run_recording(daemon_config(slot), backlog.end_lsn, recorded))
+            if recorded.stat().st_size == 0:
+                raise RuntimeError("wal2delta capture recorded nothing")
+            _drop(dsn, slot)
 
         def one_read_loop() -> None:
             wall, cpu, _ = run_read_loop(dsn, _fresh_slot(dsn, "bench_read_loop"), backlog)
@@ -255,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
             ("pg_recvlogical", one_recvlogical),
             ("read loop", one_read_loop),
             ("daemon", lambda: daemon_run(daemon)),
+            ("pg_recvlogical -f FILE", one_recvlogical_file),
+            ("wal2delta capture -o FILE", one_recording),
         ]
         if args.default_gc:
             contenders.append(("daemon, default gc", lambda: daemon_run(default_gc, tune=False)))
@@ -283,6 +344,23 @@ def main(argv: list[str] | None = None) -> int:
         ),
     ]
     ratios = [Ratio("read loop / pg_recvlogical", loop.value / baseline.value)]
+    to_file = median_figure(
+        "pg_recvlogical -f FILE", [changes / w for w in recvlogical_file], "changes/s"
+    )
+    recorder_rate = median_figure(
+        "wal2delta capture -o FILE",
+        [changes / w for w in recording],
+        "changes/s",
+        note="records the raw stream, fsyncs before acknowledging",
+    )
+    figures += [to_file, recorder_rate]
+    ratios.append(
+        Ratio(
+            "wal2delta capture / pg_recvlogical -f FILE",
+            recorder_rate.value / to_file.value,
+            RECORDING_TARGET,
+        )
+    )
     variants = (
         ("daemon", daemon, "receive + decode + assemble + batch, counting sink", DAEMON_TARGET),
         ("daemon, default gc", default_gc, "CPython's default collector settings", None),

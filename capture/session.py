@@ -146,6 +146,7 @@ class Session:
         endpos: Lsn | None = None,
         clock: Callable[[], float] = time.monotonic,
         frame_tap: Callable[[int, bytes], None] | None = None,
+        replay_changes: bool = True,
     ) -> None:
         self.stream = stream
         self.assembler = assembler
@@ -162,6 +163,7 @@ class Session:
         self.endpos = endpos
         self.clock = clock
         self.frame_tap = frame_tap
+        self.replay_changes = replay_changes
         self.endpos_reached = False
         self._message_counters: dict[str, Counter] = {}
         self._change_counters: dict[tuple[str, str], Counter] = {}
@@ -389,6 +391,14 @@ class Session:
         self.metrics.transactions.labels(outcome="committed").inc()
         batcher = self.batcher
         clock = self.clock
+        if not self.replay_changes:
+            # Recording: the frames are on file already (``frame_tap``); the batch only
+            # carries the transaction's end, durable once the recording is synced.
+            self.assembler.discard(txn)
+            batcher.end_transaction(txn.end_lsn, txn.commit_time, clock())
+            if batcher.due(clock(), backlog=self._sink_busy()):
+                self._hand_off(batcher.take())
+            return
         counts: dict[tuple[int, str], int] = {}
         relations: dict[tuple[int, str], Relation] = {}
         with structlog.contextvars.bound_contextvars(

@@ -120,7 +120,12 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     stop = threading.Event()
     install_stop_signals(stop)
     service = Supervisor(
-        config, sink, endpos=args.endpos, stop_event=stop, frame_tap=recorder.write
+        config,
+        sink,
+        endpos=args.endpos,
+        stop_event=stop,
+        frame_tap=recorder.write,
+        replay_changes=False,
     )
     try:
         service.run()

@@ -7,7 +7,9 @@ no header; ``decode`` takes the protocol options as arguments.
 ``wal2delta capture`` runs the normal service loop with a ``frame_tap`` that appends every
 XLogData payload to the file and a ``RecordingSink`` that, instead of writing Delta,
 fsyncs the file: the flush position therefore never passes what is on disk in the
-recording, exactly as it never passes what is durable in Delta in normal operation.
+recording, exactly as it never passes what is durable in Delta in normal operation. The
+loop decodes the stream only to find transaction boundaries (``replay_changes`` False):
+changes are never replayed into objects, and batches carry only transaction ends.
 """
 
 from __future__ import annotations
@@ -47,14 +49,13 @@ class StreamRecorder:
     """Appends records to a file; ``sync`` makes everything written so far durable."""
 
     def __init__(self, path: Path) -> None:
-        self._file: BinaryIO = path.open("ab")
+        self._file: BinaryIO = path.open("ab", buffering=1 << 20)
         self._lock = threading.Lock()
         self.records = 0
 
     def write(self, wal_start: int, payload: bytes) -> None:
         with self._lock:
-            self._file.write(RECORD_HEADER.pack(wal_start, len(payload)))
-            self._file.write(payload)
+            self._file.write(RECORD_HEADER.pack(wal_start, len(payload)) + payload)
             self.records += 1
 
     def sync(self) -> None:

@@ -107,6 +107,7 @@ def test_the_capture_benchmark_runs_every_contender_on_copies_of_one_slot() -> N
     report = run_benchmark("capture", "--changes", "20000", "--repeat", "1", "--default-gc")
     assert ratio_names(report) == [
         "read loop / pg_recvlogical",
+        "wal2delta capture / pg_recvlogical -f FILE",
         "daemon / pg_recvlogical",
         "daemon, default gc / pg_recvlogical",
     ]
