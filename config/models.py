@@ -875,6 +875,15 @@ class SinkConfig(_Section):
             "cannot change later."
         ),
     )
+    history: bool | list[TableName] = Field(
+        default=False,
+        description=(
+            "Change history next to the merged table: `true` (every table) or a list of "
+            "tables (`[public.orders]`) whose every change - operation, commit LSN, "
+            "ordinal, commit time, the new row, the old key or row when sent - is also "
+            "appended, exactly once, to `<path>/<schema>/<table>__changes`."
+        ),
+    )
     column_names: ColumnNamePolicy = Field(
         default="error",
         description=(
@@ -986,6 +995,12 @@ class AppConfig(_Section):
                 problems.append(
                     (("sink", "partition_by_key", name), f"{name} is not one of source.tables")
                 )
+        if isinstance(self.sink.history, list):
+            for index, name in enumerate(self.sink.history):
+                if listed and name not in listed:
+                    problems.append(
+                        (("sink", "history", index), f"{name} is not one of source.tables")
+                    )
         if self.sink.messages == "table" and not self.source.messages:
             problems.append(
                 (

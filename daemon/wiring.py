@@ -111,6 +111,11 @@ def sink_settings(config: AppConfig) -> SinkSettings:
         },
         key_bucket_column=sink.metadata.key_bucket_column,
         column_names=sink.column_names,
+        history=(
+            sink.history
+            if isinstance(sink.history, bool)
+            else frozenset(relation_name(name) for name in sink.history)
+        ),
     )
 
 

@@ -18,6 +18,16 @@ MESSAGES_TABLE: Final = "_wal2delta_messages"
 SNAPSHOTS_TABLE: Final = "_wal2delta_snapshots"
 #: Table recording which source attribute (``attnum``) each Delta column came from.
 COLUMNS_TABLE: Final = "_wal2delta_columns"
+#: Table recording, after every batch, its source position and the Delta version of every
+#: table it wrote (``commits.py``; ``wal2delta cut`` reads it).
+COMMITS_TABLE: Final = "_wal2delta_commits"
+#: Suffix of a table's change history: ``<schema>/<table>__changes`` (``history.py``).
+HISTORY_SUFFIX: Final = "__changes"
+#: Columns of a change history besides the table's own (``history.py``).
+HISTORY_OPERATION_COLUMN: Final = "_wal2delta_op"
+HISTORY_OLD_KIND_COLUMN: Final = "_wal2delta_old_kind"
+HISTORY_UNCHANGED_COLUMN: Final = "_wal2delta_unchanged_toast"
+HISTORY_OLD_PREFIX: Final = "_wal2delta_old_"
 
 #: Default names of the metadata columns the sink adds to every table.
 LSN_COLUMN: Final = "_wal2delta_lsn"
@@ -34,8 +44,14 @@ ColumnNamePolicy = Literal["error", "map"]
 
 __all__ = [
     "COLUMNS_TABLE",
+    "COMMITS_TABLE",
     "COMMIT_TIME_COLUMN",
     "DELETED_COLUMN",
+    "HISTORY_OLD_KIND_COLUMN",
+    "HISTORY_OLD_PREFIX",
+    "HISTORY_OPERATION_COLUMN",
+    "HISTORY_SUFFIX",
+    "HISTORY_UNCHANGED_COLUMN",
     "KEY_BUCKET_COLUMN",
     "LSN_COLUMN",
     "MESSAGES_TABLE",

@@ -91,11 +91,13 @@ from sink.arrow import (
 from sink.base import Batch, BatchResult, SinkDataError
 from sink.bookkeeping import Bookkeeping, SnapshotMarkerLike, SnapshotRecord
 from sink.bulk import BulkTarget, bulk_table, frame_columns
+from sink.commits import CommitLog
 from sink.convert import column_converter
 from sink.evolution import (
     SourceCatalog,
 )
 from sink.follow import RelationFollower
+from sink.history import HistoryWriter, history_name
 from sink.keyless import (
     NO_POSITION,
     Candidate,
@@ -165,6 +167,8 @@ class DeltaSink:
         self._primary_keys: dict[Relation, tuple[str, ...]] = {}
         self._lake = LakeTables(spark, self._meta)
         self._bookkeeping = Bookkeeping(spark, self._lake, settings.path, self._meta)
+        self._history = HistoryWriter(spark, self._lake, settings.path, self._meta)
+        self._commits = CommitLog(spark, self._lake, settings.path)
         self._follower = RelationFollower(
             spark,
             self._lake,
@@ -194,19 +198,27 @@ class DeltaSink:
             primary_key=self._primary_key if self._catalog is not None else None,
             on_missing_key=self._settings.on_missing_key,
             column_names=self._settings.column_names,
+            history=self._settings.history,
         )
         anomalies = 0
+        written: dict[str, str] = {}
         seconds: dict[str, float] = {}
         anomalies_by_table: dict[str, int] = {}
         for table in plan.tables:
             table_started = time.monotonic()
             table_anomalies = self._apply_table(table)
+            written[table.qualified_name] = table_path(
+                self._settings.path, table.schema, table.table
+            )
+            if (history := self._history.write(table)) is not None:
+                written[history_name(table.qualified_name)] = history
             seconds[table.qualified_name] = time.monotonic() - table_started
             if table_anomalies:
                 anomalies_by_table[table.qualified_name] = table_anomalies
             anomalies += table_anomalies
         if plan.messages and self._settings.messages_table:
             self._bookkeeping.write_messages(plan.messages)
+        self._commits.record(batch, written)
         return BatchResult(
             rows_by_table={table.qualified_name: dict(table.counts) for table in plan.tables},
             toast_anomalies=anomalies,
@@ -220,6 +232,8 @@ class DeltaSink:
         self._lake.clear()
         self._primary_keys.clear()
         self._bookkeeping.clear()
+        self._history.clear()
+        self._commits.clear()
 
     def _describe_type(self, type_oid: int) -> TypeDescription | None:
         """A user type's description from the catalog (``ValueDecoder`` caches it per OID)."""

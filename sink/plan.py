@@ -63,6 +63,11 @@ compares them with the target's to make replays harmless (invariant 2). Every me
 also records the commit LSN of its first change (``first_lsn``): the rows the table held
 before that change were written under earlier relations, which is what schema evolution
 (``evolution.py``) needs to know to backfill a column added with a default.
+
+Change history (``history``): for the tables it names, the plan also keeps every change
+unfolded, in batch order (``MergePlan.changes``, one ``ChangeRecord`` each), with its
+values decoded as the MERGE's and its unchanged TOAST values filled as far as the batch
+itself can fill them (``history.py`` writes them).
 """
 
 from __future__ import annotations
@@ -226,6 +231,36 @@ class TruncateStep:
 
 Step = MergeStep | KeylessStep | TruncateStep
 
+HistoryScope = bool | frozenset[str]
+"""Tables whose changes the plan keeps unfolded: all (True), none (False), or these
+qualified names."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeRecord:
+    """One change as the change history stores it (``MergePlan.changes``).
+
+    Attributes:
+        op: ``insert``, ``update``, ``delete`` or ``truncate``.
+        lsn: commit LSN of the change's transaction.
+        ordinal: the change's position in its transaction.
+        commit_time: commit time (UTC).
+        columns: the relation's columns, which ``new`` and ``old`` follow.
+        new: the new row (insert, update); ``decoder.UNCHANGED_TOAST`` where neither the
+            change nor an earlier change of the row in the batch holds the value.
+        old: the old key (other columns None) or the old row, when the server sent it.
+        old_kind: ``key`` or ``row`` for ``old``; None without it.
+    """
+
+    op: str
+    lsn: Lsn
+    ordinal: int
+    commit_time: datetime
+    columns: tuple[PlanColumn, ...]
+    new: tuple[object, ...] | None
+    old: tuple[object, ...] | None
+    old_kind: Literal["key", "row"] | None
+
 
 @dataclass(frozen=True, slots=True)
 class MergePlan:
@@ -244,6 +279,8 @@ class MergePlan:
             ``on_missing_key`` is ``skip``; not in ``counts``.
         relations: for each step, the Relation message object of its first change (None
             for a TRUNCATE); later changes with an equal message share the step.
+        changes: every change of the batch to the table, unfolded, when the plan keeps its
+            history (``plan_batch``'s ``history``); empty otherwise.
     """
 
     schema: str
@@ -254,6 +291,7 @@ class MergePlan:
     skipped: int = 0
     uses_row_ids: bool = False
     relations: tuple[Relation | None, ...] = ()
+    changes: tuple[ChangeRecord, ...] = ()
 
     @property
     def qualified_name(self) -> str:
@@ -279,6 +317,7 @@ def plan_batch(
     on_missing_key: MissingKeyPolicy = "error",
     generic_values: bool = False,
     column_names: ColumnNamePolicy = "error",
+    history: HistoryScope = False,
 ) -> BatchPlan:
     """Plan a batch.
 
@@ -297,6 +336,8 @@ def plan_batch(
             same; this is the reference path that tests and ``bench.plan`` compare with.
         column_names: ``map`` gives a column whose name Delta cannot hold its
             ``naming.mapped_column_name`` (``PlanColumn.name``); ``error`` refuses it.
+        history: the tables (qualified names, or all) whose changes ``MergePlan.changes``
+            keeps unfolded, for the change history.
 
     Returns:
         One ``MergePlan`` per table in order of first appearance, and the messages.
@@ -315,6 +356,7 @@ def plan_batch(
         on_missing_key=on_missing_key,
         generic_values=generic_values,
         column_names=column_names,
+        history=history,
     )
     messages: list[MessageChange] = []
     for change in batch.changes:
@@ -454,6 +496,8 @@ class _TablePlan:
     skipped: int = 0
     truncated_columns: tuple[PlanColumn, ...] = ()
     """The columns of the relation of the table's last TRUNCATE in the batch."""
+    changes: list[ChangeRecord] | None = None
+    """Every change, unfolded, when the table keeps a change history."""
 
     # A step keeps the Relation message of its first change: the executor looks at the
     # catalog when that message is new (``MergePlan.relations``). Equal messages re-sent
@@ -497,6 +541,7 @@ class _TablePlan:
                 s.relation if isinstance(s, _OpenStep | _OpenKeylessStep) else None
                 for s in self.steps
             ),
+            changes=tuple(self.changes) if self.changes is not None else (),
         )
 
 
@@ -511,7 +556,9 @@ class _Planner:
         on_missing_key: MissingKeyPolicy = "error",
         generic_values: bool = False,
         column_names: ColumnNamePolicy = "error",
+        history: HistoryScope = False,
     ) -> None:
+        self._history = history
         self._keys = keys
         self._column_names: ColumnNamePolicy = column_names
         self._reserved = reserved
@@ -535,6 +582,9 @@ class _Planner:
         table = self._tables.get(name)
         if table is None:
             table = self._tables[name] = _TablePlan(*name)
+            scope = self._history
+            if scope is True or (scope and relation.qualified_name in scope):
+                table.changes = []
         return table
 
     def _row_target(self, relation: Relation) -> tuple[_TablePlan, _Shape]:
@@ -564,6 +614,19 @@ class _Planner:
                     table = self._table(relation)
                     table.steps[:] = [step]
                     table.truncated_columns = self._shape(relation).columns
+                    if table.changes is not None:
+                        table.changes.append(
+                            ChangeRecord(
+                                "truncate",
+                                step.lsn,
+                                step.ordinal,
+                                step.commit_time,
+                                table.truncated_columns,
+                                None,
+                                None,
+                                None,
+                            )
+                        )
 
     # --- shapes ----------------------------------------------------------------------------
 
@@ -725,6 +788,8 @@ class _Planner:
             step.rows[identity] = _Row(
                 False, new, None, change.commit_lsn, commit_time, change.ordinal
             )
+            if table.changes is not None:
+                _record(table.changes, change, commit_time, shape, new, None)
             return
         if shape.identity == "ordinal":
             named = _IDENTITY_NAMES.get(relation.replica_identity, relation.replica_identity)
@@ -742,6 +807,8 @@ class _Planner:
             step.rows[identity] = _Row(
                 True, _without_unchanged(old), None, change.commit_lsn, commit_time, change.ordinal
             )
+            if table.changes is not None:
+                _record(table.changes, change, commit_time, shape, None, old)
             return
         new = self._decode(change, shape, _required(change.new, change, "new"))
         if old is not None:
@@ -759,6 +826,8 @@ class _Planner:
                 if value is UNCHANGED_TOAST:
                     new[i] = prior.values[i]
             moved_from = prior.moved_from
+        if table.changes is not None:
+            _record(table.changes, change, commit_time, shape, new, old)
         if old_identity != new_identity:
             if moved_from is None and any(v is UNCHANGED_TOAST for v in new):
                 assert old is not None
@@ -803,6 +872,8 @@ class _Planner:
                 for i, v in enumerate(values)
             )
         changes.append(KeylessChange(old, new, lsn, ordinal, commit_time))
+        if table.changes is not None:
+            _record(table.changes, change, commit_time, shape, new, old)
 
     def _commit_time(self, timestamp: int) -> datetime:
         """Convert a commit time, once per transaction rather than once per change."""
@@ -843,6 +914,29 @@ class _Planner:
 _IDENTITY_NAMES: Final = {"d": "DEFAULT", "n": "NOTHING", "f": "FULL", "i": "USING INDEX"}
 _PLAIN_HASHABLE: Final = frozenset({int, str, bytes, bool, Decimal, date, datetime, type(None)})
 """Types of Delta values that ``hashable`` returns unchanged (neither lists nor floats)."""
+
+
+def _record(  # noqa: PLR0917 - positional on purpose: one call per recorded change
+    changes: list[ChangeRecord],
+    change: RowChange,
+    commit_time: datetime,
+    shape: _Shape,
+    new: Sequence[object] | None,
+    old: Sequence[object] | None,
+) -> None:
+    """Keep ``change`` for the change history (its values as decoded and filled so far)."""
+    changes.append(
+        ChangeRecord(
+            change.op,
+            change.commit_lsn,
+            change.ordinal,
+            commit_time,
+            shape.columns,
+            tuple(new) if new is not None else None,
+            tuple(old) if old is not None else None,
+            None if old is None else ("row" if change.old_kind == "O" else "key"),
+        )
+    )
 
 
 def _value_error(change: RowChange, column: PlanColumn, exc: Exception) -> SinkDataError:

@@ -78,6 +78,8 @@ class SinkSettings:
         column_names: a source column whose name Delta cannot hold (a space or one of
             ``,;{}()=``): ``error`` stops with a ``SinkDataError``, ``map`` stores it under
             ``naming.mapped_column_name`` (``unit price`` -> ``unit_x0020_price``).
+        history: the tables whose every change is also appended to a change history
+            (``history.py``): all (True), none (False), or these qualified names.
     """
 
     path: str
@@ -94,6 +96,7 @@ class SinkSettings:
     row_lsn_column: str = ROW_LSN_COLUMN
     row_ordinal_column: str = ROW_ORDINAL_COLUMN
     column_names: ColumnNamePolicy = "error"
+    history: bool | frozenset[str] = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,143 @@
+"""The commit log: after every batch, its source position and the Delta versions it made.
+
+Theory of operation
+-------------------
+Delta has no multi-table transactions, so a reader of two tables can see one after batch
+N and the other after batch N-1. After every applied batch (its MERGEs and history
+appends done), ``CommitLog.record`` appends one row per table the batch wrote to
+``<path>/_wal2delta_commits``: a batch number, the batch's ``durable_lsn`` (NULL when the
+batch holds only part of a large transaction: no transaction boundary), its newest commit
+time, the table (``schema.table``, or ``schema.table__changes`` for a change history),
+its location and its Delta version right after the batch.
+
+Batch numbers grow by one per recorded batch; the first record of a process continues
+after the newest one in the table. A crash before the record leaves the batch
+unrecorded; its replay records it again with the versions the replay made (later ones),
+so every recorded version reflects a state at or after the batch it is recorded with,
+and none reflects a change of a later batch. ``wal2delta cut`` takes a boundary - a
+record with an LSN - and, for every table, the newest version recorded at or before it.
+
+Versions are read with delta-rs (``deltalake``): Sail has no ``DESCRIBE HISTORY``. It
+reads the lake with the credentials of the process environment, as ``wal2delta status``
+does; the table objects are kept and brought forward incrementally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Final
+
+import pyarrow as pa
+import structlog
+
+from decoder import pg_timestamp_to_datetime
+from sink.arrow import ArrowColumn, arrow_table, ddl
+from sink.base import Batch, SinkRetryableError
+from sink.constants import COMMITS_TABLE
+from sink.spark import engine_errors
+from sink.sql import delta_table, quote
+from sink.tables import LakeTables
+from sink.typemap import BIGINT, STRING, TIMESTAMP
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+    from pyspark.sql import SparkSession
+
+log = structlog.get_logger("wal2delta.sink")
+
+#: Columns of the commit log, in order.
+COMMIT_COLUMNS: Final = (
+    ArrowColumn("batch", BIGINT.spark_sql, BIGINT.arrow),
+    ArrowColumn("lsn", BIGINT.spark_sql, BIGINT.arrow),
+    ArrowColumn("commit_time", TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+    ArrowColumn("table_name", STRING.spark_sql, STRING.arrow),
+    ArrowColumn("table_path", STRING.spark_sql, STRING.arrow),
+    ArrowColumn("version", BIGINT.spark_sql, BIGINT.arrow),
+    ArrowColumn("recorded_at", TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+)
+
+
+def commits_path(root: str) -> str:
+    """Where the commit log of the lake at ``root`` lives."""
+    return f"{root.rstrip('/')}/{COMMITS_TABLE}"
+
+
+class CommitLog:
+    """Records batches in ``<root>/_wal2delta_commits``."""
+
+    def __init__(self, spark: SparkSession, lake: LakeTables, root: str) -> None:
+        self._spark = spark
+        self._lake = lake
+        self._path = commits_path(root)
+        self._last_batch: int | None = None
+        self._tables: dict[str, DeltaTable] = {}
+
+    def clear(self) -> None:
+        """Forget the batch number and the open tables; the next record reads them again."""
+        self._last_batch = None
+        self._tables.clear()
+
+    def record(self, batch: Batch, written: Mapping[str, str]) -> None:
+        """Record ``batch`` with the current version of each table in ``written``.
+
+        Args:
+            batch: the batch just applied.
+            written: table name -> Delta location, for every table the batch wrote.
+
+        Raises:
+            SinkRetryableError: a version could not be read (replaying is safe).
+            SinkError: the record could not be written.
+        """
+        if not written:
+            return
+        if self._last_batch is None:
+            self._last_batch = self._newest_batch()
+        number = self._last_batch + 1
+        commit_time = (
+            None
+            if batch.last_commit_time is None
+            else pg_timestamp_to_datetime(batch.last_commit_time)
+        )
+        now = datetime.now(UTC)
+        rows = [
+            (number, batch.durable_lsn, commit_time, name, path, self._version(name, path), now)
+            for name, path in written.items()
+        ]
+        arrow = arrow_table(
+            COMMITS_TABLE, COMMIT_COLUMNS, [list(c) for c in zip(*rows, strict=True)]
+        )
+        self._append(arrow)
+        self._last_batch = number
+
+    def _append(self, arrow: pa.Table) -> None:
+        with engine_errors("recording the batch in the commit log"):
+            frame = self._spark.createDataFrame(arrow, schema=ddl(COMMIT_COLUMNS))
+            frame.write.format("delta").mode("append").save(self._path)
+
+    def _newest_batch(self) -> int:
+        with engine_errors("reading the commit log"):
+            self._lake.load(self._path, COMMITS_TABLE, COMMIT_COLUMNS)
+            rows = self._spark.sql(
+                f"SELECT max({quote('batch')}) AS b FROM {delta_table(self._path)}"
+            ).collect()
+        return int(rows[0]["b"]) if rows and rows[0]["b"] is not None else 0
+
+    def _version(self, name: str, path: str) -> int:
+        table = self._tables.get(path)
+        try:
+            if table is None:
+                from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
+
+                table = self._tables[path] = DeltaTable(path)
+            else:
+                table.update_incremental()
+            return int(table.version())
+        except Exception as exc:
+            self._tables.pop(path, None)
+            # Retryable: the batch is durable, and recording it again after a replay is safe.
+            raise SinkRetryableError(
+                f"cannot read the Delta version of {name} for the commit log "
+                f"({type(exc).__name__}); delta-rs reads the lake with this process's "
+                "credentials (AWS_* for s3://); see the chained error"
+            ) from exc

@@ -1,0 +1,163 @@
+"""Change history and commit log of ``DeltaSink`` on embedded Sail, read back with delta-rs.
+
+The history holds every change once, whatever replays the sink sees (the same batch again,
+or the batches cut differently); the commit log holds, per batch, the Delta version each
+written table had right after it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from decoder import Lsn
+from sink import Batch, DeltaSink, SinkSettings, table_path
+from sink.commits import commits_path
+from sink.history import history_path
+from tests.support.sink_changes import (
+    INT4,
+    U,
+    batch,
+    col,
+    delete,
+    insert,
+    rel,
+    truncate,
+    update,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+DOCS = rel("public.docs", col("id", INT4, key=True), col("body"), col("rev", INT4))
+TAGS = rel("public.tags", col("id", INT4, key=True), col("tag"), relation_id=16385)
+
+HistoryRow = tuple[str, int, int, int | None, str | None, int | None, int | None, Any]
+
+
+def history(lake: Path, table: str = "docs") -> list[HistoryRow]:
+    rows = DeltaTable(history_path(str(lake), "public", table)).to_pyarrow_table().to_pylist()
+    out = [
+        (
+            r["_wal2delta_op"],
+            r["_wal2delta_lsn"],
+            r["_wal2delta_ordinal"],
+            r["id"],
+            r.get("body", r.get("tag")),
+            r.get("rev"),
+            r["_wal2delta_old_id"],
+            r["_wal2delta_unchanged_toast"],
+        )
+        for r in rows
+    ]
+    return sorted(out, key=lambda r: (r[1], r[2]))
+
+
+def changes() -> list[Batch]:
+    return [
+        batch(
+            insert(DOCS, "1", "one", "1", lsn=10),
+            insert(DOCS, "2", "two", "1", lsn=10, ordinal=1),
+            update(DOCS, "1", U, "2", lsn=20),  # body unchanged TOAST: from the insert
+        ),
+        batch(
+            # Key change 2 -> 3, body unchanged TOAST and in no change of this batch.
+            update(DOCS, "3", U, "3", lsn=30, old=["2", None, None]),
+            update(DOCS, "3", "three", "4", lsn=30, ordinal=1),
+            update(DOCS, "3", U, "5", lsn=30, ordinal=2),  # filled from the change before
+            delete(DOCS, "1", None, None, lsn=40),
+        ),
+        batch(truncate(DOCS, lsn=50), insert(DOCS, "7", "seven", "1", lsn=50, ordinal=1)),
+    ]
+
+
+EXPECTED: list[HistoryRow] = [
+    ("insert", 10, 0, 1, "one", 1, None, None),
+    ("insert", 10, 1, 2, "two", 1, None, None),
+    ("update", 20, 0, 1, "one", 2, None, None),
+    ("update", 30, 0, 3, None, 3, 2, ["body"]),
+    ("update", 30, 1, 3, "three", 4, None, None),
+    ("update", 30, 2, 3, "three", 5, None, None),
+    ("delete", 40, 0, None, None, None, 1, None),
+    ("truncate", 50, 0, None, None, None, None, None),
+    ("insert", 50, 1, 7, "seven", 1, None, None),
+]
+
+
+def make_sink(spark_session: Any, lake: Path, history: bool | frozenset[str]) -> DeltaSink:
+    return DeltaSink(spark_session, SinkSettings(path=str(lake), history=history))
+
+
+def test_history_holds_every_change_once_with_old_keys_and_unchanged_toast_named(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    sink = make_sink(spark_session, lake, frozenset({"public.docs"}))
+    for each in changes():
+        sink.apply(each)
+    assert history(lake) == EXPECTED
+    # The merged table is unchanged by the history: only row 7 after the truncate.
+    merged = DeltaTable(table_path(str(lake), "public", "docs")).to_pyarrow_table()
+    assert merged.column("id").to_pylist() == [7]
+
+
+def test_replayed_batches_cut_differently_add_nothing_to_the_history(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    first, second, third = changes()
+    sink = make_sink(spark_session, lake, True)
+    sink.apply(first)
+    sink.apply(second)
+    # A restart: a new sink (floors read from the tables) sees the first two batches as
+    # one, then the last batch twice, the second time split differently.
+    sink = make_sink(spark_session, lake, True)
+    sink.apply(batch(*first.changes, *second.changes))
+    sink.apply(third)
+    sink = make_sink(spark_session, lake, True)
+    sink.apply(batch(*second.changes[2:], *third.changes[:1]))
+    sink.apply(batch(*third.changes[1:]))
+    assert history(lake) == EXPECTED
+
+
+def test_only_the_listed_tables_keep_a_history(spark_session: Any, tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    sink = make_sink(spark_session, lake, frozenset({"public.tags"}))
+    sink.apply(
+        batch(insert(DOCS, "1", "one", "1", lsn=10), insert(TAGS, "1", "a", lsn=10, ordinal=1))
+    )
+    assert not DeltaTable.is_deltatable(history_path(str(lake), "public", "docs"))
+    tags = DeltaTable(history_path(str(lake), "public", "tags")).to_pyarrow_table().to_pylist()
+    assert [(r["_wal2delta_op"], r["id"], r["tag"]) for r in tags] == [("insert", 1, "a")]
+
+
+def test_commit_log_records_each_batch_with_the_versions_it_made(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    sink = make_sink(spark_session, lake, frozenset({"public.docs"}))
+    docs = table_path(str(lake), "public", "docs")
+    docs_history = history_path(str(lake), "public", "docs")
+    tags = table_path(str(lake), "public", "tags")
+    seen: list[dict[str, int]] = []
+    sink.apply(
+        batch(insert(DOCS, "1", "one", "1", lsn=10), insert(TAGS, "1", "a", lsn=10, ordinal=1))
+    )
+    seen.append({p: DeltaTable(p).version() for p in (docs, docs_history, tags)})
+    part = Batch((insert(TAGS, "2", "b", lsn=30),), None, 0, None)  # part of a transaction
+    sink.apply(part)
+    seen.append({tags: DeltaTable(tags).version()})
+    sink.apply(batch(update(DOCS, "1", "uno", "2", lsn=30, ordinal=1)))
+    seen.append({p: DeltaTable(p).version() for p in (docs, docs_history)})
+    log = DeltaTable(commits_path(str(lake))).to_pyarrow_table().to_pylist()
+    by_batch: dict[int, dict[str, int]] = {}
+    lsns: dict[int, int | None] = {}
+    for row in log:
+        by_batch.setdefault(row["batch"], {})[row["table_path"]] = row["version"]
+        lsns[row["batch"]] = row["lsn"]
+    assert [by_batch[n] for n in sorted(by_batch)] == seen
+    assert [lsns[n] for n in sorted(lsns)] == [Lsn(10), None, Lsn(30)]
+    names = {row["table_name"] for row in log}
+    assert names == {"public.docs", "public.docs__changes", "public.tags"}
