@@ -1,14 +1,15 @@
 """The wal2delta process: CLI, wiring configuration into capture and sink, supervision,
-health and metrics endpoints, logging, status and stream recording.
+health and metrics endpoints, logging, status, verify and stream recording.
 
 Imports run one way: decoder <- sink <- capture <- daemon <- devtools. ``daemon`` is the
 only layer that reads ``config``; it hands ``capture`` and ``sink`` plain settings.
 """
 
 from daemon.gc_tuning import tune_garbage_collector
-from daemon.logging import configure_logging
+from daemon.logging import configure_engine_logging, configure_logging
 from daemon.process import install_stop_signals, run_service
 from daemon.supervisor import Supervisor
+from daemon.verify import VerifyReport, render_report, verify_source
 from daemon.wiring import (
     capture_settings,
     configured_keys,
@@ -22,7 +23,9 @@ from daemon.wiring import (
 
 __all__ = [
     "Supervisor",
+    "VerifyReport",
     "capture_settings",
+    "configure_engine_logging",
     "configure_logging",
     "configured_keys",
     "install_stop_signals",
@@ -30,8 +33,10 @@ __all__ = [
     "published_tables",
     "reconnect_settings",
     "relation_name",
+    "render_report",
     "run_service",
     "sink_settings",
     "spark_settings",
     "tune_garbage_collector",
+    "verify_source",
 ]

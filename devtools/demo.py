@@ -3,8 +3,8 @@
 Starts a throw-away PostgreSQL with ``wal_level=logical``, creates the demo schema, starts
 the real daemon (``run_service``) on a thread, runs a live workload while showing
 progress, then stops the daemon at the WAL position the workload reached (``--endpos``
-semantics) and compares every Delta table with its source table, read back with
-delta-rs.
+semantics) and ends with ``wal2delta verify`` (``daemon.verify_source``): every Delta
+table compared with its source table, the demo's exit code its verdict.
 """
 
 from __future__ import annotations
@@ -19,13 +19,17 @@ import psycopg
 
 from capture import current_wal_lsn
 from config import AppConfig, parse_config
-from daemon import configure_logging, prepare_configured_source, run_service
-from daemon.logging import configure_engine_logging
+from daemon import (
+    configure_engine_logging,
+    configure_logging,
+    prepare_configured_source,
+    render_report,
+    run_service,
+    verify_source,
+)
 from decoder import Lsn, format_lsn
 from devtools.pgserver import LocalPostgres
-from devtools.verify import compare_table
 from devtools.workload import DEMO_TABLES, Workload, create_schema
-from sink import table_path
 
 
 def demo_config(dsn: str, lake: Path, spool: Path) -> AppConfig:
@@ -133,25 +137,10 @@ def run_demo(*, workdir: Path, lake: Path, rounds: int, keep: bool) -> int:
             if not caught_up or result.get("code", 1) != 0:
                 print("the daemon did not catch up; see the log above")
                 return 1
-            print("\ntable                    postgres    delta   contents")
-            all_match = True
-            for name in DEMO_TABLES:
-                schema, _, table = name.partition(".")
-                comparison = compare_table(
-                    conn,
-                    (schema, table),
-                    table_path(str(lake), schema, table),
-                    column_names=config.sink.column_names,
-                )
-                all_match &= comparison.matches
-                verdict = "match" if comparison.matches else "MISMATCH"
-                print(
-                    f"{name:<24} {comparison.source_rows:>8} {comparison.delta_rows:>8}   {verdict}"
-                )
-                if not comparison.matches:
-                    print(comparison.describe())
-            print("\nall tables match" if all_match else "\nsome tables differ")
-            return 0 if all_match else 1
+            print("\nwal2delta verify:")
+            report = verify_source(config, wait=30)
+            print(render_report(report, as_json=False))
+            return report.exit_code
     finally:
         if keep:
             server.stop()
