@@ -94,6 +94,16 @@ class _CopyStream(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    def at_end(self) -> bool:
+        """Whether the COPY sent no (more) data; reads ahead one message to tell."""
+        if not self._pending and not self._done:
+            data = self._copy.read()
+            if data:
+                self._pending = bytes(data)
+            else:
+                self._done = True
+        return not self._pending and self._done
+
     def read(self, size: int = -1) -> bytes:
         parts = [self._pending] if self._pending else []
         have = len(self._pending)
@@ -138,6 +148,8 @@ def read_text_batches(
     )
     with conn.cursor() as cur, cur.copy(query) as copy:
         stream = _CopyStream(copy, on_bytes)
+        if stream.at_end():
+            return  # no rows; Arrow refuses an empty CSV stream
         reader = pacsv.open_csv(
             pa.PythonFile(stream, mode="r"),
             read_options=read_options,
