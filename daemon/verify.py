@@ -451,7 +451,9 @@ def _findings(
             ident = tuple(comparable(v) for v in row)
             as_source.setdefault(ident, row)
             counts[ident] = counts.get(ident, 0) + 1
-        for row, lsn in delta:
+        # Older rows first: a copy the source holds is matched by the Delta row written
+        # before the snapshot, and only copies written after it are left over.
+        for row, lsn in sorted(delta, key=lambda pair: -1 if pair[1] is None else pair[1]):
             ident = tuple(comparable(v) for v in row)
             if counts.get(ident, 0) > 0:
                 counts[ident] -= 1
@@ -772,7 +774,7 @@ def _table_lines(table: TableVerdict, report: VerifyReport) -> list[str]:
         return [head + f"ERROR: {table.error}"]
     if table.status in ("match", "lag"):
         note = (
-            f" ({table.lag} difference(s) were lag: gone once Delta passed the compared LSN)"
+            f" ({table.lag} difference(s) were lag: changes in flight, gone at a later LSN)"
             if table.lag
             else ""
         )

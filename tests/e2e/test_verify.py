@@ -10,9 +10,12 @@ daemon stopped is reported as not yet replicated until the daemon has run again.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -20,7 +23,8 @@ import yaml
 from deltalake import DeltaTable, write_deltalake
 
 from config import AppConfig
-from daemon.verify import VerifyReport, verify_source
+from daemon import run_service
+from daemon.verify import VerifyReport, render_report, verify_source
 from daemon.wiring import prepare_configured_source
 from sink import table_path
 from tests.support.configs import make_config
@@ -185,3 +189,46 @@ def test_changes_the_stopped_daemon_has_not_replicated_are_reported_as_such(
     caught_up = verify_source(replicated, spark=spark_session, wait=5)
     assert caught_up.exit_code == 0, caught_up
     assert caught_up.replicated
+
+
+def test_a_live_source_verifies_while_the_daemon_and_writes_run(
+    replicated: AppConfig, spark_session: Any
+) -> None:
+    """Delta trails (and, read later, leads) a busy source: that is lag, never a finding."""
+    dsn = replicated.source.dsn
+    stop_daemon, stop_writes = threading.Event(), threading.Event()
+    codes: list[int] = []
+    daemon = threading.Thread(
+        target=lambda: codes.append(
+            run_service(replicated, stop_event=stop_daemon, install_signal_handlers=False)
+        )
+    )
+
+    def write() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            next_id = 10_000
+            while not stop_writes.is_set():
+                conn.execute("INSERT INTO items (id, amount) VALUES (%s, 1.25)", (next_id,))
+                conn.execute(
+                    "UPDATE items SET amount = amount + 1 WHERE id = %s", (next_id % 150 + 1,)
+                )
+                conn.execute("DELETE FROM items WHERE id = %s", (next_id - 5,))
+                conn.execute("INSERT INTO events VALUES ('live', %s)", (next_id % 3,))
+                next_id += 1
+                time.sleep(0.01)
+
+    writer = threading.Thread(target=write)
+    daemon.start()
+    writer.start()
+    try:
+        time.sleep(1)
+        report = verify_source(replicated, spark=spark_session, wait=120)
+    finally:
+        stop_writes.set()
+        writer.join()
+        stop_daemon.set()
+        daemon.join()
+    assert codes == [0]
+    assert report.replicated
+    assert report.exit_code == 0, render_report(report, as_json=False)
+    assert {t.status for t in report.tables} <= {"match", "lag"}
