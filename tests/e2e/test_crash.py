@@ -253,7 +253,9 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
                     "two_phase": True,
                     "status_interval": "500ms",
                 },
-                "snapshot": {"mode": "initial"},
+                # Small chunks and two workers: the snapshot is several bulk appends per
+                # table, in page ranges, and a kill can fall between any two of them.
+                "snapshot": {"mode": "initial", "parallelism": 2, "chunk_size": "64KiB"},
                 "sink": {
                     "path": str(lake),
                     "batch": {"max_rows": 2000, "max_age": "200ms"},
