@@ -155,7 +155,7 @@ class VerifyReport:
 
 
 @dataclass
-class _Findings:
+class Findings:
     """Differences found in one round: per difference id, how often and an example."""
 
     counts: dict[tuple[object, ...], int] = field(default_factory=dict)
@@ -168,7 +168,7 @@ class _Findings:
     def total(self) -> int:
         return sum(self.counts.values())
 
-    def keep_common(self, later: _Findings) -> int:
+    def keep_common(self, later: Findings) -> int:
         """Keep only what ``later`` found too; return how many differences vanished."""
         before = self.total()
         self.counts = {
@@ -188,7 +188,7 @@ class _TableRun:
     source_rows: int | None = None
     delta_rows: int | None = None
     differing: list[int] = field(default_factory=list)
-    findings: _Findings | None = None
+    findings: Findings | None = None
     lag: int = 0
     error: str | None = None
 
@@ -431,19 +431,19 @@ def _delta_rows(
     return out
 
 
-def _findings(
+def compare_rows(
     table: VerifyTable,
     source: Sequence[Sequence[object]],
     delta: Sequence[tuple[Sequence[object], int | None]],
     compared_at: Lsn,
-) -> _Findings:
+) -> Findings:
     """Compare rows read from the same buckets on both sides.
 
     A Delta row written after ``compared_at`` (its LSN column says so) is newer than the
     snapshot, so a difference it makes is not a finding of this round.
     """
     names = [c.name for c in table.columns]
-    found = _Findings()
+    found = Findings()
     if not table.key:
         as_source: dict[tuple[object, ...], Sequence[object]] = {}
         counts: dict[tuple[object, ...], int] = {}
@@ -524,7 +524,7 @@ class _Context:
 
 def _drill(
     ctx: _Context, runs: Iterable[_TableRun], compared_at: Lsn, *, replicated: bool | None = None
-) -> tuple[dict[int, _Findings], bool]:
+) -> tuple[dict[int, Findings], bool]:
     """Read the differing buckets of ``runs``: the source in the open snapshot, then Delta
     once the slot passed ``compared_at`` (waited for unless ``replicated`` already says).
     Returns findings per run id, and whether the slot had passed ``compared_at``."""
@@ -540,7 +540,7 @@ def _drill(
             run.error = f"cannot read the source table: {_engine_error(exc)}"
     if replicated is None:
         replicated = ctx.wait_replicated(compared_at)
-    found: dict[int, _Findings] = {}
+    found: dict[int, Findings] = {}
     for run in live:
         if run.error is not None:
             continue
@@ -549,7 +549,7 @@ def _drill(
         except Exception as exc:  # any engine failure is this table's error
             run.error = f"cannot read the Delta table: {_engine_error(exc)}"
             continue
-        found[id(run)] = _findings(run.table, source[id(run)], rows, compared_at)
+        found[id(run)] = compare_rows(run.table, source[id(run)], rows, compared_at)
     return found, replicated
 
 
@@ -715,7 +715,7 @@ def _verdict(run: _TableRun, *, replicated: bool) -> TableVerdict:
     }
     if run.error is not None:
         return TableVerdict(**base, status="error", error=run.error)  # type: ignore[arg-type]
-    findings = run.findings or _Findings()
+    findings = run.findings or Findings()
     counts = {"missing": 0, "extra": 0, "different": 0}
     examples: list[Difference] = []
     for ident, times in findings.counts.items():
