@@ -236,3 +236,54 @@ def test_a_live_source_verifies_while_the_daemon_and_writes_run(
     assert report.replicated
     assert report.exit_code == 0, render_report(report, as_json=False)
     assert {t.status for t in report.tables} <= {"match", "lag"}
+
+
+def test_soft_deletes_mapped_column_names_and_a_row_filter_compare_as_the_sink_writes(
+    pg18_dsn: str, tmp_path: Path, spark_session: Any
+) -> None:
+    tables = [
+        {
+            "name": "public.priced",
+            "where": "id % 2 = 0",
+            "columns": ["id", "unit price", "region"],
+        }
+    ]
+    config = make_config(
+        pg18_dsn,
+        tmp_path / "lake",
+        tables,
+        sink={"soft_delete": True, "column_names": "map"},
+    )
+    run_statements(
+        pg18_dsn,
+        [
+            'CREATE TABLE public.priced (id int PRIMARY KEY, "unit price" numeric(8, 2),'
+            " region text, secret text)"
+        ],
+    )
+    prepare_configured_source(config)
+    endpos = run_statements(
+        pg18_dsn,
+        [
+            "INSERT INTO priced SELECT g, g / 4.0, CASE WHEN g % 2 = 0 THEN 'eu' ELSE 'us' END,"
+            " 'x' FROM generate_series(1, 40) g",
+            "DELETE FROM priced WHERE id IN (2, 4)",
+            'UPDATE priced SET "unit price" = 0.50 WHERE id = 6',
+        ],
+    )
+    run_daemon(pg18_dsn, config, spark_session, endpos)
+    report = verify_source(config, spark=spark_session, wait=5)
+    priced = _table(report, "public.priced")
+    assert report.exit_code == 0, render_report(report, as_json=False)
+    assert (priced.status, priced.source_rows, priced.delta_rows) == ("match", 18, 18)
+
+    DeltaTable(_path(config, "public.priced")).update(
+        updates={"_wal2delta_deleted": "false"}, predicate="id = 2"
+    )
+    DeltaTable(_path(config, "public.priced")).update(
+        updates={"unit_x0020_price": "CAST(9.99 AS DECIMAL(8, 2))"}, predicate="id = 8"
+    )
+    damaged = _table(verify_source(config, spark=spark_session, wait=5), "public.priced")
+    assert damaged.status == "different"
+    shown = {(e.kind, e.key["id"], tuple(e.columns)) for e in damaged.examples}
+    assert shown == {("extra", "2", ()), ("different", "8", ("unit price",))}
