@@ -73,5 +73,11 @@ BENCHMARKS: Final = (
         "sink planning + Arrow per change: per-column converters vs generic",
         "bench.plan",
     ),
+    Benchmark(
+        7,
+        "snapshot",
+        "initial snapshot of a 2M-row table vs ADBC + delta-rs; parallel tables vs one stream",
+        "bench.snapshot",
+    ),
 )
 """Every benchmark of issue 6, in the issue's order."""

@@ -118,3 +118,11 @@ def test_the_memory_benchmark_compares_peak_rss_of_two_transaction_sizes() -> No
         "memory", "--small-rows", "1000", "--large-rows", "20000", "--settings", "fixed-batches"
     )
     assert ratio_names(report) == ["fixed-batches: large / small peak RSS"]
+
+
+def test_the_snapshot_benchmark_checks_both_copies_and_reports_both_ratios() -> None:
+    report = run_benchmark("snapshot", "--rows", "20000", "--tables", "2")
+    assert ratio_names(report) == [
+        "one table: wal2delta / ADBC + delta-rs",
+        "2 tables: parallelism 2 speed-up over 1",
+    ]
