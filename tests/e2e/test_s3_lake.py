@@ -4,7 +4,7 @@ moto's server stands in for S3; credentials and the endpoint come from the envir
 (``AWS_*``), as the Kubernetes manifests pass them. The real daemon streams into
 ``s3://<bucket>/lake``, is killed with SIGKILL mid-stream and started again, and every
 Delta table read back with delta-rs from S3 equals its source table; ``wal2delta status``
-reads the same lake.
+reads the same lake and ``wal2delta verify`` (through the Spark engine) finds it equal.
 """
 
 from __future__ import annotations
@@ -135,3 +135,10 @@ def test_stream_crash_restart_and_status_on_an_s3_lake(
     tables = {t["table"]: t for t in report["tables"]}
     assert tables["public.orders"]["delta_path"] == f"{lake}/public/orders"
     assert all(t["delta_version"] is not None for t in tables.values()), tables
+    verify = run_cli("verify", "-c", str(config), "--json", "--wait", "10")
+    assert verify.returncode == 0, verify.stdout + verify.stderr[-3000:]
+    verified = json.loads(verify.stdout)
+    assert {t["table"]: t["status"] for t in verified["tables"]} == {
+        "public.events": "match",
+        "public.orders": "match",
+    }
