@@ -6,21 +6,10 @@ committed transactions, spooled through ``spill``), ``values`` (column bytes to 
 with ``textforms`` and ``usertypes`` (binary values to PostgreSQL's text form).
 """
 
-from decoder.assembler import (
-    EVENTS,
-    TRANSITIONS,
-    Assembler,
-    AssemblerOutput,
-    AssemblerState,
-    CommittedTransaction,
-    NonTransactionalMessage,
-    StreamAborted,
-    TransactionPrepared,
-    TransactionRolledBack,
-    message_event,
-)
+from decoder.assembler import Assembler
 from decoder.changes import Change, MessageChange, RowChange, RowOperation, TruncateChange
 from decoder.errors import DecodeError, MalformedMessageError, ProtocolSequenceError, Wal2DeltaError
+from decoder.fastbuild import fast_constructor
 from decoder.frames import (
     PrimaryKeepalive,
     XLogData,
@@ -66,6 +55,14 @@ from decoder.messages import (
     message_type_name,
 )
 from decoder.options import ProtocolOptions, StreamingMode
+from decoder.outputs import (
+    AssemblerOutput,
+    CommittedTransaction,
+    NonTransactionalMessage,
+    StreamAborted,
+    TransactionPrepared,
+    TransactionRolledBack,
+)
 from decoder.parser import parse_message
 from decoder.relations import RelationCache
 from decoder.spill import (
@@ -82,6 +79,7 @@ from decoder.textforms import (
     float8_text,
     utc_offset,
 )
+from decoder.transitions import EVENTS, TRANSITIONS, AssemblerState, message_event
 from decoder.usertypes import (
     ArrayType,
     CompositeField,
@@ -180,6 +178,7 @@ __all__ = [
     "datetime_to_pg_timestamp",
     "decode_tuple",
     "encode_standby_status_update",
+    "fast_constructor",
     "float8_text",
     "format_lsn",
     "load_tuple_wire",

@@ -69,21 +69,11 @@ records.
 
 from __future__ import annotations
 
-import enum
-import struct
-from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final, Literal, assert_never
+from typing import Literal, assert_never
 
-from decoder.changes import (
-    Change,
-    MessageChange,
-    RowChange,
-    RowChangeBuilder,
-    TruncateChange,
-    new_row_change,
-)
+from decoder.changes import Change
 from decoder.errors import DecodeError, ProtocolSequenceError
 from decoder.lsn import Lsn, PgTimestamp, Xid, format_lsn
 from decoder.messages import (
@@ -105,90 +95,34 @@ from decoder.messages import (
     StreamStart,
     StreamStop,
     Truncate,
-    TupleData,
     Type,
     Update,
 )
 from decoder.options import ProtocolOptions
-from decoder.parser import parse_message, row_message_is_valid, row_parts, scan_row_message
-from decoder.relations import RelationCache
-from decoder.spill import ChangeBuffer, ChangeBufferFactory, MemoryChangeBuffer
-
-
-class AssemblerState(enum.Enum):
-    """Where the assembler is in the message flow (see the module docstring)."""
-
-    IDLE = "IDLE"
-    IN_TRANSACTION = "IN_TRANSACTION"
-    IN_PREPARED_TRANSACTION = "IN_PREPARED_TRANSACTION"
-    IN_STREAM_BLOCK = "IN_STREAM_BLOCK"
-    ERROR = "ERROR"
-
-
-# Events are the message type names of ``logicalrep_message_type``, except that MESSAGE is
-# split by its transactional flag: the two kinds are legal in different states.
-NON_TRANSACTIONAL_MESSAGE: Final = "MESSAGE (non-transactional)"
-
-_EVENT_BY_CLASS: Final[Mapping[type, str]] = {
-    Begin: "BEGIN",
-    Commit: "COMMIT",
-    Origin: "ORIGIN",
-    Relation: "RELATION",
-    Type: "TYPE",
-    Insert: "INSERT",
-    Update: "UPDATE",
-    Delete: "DELETE",
-    Truncate: "TRUNCATE",
-    LogicalMessage: "MESSAGE",
-    BeginPrepare: "BEGIN PREPARE",
-    Prepare: "PREPARE",
-    CommitPrepared: "COMMIT PREPARED",
-    RollbackPrepared: "ROLLBACK PREPARED",
-    StreamStart: "STREAM START",
-    StreamStop: "STREAM STOP",
-    StreamCommit: "STREAM COMMIT",
-    StreamAbort: "STREAM ABORT",
-    StreamPrepare: "STREAM PREPARE",
-}
-
-EVENTS: Final = (*_EVENT_BY_CLASS.values(), NON_TRANSACTIONAL_MESSAGE)
-
-# What may appear inside a transaction, a prepared transaction and a stream block alike.
-_CONTENT_EVENTS: Final = (
-    "ORIGIN",
-    "RELATION",
-    "TYPE",
-    "INSERT",
-    "UPDATE",
-    "DELETE",
-    "TRUNCATE",
-    "MESSAGE",
+from decoder.outputs import (
+    AssemblerOutput,
+    CommittedTransaction,
+    NonTransactionalMessage,
+    StreamAborted,
+    TransactionPrepared,
+    TransactionRolledBack,
 )
-
-_S = AssemblerState
-TRANSITIONS: Final[Mapping[tuple[AssemblerState, str], AssemblerState]] = {
-    (_S.IDLE, "BEGIN"): _S.IN_TRANSACTION,
-    (_S.IDLE, "BEGIN PREPARE"): _S.IN_PREPARED_TRANSACTION,
-    (_S.IDLE, "STREAM START"): _S.IN_STREAM_BLOCK,
-    (_S.IDLE, "STREAM COMMIT"): _S.IDLE,
-    (_S.IDLE, "STREAM ABORT"): _S.IDLE,
-    (_S.IDLE, "STREAM PREPARE"): _S.IDLE,
-    (_S.IDLE, "COMMIT PREPARED"): _S.IDLE,
-    (_S.IDLE, "ROLLBACK PREPARED"): _S.IDLE,
-    (_S.IDLE, NON_TRANSACTIONAL_MESSAGE): _S.IDLE,
-    **{(_S.IN_TRANSACTION, event): _S.IN_TRANSACTION for event in _CONTENT_EVENTS},
-    (_S.IN_TRANSACTION, "COMMIT"): _S.IDLE,
-    **{
-        (_S.IN_PREPARED_TRANSACTION, event): _S.IN_PREPARED_TRANSACTION for event in _CONTENT_EVENTS
-    },
-    (_S.IN_PREPARED_TRANSACTION, "PREPARE"): _S.IDLE,
-    **{(_S.IN_STREAM_BLOCK, event): _S.IN_STREAM_BLOCK for event in _CONTENT_EVENTS},
-    (_S.IN_STREAM_BLOCK, "STREAM STOP"): _S.IDLE,
-}
-"""Every legal (state, event) pair and the state it leads to; anything else is an error."""
-
-_ROW_EVENTS: Final = {0x49: "INSERT", 0x55: "UPDATE", 0x44: "DELETE"}
-_RELATION_ID: Final = struct.Struct(">I")
+from decoder.parser import (
+    ROW_MESSAGE_TYPES,
+    parse_message,
+    row_message_is_valid,
+    scan_row_message,
+)
+from decoder.relations import RelationCache
+from decoder.replay import ReplayQueue, SpooledTransaction, Subxact
+from decoder.spill import ChangeBufferFactory, MemoryChangeBuffer
+from decoder.transitions import (
+    MESSAGE_EVENTS,
+    STREAM_EVENTS,
+    TRANSITIONS,
+    AssemblerState,
+    message_event,
+)
 
 
 def _row_xid(data: bytes, in_stream: bool) -> Xid | None:
@@ -196,174 +130,12 @@ def _row_xid(data: bytes, in_stream: bool) -> Xid | None:
     return Xid(int.from_bytes(data[1:5], "big")) if in_stream else None
 
 
-_STREAM_EVENTS: Final = frozenset(
-    {"STREAM START", "STREAM STOP", "STREAM COMMIT", "STREAM ABORT", "STREAM PREPARE"}
-)
-_MESSAGE_EVENTS: Final = frozenset({"MESSAGE", NON_TRANSACTIONAL_MESSAGE})
-
-
-def message_event(message: Message) -> str:
-    """Return the event name of a message, the column key of ``TRANSITIONS``."""
-    if isinstance(message, LogicalMessage) and not message.transactional:
-        return NON_TRANSACTIONAL_MESSAGE
-    return _EVENT_BY_CLASS[type(message)]
-
-
-# ----------------------------------------------------------------------------- outputs
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CommittedTransaction:
-    """A transaction whose changes are final; ``Assembler.replay`` yields them.
-
-    Attributes:
-        kind: ``commit`` (BEGIN ... COMMIT), ``stream_commit`` or ``commit_prepared``.
-        xid: the top-level transaction id.
-        gid: the prepared transaction's gid, for ``commit_prepared``.
-        commit_lsn: LSN of the commit record.
-        end_lsn: end of the commit record: what the flush position may reach once the
-            transaction is durable.
-        commit_time: commit timestamp, microseconds since 2000-01-01 UTC.
-        origin: replication origin name when the transaction came from another node.
-        origin_lsn: the commit LSN on the origin node (0 for streamed transactions).
-        change_count: DML, TRUNCATE and MESSAGE records that ``replay`` yields.
-        sequence: position among the outputs of one assembler; replay order key.
-    """
-
-    kind: Literal["commit", "stream_commit", "commit_prepared"]
-    xid: Xid | None
-    gid: str | None
-    commit_lsn: Lsn
-    end_lsn: Lsn
-    commit_time: PgTimestamp
-    origin: str | None
-    origin_lsn: Lsn | None
-    change_count: int
-    sequence: int = -1
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TransactionPrepared:
-    """A prepared transaction, held until COMMIT PREPARED or ROLLBACK PREPARED."""
-
-    xid: Xid
-    gid: str
-    prepare_lsn: Lsn
-    end_lsn: Lsn
-    prepare_time: PgTimestamp
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TransactionRolledBack:
-    """ROLLBACK PREPARED: the held transaction (if we had it) is gone for good."""
-
-    gid: str
-    prepare_end_lsn: Lsn
-    rollback_end_lsn: Lsn
-    rollback_time: PgTimestamp
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StreamAborted:
-    """STREAM ABORT of a streamed transaction (``subxid == xid``) or of a subtransaction."""
-
-    xid: Xid
-    subxid: Xid
-    abort_lsn: Lsn | None
-    abort_time: PgTimestamp | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NonTransactionalMessage:
-    """A ``pg_logical_emit_message(false, ...)`` message; it belongs to no transaction."""
-
-    lsn: Lsn
-    prefix: str
-    content: bytes
-
-
-AssemblerOutput = (
-    CommittedTransaction
-    | TransactionPrepared
-    | TransactionRolledBack
-    | StreamAborted
-    | NonTransactionalMessage
-)
-
-
-# ------------------------------------------------------------------------ internal state
-
-
-@dataclass(slots=True)
-class _Subxact:
-    """Where a subtransaction's first record starts (worker.c ``SubXactInfo``)."""
-
-    xid: int
-    mark: int
-    change_count: int
-    schema_count: int
-
-
-class _Txn:
-    """An open or held transaction: its buffer and what we must know to release it."""
-
-    __slots__ = (
-        "begin",
-        "buffer",
-        "change_count",
-        "origin",
-        "origin_lsn",
-        "schema_records",
-        "streamed",
-        "subxact_xids",
-        "subxacts",
-        "xid",
-    )
-
-    def __init__(
-        self,
-        buffer: ChangeBuffer,
-        *,
-        xid: Xid,
-        streamed: bool,
-        begin: Begin | BeginPrepare | None = None,
-    ) -> None:
-        self.buffer = buffer
-        self.xid = xid
-        self.streamed = streamed
-        self.begin = begin
-        self.change_count = 0
-        self.origin: str | None = None
-        self.origin_lsn: Lsn | None = None
-        # Raw RELATION/TYPE records, in order: applied at PREPARE time, by ``discard`` and
-        # after a replay that was not read to its end.
-        self.schema_records: list[bytes] = []
-        self.subxacts: list[_Subxact] = []
-        self.subxact_xids: set[int] = set()
-
-
 @dataclass(slots=True)
 class _Held:
     """A prepared transaction waiting for COMMIT PREPARED or ROLLBACK PREPARED."""
 
-    txn: _Txn
+    txn: SpooledTransaction
     prepared: TransactionPrepared
-
-
-@dataclass(slots=True)
-class _ReplaySlot:
-    """A committed transaction waiting for its replay."""
-
-    sequence: int
-    txn: _Txn
-
-
-@dataclass(slots=True)
-class _SchemaStep:
-    """Schema records of a prepared transaction, effective from its PREPARE on."""
-
-    records: tuple[bytes, ...]
-    streamed: bool
 
 
 class Assembler:
@@ -381,14 +153,11 @@ class Assembler:
         self._options = options
         self._buffers: ChangeBufferFactory = buffers or MemoryChangeBuffer
         self._state = AssemblerState.IDLE
-        self._current: _Txn | None = None
-        self._streams: dict[int, _Txn] = {}
+        self._current: SpooledTransaction | None = None
+        self._streams: dict[int, SpooledTransaction] = {}
         self._stream_xid: Xid | None = None
         self._prepared: dict[str, _Held] = {}
-        self._queue: deque[_ReplaySlot | _SchemaStep] = deque()
-        self._next_sequence = 0
-        self._replaying = False
-        self._relations = RelationCache()
+        self._replays = ReplayQueue(options, failed=self._failed, fail=self._fail)
 
     # ------------------------------------------------------------------ observation
 
@@ -428,15 +197,13 @@ class Assembler:
             total += self._current.buffer.spilled_bytes
         total += sum(txn.buffer.spilled_bytes for txn in self._streams.values())
         total += sum(held.txn.buffer.spilled_bytes for held in self._prepared.values())
-        total += sum(
-            item.txn.buffer.spilled_bytes for item in self._queue if isinstance(item, _ReplaySlot)
-        )
+        total += self._replays.spilled_bytes
         return total
 
     @property
     def relations(self) -> RelationCache:
         """The relation cache as of the last replayed transaction. Read it, do not change it."""
-        return self._relations
+        return self._replays.relations
 
     # ------------------------------------------------------------------------- input
 
@@ -490,7 +257,7 @@ class Assembler:
             # Row messages, the bulk of any stream, are validated without being built: the
             # full message is built once, at replay (see scan_row_message).
             row = (
-                (_ROW_EVENTS[data[0]], _row_xid(data, in_stream))
+                (ROW_MESSAGE_TYPES[data[0]], _row_xid(data, in_stream))
                 if row_message_is_valid(data, in_stream)
                 else scan_row_message(data, in_stream=in_stream)
             )
@@ -530,22 +297,22 @@ class Assembler:
         START_REPLICATION omits the option ("It remains enabled if the previous start-up
         has done so", ``pgoutput_startup``).
         """
-        if event in _STREAM_EVENTS and self._options.streaming == "off":
+        if event in STREAM_EVENTS and self._options.streaming == "off":
             raise self._sequence_error(event, f"{event} received but streaming is off")
-        if event in _MESSAGE_EVENTS and not self._options.messages:
+        if event in MESSAGE_EVENTS and not self._options.messages:
             raise self._sequence_error(event, "MESSAGE received but messages were not requested")
 
     def _handle(self, message: Message, data: bytes, event: str) -> list[AssemblerOutput]:
         """Validate, then apply, one message that the transition table allows here."""
         match message:
             case Begin():
-                self._current = _Txn(
+                self._current = SpooledTransaction(
                     self._buffers(), xid=message.xid, streamed=False, begin=message
                 )
                 return []
             case BeginPrepare():
                 self._check_gid_free(event, message.gid, message.xid)
-                self._current = _Txn(
+                self._current = SpooledTransaction(
                     self._buffers(), xid=message.xid, streamed=False, begin=message
                 )
                 return []
@@ -594,7 +361,7 @@ class Assembler:
 
     # --------------------------------------------------------------- plain transactions
 
-    def _open_txn(self) -> _Txn:
+    def _open_txn(self) -> SpooledTransaction:
         """The transaction that content messages belong to in the current state."""
         if self._state is AssemblerState.IN_STREAM_BLOCK:
             assert self._stream_xid is not None
@@ -637,7 +404,7 @@ class Assembler:
 
     def _release(
         self,
-        txn: _Txn,
+        txn: SpooledTransaction,
         *,
         kind: Literal["commit", "stream_commit", "commit_prepared"],
         gid: str | None,
@@ -646,9 +413,7 @@ class Assembler:
         commit_time: PgTimestamp,
     ) -> CommittedTransaction:
         """Queue a committed transaction for replay and describe it."""
-        sequence = self._next_sequence
-        self._next_sequence += 1
-        self._queue.append(_ReplaySlot(sequence, txn))
+        sequence = self._replays.commit(txn)
         return CommittedTransaction(
             kind=kind,
             xid=txn.xid,
@@ -670,11 +435,10 @@ class Assembler:
                 event, f"gid {gid!r} is already held by a prepared transaction", xid
             )
 
-    def _hold(self, txn: _Txn, prepared: TransactionPrepared) -> TransactionPrepared:
+    def _hold(self, txn: SpooledTransaction, prepared: TransactionPrepared) -> TransactionPrepared:
         """Hold a prepared transaction; its schema takes effect from here on (see above)."""
         self._prepared[prepared.gid] = _Held(txn, prepared)
-        if txn.schema_records:
-            self._queue.append(_SchemaStep(tuple(txn.schema_records), txn.streamed))
+        self._replays.prepare(txn)
         return prepared
 
     def _on_prepare(self, message: Prepare, event: str) -> TransactionPrepared:
@@ -771,19 +535,19 @@ class Assembler:
                 xid,
             )
         if existing is None:
-            self._streams[xid] = _Txn(self._buffers(), xid=xid, streamed=True)
+            self._streams[xid] = SpooledTransaction(self._buffers(), xid=xid, streamed=True)
         self._stream_xid = xid
 
-    def _subxact_info_add(self, txn: _Txn, xid: int) -> None:
+    def _subxact_info_add(self, txn: SpooledTransaction, xid: int) -> None:
         """Record where a subtransaction's first record starts (worker.c, same name)."""
         if xid == txn.xid or xid in txn.subxact_xids:
             return
         txn.subxact_xids.add(xid)
         txn.subxacts.append(
-            _Subxact(xid, txn.buffer.mark(), txn.change_count, len(txn.schema_records))
+            Subxact(xid, txn.buffer.mark(), txn.change_count, len(txn.schema_records))
         )
 
-    def _streamed(self, xid: int, event: str) -> _Txn:
+    def _streamed(self, xid: int, event: str) -> SpooledTransaction:
         txn = self._streams.get(xid)
         if txn is None:
             raise self._sequence_error(
@@ -824,7 +588,7 @@ class Assembler:
         self._stream_abort_subxact(txn, subxid)
         return aborted
 
-    def _stream_abort_subxact(self, txn: _Txn, subxid: int) -> None:
+    def _stream_abort_subxact(self, txn: SpooledTransaction, subxid: int) -> None:
         """Truncate to the subtransaction's first record (worker.c stream_abort_internal).
 
         The subtransactions recorded after it go too: their records come after its first
@@ -878,9 +642,7 @@ class Assembler:
                 previous replay is unfinished (raised at once); or, while iterating, a
                 change refers to a relation no RELATION message described.
         """
-        slot = self._take_replay_slot(txn)
-        self._replaying = True
-        return self._replay(txn, slot.txn)
+        return self._replays.replay(txn)
 
     def discard(self, txn: CommittedTransaction) -> None:
         """Skip a committed transaction's changes, keeping its schema messages.
@@ -888,186 +650,10 @@ class Assembler:
         Takes the place of ``replay`` for a transaction the caller will not apply (for
         example one past a stop position); the same ordering rules hold.
         """
-        slot = self._take_replay_slot(txn)
-        try:
-            self._apply_schema(slot.txn.schema_records, slot.txn.streamed)
-        finally:
-            slot.txn.buffer.close()
+        self._replays.discard(txn)
 
-    def _take_replay_slot(self, txn: CommittedTransaction) -> _ReplaySlot:
-        if self._replaying:
-            raise ProtocolSequenceError(
-                "the previous transaction's replay is unfinished; read its iterator to the "
-                "end or close it first",
-                offset=0,
-                message_type="COMMIT",
-                xid=txn.xid,
-            )
-        queue = self._queue
-        while queue and isinstance(queue[0], _SchemaStep):
-            step = queue.popleft()
-            assert isinstance(step, _SchemaStep)
-            self._apply_schema(step.records, step.streamed)
-        head = queue[0] if queue else None
-        if not isinstance(head, _ReplaySlot) or head.sequence != txn.sequence:
-            raise ProtocolSequenceError(
-                f"transaction {txn.xid} committed at {format_lsn(txn.commit_lsn)} is not the "
-                f"next one to replay; replay each committed transaction once, in commit order",
-                offset=0,
-                message_type="COMMIT",
-                xid=txn.xid,
-            )
-        queue.popleft()
-        return head
+    def _fail(self) -> None:
+        self._state = AssemblerState.ERROR
 
-    def _apply_schema(self, records: tuple[bytes, ...] | list[bytes], streamed: bool) -> None:
-        for record in records:
-            message = parse_message(record, options=self._options, in_stream=streamed)
-            assert isinstance(message, Relation | Type)
-            self._relations.apply(message)
-
-    def _relation(
-        self, relation_id: int, event: str, txn: CommittedTransaction, streamed: bool
-    ) -> Relation:
-        relation = self._relations.relation(relation_id)
-        if relation is None:
-            self._state = AssemblerState.ERROR
-            raise ProtocolSequenceError(
-                f"relation {relation_id} is unknown: no RELATION message described it "
-                f"before this change",
-                offset=5 if streamed else 1,
-                message_type=event,
-                xid=txn.xid,
-            )
-        return relation
-
-    def _replay(self, committed: CommittedTransaction, txn: _Txn) -> Iterator[Change]:
-        options = self._options
-        streamed = txn.streamed
-        commit_lsn = committed.commit_lsn
-        commit_time = committed.commit_time
-        apply_schema = self._relations.apply
-        schema_seen = 0
-        ordinal = 0
-        finished = False
-        known_relation = self._relations.lookup
-        # Row messages were validated when they arrived. The common ones (INSERT, DELETE,
-        # UPDATE without an old tuple) are read right here: relation id, marker, and the
-        # tuple left unsplit for whoever reads it (TupleData.from_wire). This loop runs
-        # once per change of the stream, so it avoids calls it can.
-        id_at = 5 if streamed else 1
-        marker_at = id_at + 4
-        tuple_at = marker_at + 1
-        unpack_id = _RELATION_ID.unpack_from
-        from_wire = TupleData.from_wire
-        try:
-            for record in txn.buffer:
-                tag = record[0]
-                if tag in _ROW_EVENTS:
-                    relation = known_relation(unpack_id(record, id_at)[0])
-                    if relation is None:
-                        relation = self._relation(
-                            unpack_id(record, id_at)[0], _ROW_EVENTS[tag], committed, streamed
-                        )
-                    if tag == 0x49 or (tag == 0x55 and record[marker_at] == 0x4E):
-                        # INSERT, or UPDATE with only its new tuple ('U' ... 'N').
-                        change: Change = RowChangeBuilder(  # type: ignore[assignment]
-                            "insert" if tag == 0x49 else "update",
-                            relation,
-                            from_wire(record, tuple_at),
-                            None,
-                            None,
-                            commit_lsn,
-                            commit_time,
-                            ordinal,
-                        )
-                        change.__class__ = RowChange
-                    else:
-                        _, op, old_kind, old, new = row_parts(record, streamed)
-                        change = new_row_change(
-                            op, relation, new, old, old_kind, commit_lsn, commit_time, ordinal
-                        )
-                    ordinal += 1
-                    yield change
-                    continue
-                message = parse_message(record, options=options, in_stream=streamed)
-                match message:
-                    case Relation() | Type():
-                        apply_schema(message)
-                        schema_seen += 1
-                        continue
-                    case Insert():
-                        change = RowChange(
-                            op="insert",
-                            relation=self._relation(
-                                message.relation_id, "INSERT", committed, streamed
-                            ),
-                            new=message.new_tuple,
-                            old=None,
-                            old_kind=None,
-                            commit_lsn=commit_lsn,
-                            commit_time=commit_time,
-                            ordinal=ordinal,
-                        )
-                    case Update():
-                        change = RowChange(
-                            op="update",
-                            relation=self._relation(
-                                message.relation_id, "UPDATE", committed, streamed
-                            ),
-                            new=message.new_tuple,
-                            old=message.old_tuple,
-                            old_kind=message.old_kind,
-                            commit_lsn=commit_lsn,
-                            commit_time=commit_time,
-                            ordinal=ordinal,
-                        )
-                    case Delete():
-                        change = RowChange(
-                            op="delete",
-                            relation=self._relation(
-                                message.relation_id, "DELETE", committed, streamed
-                            ),
-                            new=None,
-                            old=message.old_tuple,
-                            old_kind=message.old_kind,
-                            commit_lsn=commit_lsn,
-                            commit_time=commit_time,
-                            ordinal=ordinal,
-                        )
-                    case Truncate():
-                        change = TruncateChange(
-                            relations=tuple(
-                                self._relation(relation_id, "TRUNCATE", committed, streamed)
-                                for relation_id in message.relation_ids
-                            ),
-                            cascade=message.cascade,
-                            restart_identity=message.restart_identity,
-                            commit_lsn=commit_lsn,
-                            commit_time=commit_time,
-                            ordinal=ordinal,
-                        )
-                    case LogicalMessage():
-                        change = MessageChange(
-                            prefix=message.prefix,
-                            content=message.content,
-                            lsn=message.lsn,
-                            transactional=True,
-                            commit_lsn=commit_lsn,
-                            commit_time=commit_time,
-                            ordinal=ordinal,
-                        )
-                    case _:
-                        raise AssertionError(f"{type(message).__name__} is never spooled")
-                ordinal += 1
-                yield change
-            finished = True
-        except DecodeError:
-            self._state = AssemblerState.ERROR
-            raise
-        finally:
-            if not finished and self._state is not AssemblerState.ERROR:
-                # Closed early: later transactions may rely on the rest of the schema.
-                self._apply_schema(txn.schema_records[schema_seen:], streamed)
-            txn.buffer.close()
-            self._replaying = False
+    def _failed(self) -> bool:
+        return self._state is AssemblerState.ERROR

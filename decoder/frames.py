@@ -10,10 +10,12 @@ bytes`` shape).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 from decoder.errors import MalformedMessageError
+from decoder.fastbuild import fast_constructor
 from decoder.lsn import Lsn, PgTimestamp
 
 _XLOG_HEADER: Final = struct.Struct(">QQq")
@@ -42,20 +44,8 @@ class PrimaryKeepalive:
     reply_requested: bool
 
 
-class XLogDataBuilder:
-    """``XLogData``'s slot layout with writable slots; internal to the decoder.
-
-    See ``changes.RowChangeBuilder`` for why and how.
-    """
-
-    __slots__ = XLogData.__slots__
-
-    def __init__(self, wal_start: int, wal_end: int, send_time: int, payload: bytes) -> None:
-        self.wal_start = wal_start
-        self.wal_end = wal_end
-        self.send_time = send_time
-        self.payload = payload
-
+# One XLogData per received message: built without its constructor (decoder.fastbuild).
+_new_xlog_data: Final[Callable[[int, int, int, bytes], XLogData]] = fast_constructor(XLogData)
 
 _XLOG_PAYLOAD: Final = 1 + _XLOG_HEADER.size
 
@@ -82,15 +72,10 @@ def parse_copy_data(buf: bytes | memoryview) -> XLogData | PrimaryKeepalive:
                 offset=1,
                 message_type="XLOGDATA",
             )
-        # One XLogData per received message, so it skips the frozen dataclass's
-        # ``__init__`` (``object.__setattr__`` per field): ``XLogDataBuilder`` has the
-        # same slots, and assigning ``__class__`` turns it into an identical XLogData at
-        # a quarter of the cost. The NewType wrappers are identity functions, so the
-        # plain ints are already the right values.
+        # The NewType wrappers are identity functions, so the plain ints are already the
+        # right values.
         wal_start, wal_end, send_time = _XLOG_HEADER.unpack_from(buf, 1)
-        frame = XLogDataBuilder(wal_start, wal_end, send_time, bytes(buf[_XLOG_PAYLOAD:]))
-        frame.__class__ = XLogData  # type: ignore[assignment]
-        return frame  # type: ignore[return-value]
+        return _new_xlog_data(wal_start, wal_end, send_time, bytes(buf[_XLOG_PAYLOAD:]))
     if tag == 0x6B:  # 'k'
         if len(buf) != 1 + _KEEPALIVE.size:
             raise MalformedMessageError(

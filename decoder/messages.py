@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import struct
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from decoder.errors import MalformedMessageError
+from decoder.fastbuild import fast_constructor
 from decoder.lsn import Lsn, Oid, PgTimestamp, Xid
+from decoder.tupledata import Load, TupleDataError, walk_tuple
 
 
 class ColumnKind(enum.Enum):
@@ -68,9 +69,7 @@ class TupleData:
         ``buf[start:]`` must begin with a TupleData part that was validated already
         (the assembler validates every row message when it arrives).
         """
-        data = _TupleDataLayout(buf, start)
-        data.__class__ = TupleData  # type: ignore[assignment]
-        return data  # type: ignore[return-value]
+        return new_wire_tuple(buf, start)
 
     @property
     def values(self) -> tuple[ColumnValue, ...]:
@@ -112,33 +111,49 @@ class TupleData:
         raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
 
 
-class _TupleDataLayout:
-    """``TupleData``'s slot layout with writable slots (see ``changes.RowChangeBuilder``).
-
-    ``from_wire`` fills one and turns it into a ``TupleData`` by assigning ``__class__``,
-    which CPython allows between classes with identical slots; replay makes one per row.
-    """
-
-    __slots__ = TupleData.__slots__
-
-    def __init__(self, buf: bytes, start: int) -> None:
-        self._buf = buf
-        self._start = start
-        self._values = None
-
-
-_new_object = object.__new__
 _set_values = TupleData.__dict__["_values"].__set__
 _set_buf = TupleData.__dict__["_buf"].__set__
 _set_start = TupleData.__dict__["_start"].__set__
-_set_column_kind = ColumnValue.__dict__["kind"].__set__
-_set_column_data = ColumnValue.__dict__["data"].__set__
-_U16: Final = struct.Struct(">H")
-_U32: Final = struct.Struct(">I")
+
+# Replay makes a wire tuple per row and a split makes a ColumnValue per column: both skip
+# the constructor (decoder.fastbuild). A wire tuple is built in a state ``__init__`` cannot
+# make (columns not split yet), which is TupleData's own design: every method reads the
+# columns through ``values``, which splits them on first access.
+new_wire_tuple: Final = fast_constructor(
+    TupleData, ("_buf", "_start"), fixed={"_values": None}, name="new_wire_tuple"
+)
+_text_value: Final = fast_constructor(ColumnValue, fixed={"kind": ColumnKind.TEXT})
+_binary_value: Final = fast_constructor(ColumnValue, fixed={"kind": ColumnKind.BINARY})
+# ``walk_tuple`` wants one maker per column; these grow to the widest tuple seen.
+_TEXT_MAKERS: Final[list[Load]] = []
+_BINARY_MAKERS: Final[list[Load]] = []
 # Shared instances: NULL and unchanged-TOAST columns carry no data, and the dataclass is
 # frozen, so one object each serves every tuple.
 NULL_VALUE: Final = ColumnValue(ColumnKind.NULL, None)
 UNCHANGED_VALUE: Final = ColumnValue(ColumnKind.UNCHANGED_TOAST, None)
+
+
+def split_columns(buf: bytes, start: int) -> tuple[tuple[ColumnValue, ...], int]:
+    """The columns of the TupleData part at ``buf[start:]`` and the offset after it.
+
+    Raises:
+        TupleDataError: the part does not fit ``buf`` (see ``decoder.tupledata``).
+    """
+    count = int.from_bytes(buf[start : start + 2], "big")  # a short part: walk_tuple says so
+    if count > len(_TEXT_MAKERS):
+        _TEXT_MAKERS.extend([_text_value] * (count - len(_TEXT_MAKERS)))
+        _BINARY_MAKERS.extend([_binary_value] * (count - len(_BINARY_MAKERS)))
+    values: list[ColumnValue] = []
+    end = walk_tuple(
+        buf,
+        start,
+        values,  # type: ignore[arg-type]  # the makers only make ColumnValue
+        _TEXT_MAKERS,
+        _BINARY_MAKERS,
+        NULL_VALUE,
+        UNCHANGED_VALUE,
+    )
+    return tuple(values), end
 
 
 def _split_tuple(buf: bytes, start: int) -> tuple[ColumnValue, ...]:
@@ -146,40 +161,13 @@ def _split_tuple(buf: bytes, start: int) -> tuple[ColumnValue, ...]:
 
     The part was validated when its message arrived, so this only splits; a buffer that
     does not hold a valid part after all (a damaged spill file) still fails cleanly.
-    Building ``ColumnValue`` through its slot descriptors skips the frozen dataclass's
-    ``__init__`` (``object.__setattr__`` per field), which is most of its cost.
     """
     try:
-        (count,) = _U16.unpack_from(buf, start)
-        pos = start + 2
-        values: list[ColumnValue] = []
-        append = values.append
-        new, set_kind, set_data, unpack = _new_object, _set_column_kind, _set_column_data, _U32
-        text, binary = ColumnKind.TEXT, ColumnKind.BINARY
-        for _ in range(count):
-            kind = buf[pos]
-            if kind in {0x74, 0x62}:  # 't', 'b'
-                begin = pos + 5
-                pos = begin + unpack.unpack_from(buf, pos + 1)[0]
-                value = new(ColumnValue)
-                set_kind(value, text if kind == 0x74 else binary)
-                set_data(value, buf[begin:pos])
-                append(value)
-            elif kind == 0x6E:  # 'n'
-                append(NULL_VALUE)
-                pos += 1
-            elif kind == 0x75:  # 'u'
-                append(UNCHANGED_VALUE)
-                pos += 1
-            else:
-                raise ValueError(kind)
-        if pos > len(buf):
-            raise ValueError(pos)
-    except (IndexError, ValueError, struct.error):
+        return split_columns(buf, start)[0]
+    except TupleDataError:
         raise MalformedMessageError(
             "a spooled TupleData part is damaged", offset=start, message_type="TUPLE DATA"
         ) from None
-    return tuple(values)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,12 +33,8 @@ from decoder.errors import MalformedMessageError
 from decoder.lsn import Lsn, Oid, PgTimestamp, Xid
 from decoder.messages import (
     MESSAGE_TYPE_NAMES,
-    NULL_VALUE,
-    UNCHANGED_VALUE,
     Begin,
     BeginPrepare,
-    ColumnKind,
-    ColumnValue,
     Commit,
     CommitPrepared,
     Delete,
@@ -59,11 +55,13 @@ from decoder.messages import (
     TupleData,
     Type,
     Update,
+    split_columns,
 )
 from decoder.options import (
     STREAM_PROTOCOL_VERSION,
     ProtocolOptions,
 )
+from decoder.tupledata import TupleDataError, skip_tuple, walk_tuple
 from decoder.wire import Reader
 
 _BEGIN: Final = struct.Struct(">QqI")
@@ -78,91 +76,30 @@ _STREAM_ABORT_INFO: Final = struct.Struct(">Qq")
 _MESSAGE_HEADER: Final = struct.Struct(">BQ")
 _TRUNCATE_HEADER: Final = struct.Struct(">iB")
 _RELATION_COLUMN_TYPE: Final = struct.Struct(">Ii")
-_U16: Final = struct.Struct(">H")
-_I32: Final = struct.Struct(">i")
 
 _TRUNCATE_KNOWN_OPTIONS: Final = 0b11  # TRUNCATE_CASCADE | TRUNCATE_RESTART_SEQS
 _REPLICA_IDENTITIES: Final = frozenset("dnfi")  # pg_class.relreplident values
-
-# Column status bytes (logicalproto.h LOGICALREP_COLUMN_*).
-_COL_NULL: Final = 0x6E  # 'n'
-_COL_UNCHANGED: Final = 0x75  # 'u'
-_COL_TEXT: Final = 0x74  # 't'
-_COL_BINARY: Final = 0x62  # 'b'
-_NULL_VALUE: Final = NULL_VALUE
-_UNCHANGED_VALUE: Final = UNCHANGED_VALUE
 
 _TAG_N: Final = 0x4E  # 'N' new tuple
 _TAG_K: Final = 0x4B  # 'K' key tuple
 _TAG_O: Final = 0x4F  # 'O' old tuple
 
 
-# Building the frozen ColumnValue/TupleData through their slot descriptors skips the
-# generated ``__init__`` (which goes through ``object.__setattr__`` to get around the frozen
-# ``__setattr__``) and halves the cost of the hottest allocation of the decoder. The objects
-# are indistinguishable from constructor-built ones (equality, hash, repr, pickling).
-_new_object: Final = object.__new__
-_set_column_kind: Final = ColumnValue.__dict__["kind"].__set__
-_set_column_data: Final = ColumnValue.__dict__["data"].__set__
-_DATA_STATUS: Final = frozenset({_COL_TEXT, _COL_BINARY})
-_EMPTY_TUPLE: Final = TupleData(())
+def _read_tuple(reader: Reader) -> TupleData:
+    """Read a TupleData part (``logicalrep_read_tuple``)."""
+    try:
+        values, reader.pos = split_columns(reader.buf, reader.pos)
+    except TupleDataError as exc:
+        raise reader.error(exc.reason, exc.offset) from None
+    return TupleData(values)
 
 
-def _read_tuple(reader: Reader, build: bool = True) -> TupleData:
-    """Read a TupleData part (``logicalrep_read_tuple``).
-
-    The loop works on local variables instead of ``Reader`` methods: it runs once per
-    column of every row, which makes it the hottest code of the decoder. With ``build``
-    false it only validates and skips the part (``scan_row_message``) and returns an empty
-    TupleData.
-    """
-    buf = reader.buf
-    end = reader.end
-    pos = reader.pos
-    if pos + 2 > end:
-        raise reader.short(2, "the TupleData column count")
-    (count,) = _U16.unpack_from(buf, pos)
-    pos += 2
-    values: list[ColumnValue] = []
-    append = values.append
-    unpack_length = _I32.unpack_from
-    new, set_kind, set_data = _new_object, _set_column_kind, _set_column_data
-    text, binary, data_status = ColumnKind.TEXT, ColumnKind.BINARY, _DATA_STATUS
-    for index in range(count):
-        if pos >= end:
-            reader.pos = pos
-            raise reader.short(1, f"the status byte of column {index}")
-        kind = buf[pos]
-        if kind in data_status:
-            if pos + 5 > end:
-                reader.pos = pos + 1
-                raise reader.short(4, f"the length of column {index}")
-            (length,) = unpack_length(buf, pos + 1)
-            start = pos + 5
-            if length < 0:
-                raise reader.error(f"column {index} has a negative length {length}", pos + 1)
-            pos = start + length
-            if pos > end:
-                reader.pos = start
-                raise reader.short(length, f"the value of column {index}")
-            if not build:
-                continue
-            value = new(ColumnValue)
-            set_kind(value, text if kind == _COL_TEXT else binary)
-            set_data(value, buf[start:pos])
-            append(value)
-        elif kind == _COL_NULL:
-            append(_NULL_VALUE)
-            pos += 1
-        elif kind == _COL_UNCHANGED:
-            append(_UNCHANGED_VALUE)
-            pos += 1
-        else:
-            raise reader.error(f"unknown column status byte 0x{kind:02x}", pos)
-    reader.pos = pos
-    if not build:
-        return _EMPTY_TUPLE
-    return TupleData(tuple(values))
+def _skip_tuple(reader: Reader) -> None:
+    """Validate and skip a TupleData part (``scan_row_message``)."""
+    try:
+        reader.pos = skip_tuple(reader.buf, reader.pos)
+    except TupleDataError as exc:
+        raise reader.error(exc.reason, exc.offset) from None
 
 
 def _stream_xid(reader: Reader, in_stream: bool) -> Xid | None:
@@ -535,7 +472,8 @@ def parse_message(buf: bytes | memoryview, *, options: ProtocolOptions, in_strea
     return message
 
 
-_ROW_TAGS: Final = {ord("I"): "INSERT", ord("U"): "UPDATE", ord("D"): "DELETE"}
+ROW_MESSAGE_TYPES: Final = {ord("I"): "INSERT", ord("U"): "UPDATE", ord("D"): "DELETE"}
+"""Tag byte -> message type name of the row messages (the assembler's fast paths)."""
 
 
 def scan_row_message(buf: bytes, *, in_stream: bool) -> tuple[str, Xid | None] | None:
@@ -557,7 +495,7 @@ def scan_row_message(buf: bytes, *, in_stream: bool) -> tuple[str, Xid | None] |
     """
     if not buf:
         return None
-    name = _ROW_TAGS.get(buf[0])
+    name = ROW_MESSAGE_TYPES.get(buf[0])
     if name is None:
         return None
     reader = Reader(buf, 1, name)
@@ -568,21 +506,21 @@ def scan_row_message(buf: bytes, *, in_stream: bool) -> tuple[str, Xid | None] |
     if name == "INSERT":
         if marker != _TAG_N:
             raise reader.error(f"expected new tuple marker 'N', got 0x{marker:02x}", offset)
-        _read_tuple(reader, build=False)
+        _skip_tuple(reader)
     elif name == "UPDATE":
         if marker in {_TAG_K, _TAG_O}:
-            _read_tuple(reader, build=False)
+            _skip_tuple(reader)
             offset = reader.pos
             marker = reader.u8("the new tuple marker")
             if marker != _TAG_N:
                 raise reader.error(f"expected new tuple marker 'N', got 0x{marker:02x}", offset)
         elif marker != _TAG_N:
             raise reader.error(f"expected tuple marker 'K', 'O' or 'N', got 0x{marker:02x}", offset)
-        _read_tuple(reader, build=False)
+        _skip_tuple(reader)
     else:
         if marker not in {_TAG_K, _TAG_O}:
             raise reader.error(f"expected tuple marker 'K' or 'O', got 0x{marker:02x}", offset)
-        _read_tuple(reader, build=False)
+        _skip_tuple(reader)
     if reader.pos != reader.end:
         raise reader.error(f"{reader.remaining} unexpected bytes after the end of the message")
     return name, xid
@@ -593,35 +531,15 @@ def scan_row_message(buf: bytes, *, in_stream: bool) -> tuple[str, Xid | None] |
 # Row messages are nearly every message of a stream, and the assembler touches each twice:
 # it validates it when it arrives and turns it into a change when its transaction is
 # replayed. The functions below do both with as little Python per column as possible.
-# ``row_message_is_valid`` is optimistic: it walks the message without building anything
-# or composing error messages, and answers True only for a message ``scan_row_message``
-# accepts. Anything unusual (a short buffer raises IndexError or struct.error inside the
-# walk) makes it answer False, and the caller then runs ``scan_row_message``, which finds
-# the same verdict and the precise error. ``row_parts`` reads a validated message back
-# without splitting its columns (``TupleData.from_wire``).
+# ``row_message_is_valid`` is optimistic: it reads the header without a ``Reader``, walks
+# the tuples with ``tupledata.skip_tuple`` (no objects), and answers True only for a
+# message ``scan_row_message`` accepts. Anything unusual makes it answer False, and the
+# caller then runs ``scan_row_message``, which finds the same verdict and the precise
+# error. ``row_parts`` reads a validated message back without splitting its columns
+# (``TupleData.from_wire``).
 
-_U32_FAST: Final = struct.Struct(">I")
+_U32: Final = struct.Struct(">I")
 _OLD_KIND: Final[dict[int, Literal["K", "O"]]] = {_TAG_K: "K", _TAG_O: "O"}
-
-
-def _tuple_end(buf: bytes, pos: int) -> int:
-    """Offset after the TupleData part at ``pos``, or -1 for an unknown column status.
-
-    Raises IndexError or struct.error when the part runs past the buffer. A length is read
-    unsigned, so a negative one moves past the end and fails the caller's end check.
-    """
-    count = (buf[pos] << 8) | buf[pos + 1]
-    pos += 2
-    unpack = _U32_FAST.unpack_from
-    for _ in range(count):
-        kind = buf[pos]
-        if kind in {0x74, 0x62}:  # 't', 'b'
-            pos += 5 + unpack(buf, pos + 1)[0]
-        elif kind in {0x6E, 0x75}:  # 'n', 'u'
-            pos += 1
-        else:
-            return -1
-    return pos
 
 
 def row_message_is_valid(buf: bytes, in_stream: bool) -> bool:
@@ -643,8 +561,8 @@ def row_message_is_valid(buf: bytes, in_stream: bool) -> bool:
                 return False
         elif tag == 0x55:  # 'U'
             if marker in {_TAG_K, _TAG_O}:
-                pos = _tuple_end(buf, pos + 1)
-                if pos < 0 or buf[pos] != _TAG_N:
+                pos = walk_tuple(buf, pos + 1, None, (), (), None, None)
+                if buf[pos] != _TAG_N:
                     return False
             elif marker != _TAG_N:
                 return False
@@ -653,23 +571,10 @@ def row_message_is_valid(buf: bytes, in_stream: bool) -> bool:
                 return False
         else:
             return False
-        # The last tuple of the message, walked here rather than by ``_tuple_end``: this
-        # runs once per row message of the stream.
-        pos += 1
-        count = (buf[pos] << 8) | buf[pos + 1]
-        pos += 2
-        unpack = _U32_FAST.unpack_from
-        for _ in range(count):
-            kind = buf[pos]
-            if kind in {0x74, 0x62}:  # 't', 'b'
-                pos += 5 + unpack(buf, pos + 1)[0]
-            elif kind in {0x6E, 0x75}:  # 'n', 'u'
-                pos += 1
-            else:
-                return False
-    except (IndexError, struct.error):
+        # walk_tuple rather than skip_tuple: this runs once per row message of the stream.
+        return walk_tuple(buf, pos + 1, None, (), (), None, None) == len(buf)
+    except (IndexError, TupleDataError):
         return False
-    return pos == len(buf)
 
 
 RowParts = tuple[int, RowOperation, Literal["K", "O"] | None, TupleData | None, TupleData | None]
@@ -689,7 +594,7 @@ def row_parts(buf: bytes, in_stream: bool) -> RowParts:
         ``delete``.
     """
     pos = 5 if in_stream else 1
-    relation_id: int = _U32_FAST.unpack_from(buf, pos)[0]
+    relation_id: int = _U32.unpack_from(buf, pos)[0]
     pos += 4
     tag = buf[0]
     marker = buf[pos]
@@ -701,5 +606,5 @@ def row_parts(buf: bytes, in_stream: bool) -> RowParts:
     if marker == _TAG_N:
         return relation_id, "update", None, None, from_wire(buf, pos + 1)
     old = from_wire(buf, pos + 1)
-    end = _tuple_end(buf, pos + 1)
+    end = skip_tuple(buf, pos + 1)
     return relation_id, "update", _OLD_KIND[marker], old, from_wire(buf, end + 1)

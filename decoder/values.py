@@ -34,6 +34,7 @@ from psycopg.types.string import TextBinaryLoader, TextLoader
 from decoder.errors import MalformedMessageError
 from decoder.messages import ColumnKind, Relation, TupleData
 from decoder.textforms import Reader, UnknownBinaryFormatError, format_interval
+from decoder.tupledata import walk_tuple
 from decoder.usertypes import TypeLookup, UserTypeForms
 
 
@@ -70,7 +71,6 @@ class _JsonbBinaryAsText(adapt.Loader):
 
 
 _INTERVAL_BINARY: Final = struct.Struct(">qii")
-_U32: Final = struct.Struct(">I")
 _Load = Callable[[adapt.Buffer], object]
 
 
@@ -243,34 +243,16 @@ def load_tuple_wire(
         binary_loaders: the same for binary values.
 
     Raises:
-        ValueError: the column count differs from the loaders', or an unknown column kind.
-        IndexError: the bytes end inside the tuple (struct.error likewise).
+        ValueError: the column count differs from the loaders', or the bytes do not hold
+            the tuple (``decoder.tupledata.TupleDataError``).
+        IndexError: the bytes end inside the column count.
         Exception: whatever a loader raises.
     """
     count = (buf[start] << 8) | buf[start + 1]
     if count != len(text_loaders):
         raise ValueError(f"tuple has {count} columns, not {len(text_loaders)}")
     values: list[object] = []
-    append = values.append
-    unpack = _U32.unpack_from
-    pos = start + 2
-    for index in range(count):
-        kind = buf[pos]
-        if kind in {0x74, 0x62}:  # 't' text, 'b' binary
-            begin = pos + 5
-            pos = begin + unpack(buf, pos + 1)[0]
-            load = text_loaders[index] if kind == 0x74 else binary_loaders[index]
-            append(load(buf[begin:pos]))
-        elif kind == 0x6E:  # 'n'
-            append(None)
-            pos += 1
-        elif kind == 0x75:  # 'u'
-            append(UNCHANGED_TOAST)
-            pos += 1
-        else:
-            raise ValueError(f"unknown column kind {kind}")
-    if pos > len(buf):
-        raise IndexError(pos)
+    walk_tuple(buf, start, values, text_loaders, binary_loaders, None, UNCHANGED_TOAST)
     return values
 
 

@@ -91,6 +91,7 @@ from decoder import (
     TupleData,
     UnknownBinaryFormatError,
     ValueDecoder,
+    fast_constructor,
     format_lsn,
     load_tuple_wire,
     pg_timestamp_to_datetime,
@@ -413,51 +414,13 @@ class _Row:
         )
 
 
-class _PlannedRowBuilder:
-    """``PlannedRow``'s slot layout with plain, writable slots: ``freeze``'s constructor.
-
-    A frozen dataclass's ``__init__`` assigns every field through ``object.__setattr__``,
-    which costs more than the rest of freezing a row. ``_new_planned_row`` fills an
-    instance of this class with ordinary slot stores and turns it into a ``PlannedRow`` by
-    assigning ``__class__``, which CPython allows between classes with identical slots
-    (``decoder``'s ``new_row_change`` does the same). The result is a genuine
-    ``PlannedRow``: type, equality, hash, repr, pickling and immutability.
-    """
-
-    __slots__ = PlannedRow.__slots__
-
-    def __init__(  # noqa: PLR0917 - positional on purpose: one call per planned row
-        self,
-        delete: bool,
-        values: tuple[object, ...],
-        keep: frozenset[int],
-        moved_from: MovedFrom | None,
-        lsn: Lsn,
-        commit_time: datetime,
-        ordinal: int,
-    ) -> None:
-        self.delete = delete
-        self.values = values
-        self.keep = keep
-        self.moved_from = moved_from
-        self.lsn = lsn
-        self.commit_time = commit_time
-        self.ordinal = ordinal
-
-
-def _new_planned_row(  # noqa: PLR0917 - positional on purpose: one call per planned row
-    delete: bool,
-    values: tuple[object, ...],
-    keep: frozenset[int],
-    moved_from: MovedFrom | None,
-    lsn: Lsn,
-    commit_time: datetime,
-    ordinal: int,
-) -> PlannedRow:
-    """Build a ``PlannedRow`` equal to the constructor's, several times faster (see above)."""
-    row = _PlannedRowBuilder(delete, values, keep, moved_from, lsn, commit_time, ordinal)
-    row.__class__ = PlannedRow  # type: ignore[assignment]
-    return row  # type: ignore[return-value]
+_new_planned_row: Final[
+    Callable[
+        [bool, tuple[object, ...], frozenset[int], MovedFrom | None, Lsn, datetime, int],
+        PlannedRow,
+    ]
+] = fast_constructor(PlannedRow)
+"""``PlannedRow(...)`` without its constructor: ``freeze`` makes one per planned row."""
 
 
 @dataclass(slots=True)

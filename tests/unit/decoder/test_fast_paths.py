@@ -9,7 +9,6 @@ its general counterpart, on real payloads, damaged payloads and generated messag
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import pickle
 import struct
 
@@ -25,12 +24,9 @@ from decoder import (
     Delete,
     FileChangeBuffer,
     Insert,
-    Lsn,
     MalformedMessageError,
     Oid,
-    PgTimestamp,
     ProtocolOptions,
-    RowChange,
     TupleData,
     Update,
     ValueDecoder,
@@ -40,8 +36,6 @@ from decoder import (
     parse_message,
     read_xlog_data,
 )
-from decoder.changes import RowChangeBuilder, new_row_change
-from decoder.frames import XLogDataBuilder
 from decoder.parser import row_message_is_valid, row_parts, scan_row_message
 from tests.support.decoder_data import ROW_PAYLOADS, tuples
 from tests.support.pgoutput_builder import INT4_OID, TEXT_OID, encode_message, relation
@@ -175,36 +169,6 @@ def test_a_damaged_wire_tuple_raises_malformed_message_when_split():
         _ = damaged.values
 
 
-def test_fast_row_change_equals_the_constructed_one():
-    relation_free = {
-        "op": "update",
-        "relation": None,
-        "new": TupleData(()),
-        "old": None,
-        "old_kind": None,
-        "commit_lsn": 5,
-        "commit_time": 6,
-        "ordinal": 7,
-    }
-    fast = new_row_change(*relation_free.values())  # type: ignore[arg-type]
-    slow = RowChange(**relation_free)  # type: ignore[arg-type]
-    assert type(fast) is RowChange
-    assert fast == slow
-    assert hash(fast) == hash(slow)
-    assert repr(fast) == repr(slow)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        fast.ordinal = 8  # type: ignore[misc]
-
-
-def test_fast_xlogdata_equals_the_constructed_one():
-    frame = b"w" + (1).to_bytes(8, "big") + (2).to_bytes(8, "big") + (3).to_bytes(8, "big") + b"B"
-    parsed = parse_copy_data(memoryview(frame))
-    assert parsed == XLogData(
-        wal_start=Lsn(1), wal_end=Lsn(2), send_time=PgTimestamp(3), payload=b"B"
-    )
-    assert type(parsed.payload) is bytes
-
-
 def _wire(data: TupleData) -> TupleData:
     message = encode_message(Insert(xid=None, relation_id=Oid(1), new_tuple=data), STREAM_OPTIONS)
     return TupleData.from_wire(message, 6)
@@ -288,18 +252,3 @@ def test_a_spool_file_shorter_than_its_records_is_an_os_error(tmp_path):
     with pytest.raises(OSError, match="shorter than expected"):
         list(buffer)
     buffer.close()
-
-
-@pytest.mark.parametrize(
-    ("builder", "target"),
-    [
-        (RowChangeBuilder, RowChange),
-        (XLogDataBuilder, XLogData),
-    ],
-)
-def test_each_fast_builder_fills_every_field_of_its_dataclass(builder, target):
-    """A field added to the dataclass must be added to its builder too."""
-    fields = tuple(field.name for field in dataclasses.fields(target))
-    assert builder.__slots__ == target.__slots__ == fields
-    parameters = tuple(inspect.signature(builder.__init__).parameters)[1:]
-    assert parameters == fields
