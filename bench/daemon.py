@@ -62,7 +62,7 @@ def bench_config(
     slot: str,
     publication: str,
     tables: list[str],
-    spool_memory_limit: str = "64MiB",
+    spool_memory_limit: str | None = None,
     max_rows: int | None = None,
     max_rows_ceiling: int | None = None,
 ) -> AppConfig:
@@ -96,7 +96,8 @@ def bench_config(
                 "tables": tables,
             },
             "sink": {"path": str(workdir / "lake"), "batch": batch},
-            "spool": {"dir": str(workdir / "spool"), "memory_limit": spool_memory_limit},
+            "spool": {"dir": str(workdir / "spool")}
+            | ({} if spool_memory_limit is None else {"memory_limit": spool_memory_limit}),
             "metrics": {"enabled": False},
             "logging": {"format": "console", "level": "warning"},
         }

@@ -51,6 +51,7 @@ from bench.workload import (
     drop_slot,
     write_single_transaction,
 )
+from config.models import BatchConfig, SpoolConfig
 from decoder import Lsn, format_lsn, parse_lsn
 
 MEMORY_TARGET = 1.2
@@ -62,7 +63,8 @@ class MemorySettings:
     """The two settings that bound the daemon's memory, as one named configuration."""
 
     name: str
-    spool_memory_limit: str
+    spool_memory_limit: str | None
+    """``spool.memory_limit``; None keeps the production default."""
     max_rows: int | None
     """``sink.batch.max_rows``; None keeps the production default (50k)."""
     max_rows_ceiling: int | None
@@ -70,21 +72,24 @@ class MemorySettings:
 
     def describe(self) -> str:
         """The settings in words, for the report."""
-        rows = f"{self.max_rows or 50_000:,}"
-        ceiling = f"{self.max_rows_ceiling or 500_000:,}"
-        return f"{self.spool_memory_limit} spool, batches of {rows} growing to {ceiling}"
+        rows = f"{self.max_rows or BatchConfig().max_rows:,}"
+        ceiling = f"{self.max_rows_ceiling or BatchConfig().max_rows_ceiling:,}"
+        spool = self.spool_memory_limit or f"{SpoolConfig().memory_limit // 2**20}MiB"
+        return f"{spool} spool, batches of {rows} growing to {ceiling}"
 
 
 SETTINGS = {
-    "production": MemorySettings("production", "64MiB", None, None),
+    "production": MemorySettings("production", None, None, None),
     "bounded": MemorySettings("bounded", "1MiB", 5000, None),
     "fixed-batches": MemorySettings("fixed-batches", "1MiB", 5000, 5000),
-    "production-fixed": MemorySettings("production-fixed", "64MiB", None, 50_000),
+    "production-fixed": MemorySettings("production-fixed", None, None, BatchConfig().max_rows),
+    "previous": MemorySettings("previous", "64MiB", 50_000, None),
 }
 """``production``: the configuration defaults; ``bounded``: what the bounded-memory test
 uses (1MiB spool, 5k-change batches, default ceiling); ``fixed-batches``: the same
 without adaptive batching (ceiling = ``max_rows``); ``production-fixed``: the defaults
-without adaptive batching."""
+without adaptive batching; ``previous``: the defaults before issue 13 (64MiB spool,
+50k-change batches)."""
 
 
 @dataclass(frozen=True, slots=True)

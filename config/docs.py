@@ -59,13 +59,13 @@ snapshot:
 sink:
   path: /var/lib/wal2delta/lake
   spark: {mode: embedded}
-  batch: {max_rows: 50000, max_age: 1s, max_rows_ceiling: 500000}
+  batch: {max_rows: 10000, max_age: 1s, max_rows_ceiling: 500000}
   soft_delete: false
   partition_by_key:
     public.orders: {width: 1000000}
 spool:
   dir: /var/lib/wal2delta/spool
-  memory_limit: 64MiB
+  memory_limit: 8MiB
 metrics: {enabled: true, host: 0.0.0.0, port: 9187}
 health: {max_lag: 5m}
 logging: {format: json, level: info}

@@ -720,7 +720,7 @@ class BatchConfig(_Section):
     """How committed transactions are grouped into one Delta MERGE per table."""
 
     max_rows: int = Field(
-        default=50_000,
+        default=10_000,
         ge=1,
         description=(
             "Close the batch when it holds this many changes. A larger transaction is split "
@@ -908,10 +908,11 @@ class SpoolConfig(_Section):
         ),
     )
     memory_limit: ByteSize = Field(
-        default=64 * 1024**2,
+        default=8 * 1024**2,
         description=(
             "Bytes of in-progress transactions kept in memory, all of them together; past "
-            "it, the transaction holding the most moves to a spill file on disk. "
+            "it, the transaction holding the most moves to a spill file on disk (the "
+            "default keeps peak memory within 1.2x of an idle daemon's, `bench memory`). "
             "`64MiB`, `1GB` (SI, 1000-based), `512kB` or a number of bytes."
         ),
     )

@@ -48,8 +48,8 @@ def test_minimal_file_loads_with_documented_defaults(tmp_path: Path) -> None:
     assert config.source.slot == "wal2delta_app"
     assert config.source.streaming == "auto"
     assert config.source.status_interval.total_seconds() == 10
-    assert config.sink.batch.max_rows == 50_000
-    assert config.spool.memory_limit == 64 * 1024**2
+    assert config.sink.batch.max_rows == 10_000
+    assert config.spool.memory_limit == 8 * 1024**2
     assert config.metrics.port == 9187
     assert config.health.max_lag.total_seconds() == 300
     assert config.shutdown.grace_period.total_seconds() == 30
