@@ -571,6 +571,22 @@ def _selected(
     return chosen, unknown
 
 
+def _unreadable(snap: Conn, table: PublishedTable, path: str, exc: Exception) -> TableVerdict:
+    """A table whose Delta table cannot be read: an error, unless the source table is
+    empty too (the daemon creates a Delta table with the table's first change)."""
+    where = sql.SQL(" WHERE ({})").format(sql.SQL(table.where)) if table.where else sql.SQL("")
+    with snap.transaction():
+        row = snap.execute(
+            sql.SQL("SELECT EXISTS (SELECT FROM {}{})").format(
+                sql.Identifier(table.schema, table.name), where
+            )
+        ).fetchone()
+    if row is not None and not row[0]:
+        return TableVerdict(table.qualified_name, path, "match", source_rows=0)
+    problem = f"cannot read the Delta table: {_engine_error(exc)}"
+    return TableVerdict(table.qualified_name, path, "error", error=problem)
+
+
 def _round_zero(
     ctx: _Context, tables: Sequence[str] | None
 ) -> tuple[Lsn, bool, list[_TableRun], list[TableVerdict]]:
@@ -594,8 +610,7 @@ def _round_zero(
             errors.append(TableVerdict(table.qualified_name, path, "error", error=problem))
             continue
         except Exception as exc:  # the Delta table cannot be read
-            problem = f"cannot read the Delta table: {_engine_error(exc)}"
-            errors.append(TableVerdict(table.qualified_name, path, "error", error=problem))
+            errors.append(_unreadable(snap, table, path, exc))
             continue
         run = _TableRun(plan)
         try:

@@ -32,12 +32,14 @@ from tests.support.harness import run_cli, run_daemon, run_statements
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-TABLES = ["public.items", "public.events"]
+TABLES = ["public.items", "public.events", "public.empty"]
 DDL = [
     "CREATE TABLE public.items (id int PRIMARY KEY, amount numeric(10, 2), at timestamptz,"
     " ratio float8, note text, tags text[])",
     "CREATE TABLE public.events (kind text, n int)",
     "ALTER TABLE public.events REPLICA IDENTITY FULL",
+    # Never changed: the daemon has not created its Delta table.
+    "CREATE TABLE public.empty (id int PRIMARY KEY)",
 ]
 WORKLOAD = [
     "SET TIME ZONE 'America/Los_Angeles'",
@@ -84,6 +86,10 @@ def test_a_clean_run_verifies_with_the_right_counts(
     assert items.buckets > 1
     assert (events.status, events.source_rows, events.delta_rows) == ("match", 6, 6)
     assert events.keyless
+    assert (_table(report, "public.empty").status, _table(report, "public.empty").source_rows) == (
+        "match",
+        0,
+    )
     assert not items.keyless
     assert report.replicated
     assert report.compared_lsn
@@ -110,6 +116,7 @@ def test_the_command_prints_json_and_exits_zero(replicated: AppConfig, tmp_path:
     report = json.loads(result.stdout)
     assert report["matches"] is True
     assert {t["table"]: t["status"] for t in report["tables"]} == {
+        "public.empty": "match",
         "public.events": "match",
         "public.items": "match",
     }
