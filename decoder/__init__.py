@@ -1,9 +1,12 @@
 """Sans-I/O pgoutput decoding: bytes in, typed messages and committed transactions out.
 
 Other packages import only from here. The layers, bottom up: ``wire`` (bounds-checked
-reads), ``frames`` (CopyData frames), ``parser`` (one message), ``assembler`` (messages to
-committed transactions, spooled through ``spill``), ``values`` (column bytes to Python),
-with ``textforms`` and ``usertypes`` (binary values to PostgreSQL's text form).
+reads), ``frames`` (CopyData frames), ``tupledata`` (the one walk over a row's columns),
+``parser`` (one message), ``transitions`` (the assembler's state table), ``assembler``
+(messages to committed transactions, spooled through ``spill``), ``replay`` (committed
+transactions back as changes), ``outputs`` and ``changes`` (what they produce), ``values``
+(column bytes to Python), with ``textforms`` and ``usertypes`` (binary values to
+PostgreSQL's text form). ``fastbuild`` is the one place objects skip their constructor.
 """
 
 from decoder.assembler import Assembler

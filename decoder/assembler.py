@@ -4,12 +4,13 @@ Theory of operation
 -------------------
 ``Assembler.feed`` takes one XLogData payload at a time. It parses the message (with the
 xid prefix when inside a stream block), looks the pair (current state, message) up in
-``TRANSITIONS`` and, only if the pair is there, hands the message to its handler. A pair
-that is not in the table, or a handler check that fails (an unknown stream xid, a COMMIT
-whose LSN is not the BEGIN's ``final_lsn``...), raises ``ProtocolSequenceError`` *before*
-anything is changed; afterwards the assembler is in ``ERROR`` and refuses every further
-input, as h11's ``Connection`` does. The caller reconnects from its last durable LSN with
-a new assembler: the server sends everything after that position again.
+``TRANSITIONS`` (``transitions.py``) and, only if the pair is there, hands the message to
+its handler. A pair that is not in the table, or a handler check that fails (an unknown
+stream xid, a COMMIT whose LSN is not the BEGIN's ``final_lsn``...), raises
+``ProtocolSequenceError`` *before* anything is changed; afterwards the assembler is in
+``ERROR`` and refuses every further input, as h11's ``Connection`` does. The caller
+reconnects from its last durable LSN with a new assembler: the server sends everything
+after that position again.
 
 States (``AssemblerState``) are where we are in the message flow; open transactions are
 data, not states, because several streamed transactions can be open at once:
@@ -22,13 +23,15 @@ data, not states, because several streamed transactions can be open at once:
 
 Read, spool, replay (worker.c's split). Data and schema messages are not interpreted when
 they arrive: they are validated and their raw bytes are appended to the transaction's
-``ChangeBuffer``. Only a *committed* transaction is read back (``replay``), and only then
-are RELATION and TYPE messages applied to the relation cache, in their place among the
-changes.
+``ChangeBuffer`` (a ``SpooledTransaction``). Only a *committed* transaction is read back
+(``replay``, delegated to ``replay.ReplayQueue``), and only then are RELATION and TYPE
+messages applied to the relation cache, in their place among the changes. The outputs of
+``feed`` are in ``outputs.py``.
 
 Row messages are nearly all of a stream, so they take a fast path at both ends (see
 ``docs/performance.md``). ``feed`` proves a row message valid with
-``row_message_is_valid``, which builds nothing; only when it cannot (a damaged message, or
+``row_message_is_valid``, which builds nothing (``tupledata.walk_tuple`` without
+output); only when it cannot (a damaged message, or
 a state the fast path does not cover) does the general path parse it and raise the
 precise error. ``replay`` then reads just the row header and hands out
 ``TupleData.from_wire`` tuples, whose columns are split when first read, so the bytes of

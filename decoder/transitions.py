@@ -38,7 +38,7 @@ from decoder.messages import (
 
 
 class AssemblerState(enum.Enum):
-    """Where the assembler is in the message flow (see the module docstring)."""
+    """Where the assembler is in the message flow (listed in ``decoder.assembler``)."""
 
     IDLE = "IDLE"
     IN_TRANSACTION = "IN_TRANSACTION"
