@@ -327,7 +327,9 @@ def _spark_encoded(text: str) -> str:
 
 
 def _spark_value(column: VerifyColumn) -> str:
-    return "NULL" if column.delta_name is None else quote(column.delta_name)
+    if column.delta_name is None:
+        return f"CAST(NULL AS {column.mapped.spark_sql})"
+    return quote(column.delta_name)
 
 
 def _spark_row_text(columns: Sequence[VerifyColumn]) -> str:
