@@ -17,9 +17,9 @@ from typing import Final
 from decoder.errors import MalformedMessageError
 from decoder.fastbuild import fast_constructor
 from decoder.lsn import Lsn, PgTimestamp
+from decoder.wire import U64
 
 _XLOG_HEADER: Final = struct.Struct(">QQq")
-_U64: Final = struct.Struct(">Q")
 _KEEPALIVE: Final = struct.Struct(">QqB")
 _STATUS_UPDATE: Final = struct.Struct(">cQQQqB")
 _U64_MAX: Final = 2**64 - 1
@@ -117,7 +117,7 @@ def read_xlog_data(buf: bytes) -> tuple[Lsn, bytes] | None:
     """
     if len(buf) < _XLOG_PAYLOAD or buf[0] != 0x77:
         return None
-    return Lsn(_U64.unpack_from(buf, 1)[0]), buf[_XLOG_PAYLOAD:]
+    return Lsn(U64.unpack_from(buf, 1)[0]), buf[_XLOG_PAYLOAD:]
 
 
 def encode_standby_status_update(

@@ -62,7 +62,7 @@ from decoder.options import (
     ProtocolOptions,
 )
 from decoder.tupledata import TupleDataError, skip_tuple, walk_tuple
-from decoder.wire import Reader
+from decoder.wire import U32, Reader
 
 _BEGIN: Final = struct.Struct(">QqI")
 _COMMIT: Final = struct.Struct(">BQQq")
@@ -538,7 +538,6 @@ def scan_row_message(buf: bytes, *, in_stream: bool) -> tuple[str, Xid | None] |
 # error. ``row_parts`` reads a validated message back without splitting its columns
 # (``TupleData.from_wire``).
 
-_U32: Final = struct.Struct(">I")
 _OLD_KIND: Final[dict[int, Literal["K", "O"]]] = {_TAG_K: "K", _TAG_O: "O"}
 
 
@@ -594,7 +593,7 @@ def row_parts(buf: bytes, in_stream: bool) -> RowParts:
         ``delete``.
     """
     pos = 5 if in_stream else 1
-    relation_id: int = _U32.unpack_from(buf, pos)[0]
+    relation_id: int = U32.unpack_from(buf, pos)[0]
     pos += 4
     tag = buf[0]
     marker = buf[pos]

@@ -18,11 +18,9 @@ UPDATE and DELETE tag, and ``parse_message`` makes those classes only from those
 
 from __future__ import annotations
 
-import struct
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Final
 
 from decoder.changes import Change, MessageChange, TruncateChange, new_row_change
 from decoder.errors import DecodeError, ProtocolSequenceError
@@ -34,8 +32,7 @@ from decoder.outputs import CommittedTransaction
 from decoder.parser import ROW_MESSAGE_TYPES, parse_message, row_parts
 from decoder.relations import RelationCache
 from decoder.spill import ChangeBuffer
-
-_RELATION_ID: Final = struct.Struct(">I")
+from decoder.wire import U32
 
 
 @dataclass(slots=True)
@@ -218,7 +215,7 @@ class ReplayQueue:
         id_at = 5 if streamed else 1
         marker_at = id_at + 4
         tuple_at = marker_at + 1
-        unpack_id = _RELATION_ID.unpack_from
+        unpack_id = U32.unpack_from
         row_types = ROW_MESSAGE_TYPES
         change: Change
         try:

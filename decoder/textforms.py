@@ -84,7 +84,6 @@ class UnknownBinaryFormatError(ValueError):
 
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
-_U32: Final = struct.Struct(">I")
 _I64: Final = struct.Struct(">q")
 _F64: Final = struct.Struct(">d")
 _INT32_MAX: Final = 2**31 - 1

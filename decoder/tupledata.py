@@ -29,10 +29,11 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from decoder.wire import U32
+
 Load = Callable[[bytes], object]
 """Makes a column's value from its bytes."""
 
-_U32: Final = struct.Struct(">I")
 _I32_MAX: Final = 2**31 - 1
 _DATA_STATUS: Final = frozenset({0x74, 0x62})  # 't', 'b'
 _NULL_OR_UNCHANGED: Final = frozenset({0x6E, 0x75})  # 'n', 'u'
@@ -82,7 +83,7 @@ def walk_tuple(  # noqa: PLR0917 - positional on purpose: one call per tuple
         raise TupleDataError(_short(2, "the TupleData column count", end - start), start)
     count = (buf[start] << 8) | buf[start + 1]
     pos = start + 2
-    unpack = _U32.unpack_from
+    unpack = U32.unpack_from
     build = out is not None
     append = out.append if out is not None else _ignore
     index = 0
@@ -158,7 +159,7 @@ def _column_error(buf: bytes, pos: int, index: int) -> TupleDataError | None:
         return TupleDataError(f"unknown column status byte 0x{kind:02x}", pos)
     if pos + 5 > end:
         return TupleDataError(_short(4, f"the length of column {index}", end - pos - 1), pos + 1)
-    (length,) = _U32.unpack_from(buf, pos + 1)
+    (length,) = U32.unpack_from(buf, pos + 1)
     if length > _I32_MAX:
         return TupleDataError(f"column {index} has a negative length {length - 2**32}", pos + 1)
     if pos + 5 + length > end:

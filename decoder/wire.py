@@ -21,9 +21,11 @@ _U8: Final = struct.Struct(">B")
 _I16: Final = struct.Struct(">h")
 _U16: Final = struct.Struct(">H")
 _I32: Final = struct.Struct(">i")
-_U32: Final = struct.Struct(">I")
+U32: Final = struct.Struct(">I")
+"""Big-endian unsigned 32-bit integers (OIDs, xids, lengths): the decoder's one layout."""
 _I64: Final = struct.Struct(">q")
-_U64: Final = struct.Struct(">Q")
+U64: Final = struct.Struct(">Q")
+"""Big-endian unsigned 64-bit integers (LSNs)."""
 
 
 class Reader:
@@ -103,7 +105,7 @@ class Reader:
 
     def u32(self, field: str) -> int:
         """Read an unsigned 32-bit integer (OIDs, transaction ids)."""
-        return self._one(_U32, field)
+        return self._one(U32, field)
 
     def i64(self, field: str) -> int:
         """Read a signed 64-bit integer (timestamps)."""
@@ -111,7 +113,7 @@ class Reader:
 
     def u64(self, field: str) -> int:
         """Read an unsigned 64-bit integer (LSNs)."""
-        return self._one(_U64, field)
+        return self._one(U64, field)
 
     def read_bytes(self, length: int, field: str) -> bytes:
         """Read ``length`` raw bytes."""
