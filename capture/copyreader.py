@@ -20,6 +20,8 @@ so together they are exactly the table.
 from __future__ import annotations
 
 import io
+import queue
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
@@ -162,3 +164,56 @@ def read_text_batches(
         # Drain what Arrow did not ask for (nothing, normally) so the COPY ends cleanly.
         while stream.read(1 << 20):
             pass
+
+
+_DONE: Final = object()
+
+
+def prefetched(batches: Iterator[pa.RecordBatch], depth: int = 1) -> Iterator[pa.RecordBatch]:
+    """``batches``, read ``depth`` ahead on a thread of its own.
+
+    The COPY and Arrow's parser run while the caller appends the previous batch (both
+    release the GIL for their heavy parts), so reading and writing overlap; at most
+    ``depth`` batches wait, besides the one being read and the one being written. The
+    reader's exception is raised here. When the caller stops early, the reader stops at
+    its next batch.
+    """
+    waiting: queue.Queue[object] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                waiting.put(item, timeout=0.1)
+            except queue.Full:
+                continue
+            return True
+        return False
+
+    def read() -> None:
+        try:
+            for batch in batches:
+                if not put(batch):
+                    return
+            put(_DONE)
+        except BaseException as exc:  # handed to the caller's thread
+            put(exc)
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()  # ends the COPY when the caller stopped early
+
+    reader = threading.Thread(target=read, name="wal2delta-snapshot-read", daemon=True)
+    reader.start()
+    try:
+        while True:
+            item = waiting.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            assert isinstance(item, pa.RecordBatch)
+            yield item
+    finally:
+        stop.set()
+        reader.join()

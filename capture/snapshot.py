@@ -48,6 +48,7 @@ from capture.copyreader import (
     PageRange,
     copy_query,
     page_ranges,
+    prefetched,
     read_text_batches,
 )
 from capture.errors import CaptureError
@@ -221,6 +222,8 @@ class BulkSnapshotSink(Protocol):
         self, target: BulkTarget, strings: pa.RecordBatch | pa.Table, first_ordinal: int
     ) -> int: ...
 
+    def finish_bulk(self, targets: Sequence[BulkTarget]) -> None: ...
+
 
 @dataclass(slots=True)
 class _TableJob:
@@ -301,7 +304,9 @@ class SnapshotCopier:
                 else:
                     jobs.append(job)
             if jobs:
+                assert self._bulk is not None
                 total += self._copy_bulk(conn, snapshot.snapshot_name, jobs)
+                self._bulk.finish_bulk([job.target for job in jobs])
             # Tables the bulk path declined go through the sink's MERGE path, after the
             # workers: the sink is used by one thread at a time.
             for relation, row_filter in merged:
@@ -456,13 +461,14 @@ class SnapshotCopier:
         query = copy_query(job.relation, job.row_filter, only=job.only, pages=pages)
         ordinal = index * RANGE_ORDINAL_STRIDE + 1
         copied = 0
-        for batch in read_text_batches(
+        batches = read_text_batches(
             conn,
             query,
             len(job.relation.columns),
             block_bytes=self._tuning.chunk_bytes,
             on_bytes=read,
-        ):
+        )
+        for batch in prefetched(batches):
             if failed.is_set():
                 break
             with job.lock:  # one append at a time per table: appends never conflict

@@ -58,6 +58,7 @@ module runs the plan's steps.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
@@ -287,6 +288,9 @@ class DeltaSink:
         flagged = any(c.is_key for c in relation.columns)
         if (relation.replica_identity == "f" or not flagged) and self._settings.keys.get(name):
             return None
+        history = self._settings.history
+        if history is True or (not isinstance(history, bool) and name in history):
+            return None  # its change history records the copied rows as inserts
         null = ColumnValue(ColumnKind.NULL)
         changes: tuple[Change, ...] = (
             TruncateChange(
@@ -365,6 +369,16 @@ class DeltaSink:
             row_ids=(meta.row_lsn, meta.row_ordinal) if row_ids else None,
             bucket=bucket,
         )
+
+    def finish_bulk(self, targets: Sequence[BulkTarget]) -> None:
+        """Record the appended tables' Delta versions in the commit log, as ``apply`` does.
+
+        Raises:
+            SinkRetryableError, SinkError: as ``apply``.
+        """
+        if targets:
+            done = Batch((), durable_lsn=None, transaction_count=0, last_commit_time=None)
+            self._commits.record(done, {t.table: t.path for t in targets})
 
     def append_bulk(
         self, target: BulkTarget, strings: pa.RecordBatch | pa.Table, first_ordinal: int
