@@ -213,8 +213,10 @@ class ValueDecoder:
                 offset=0,
                 message_type="TUPLE DATA",
             )
+        values: list[object] = []
         try:
-            values = load_tuple_wire(buf, start, text_loaders, binary_loaders)
+            # load_tuple_wire's walk, called directly: the column count is checked above.
+            walk_tuple(buf, start, values, text_loaders, binary_loaders, None, UNCHANGED_TOAST)
         except UnknownBinaryFormatError:
             raise  # the bytes are fine; the type cannot be read
         except (IndexError, ValueError, struct.error):
