@@ -78,17 +78,17 @@ def walk_tuple(  # noqa: PLR0917 - positional on purpose: one call per tuple
         TupleDataError: the part does not fit ``buf``, or has an unknown status byte.
         Exception: whatever a loader raises, unchanged.
     """
-    end = len(buf)
-    if start + 2 > end:
-        raise TupleDataError(_short(2, "the TupleData column count", end - start), start)
-    count = (buf[start] << 8) | buf[start + 1]
-    pos = start + 2
-    unpack = U32.unpack_from
-    build = out is not None
-    append = out.append if out is not None else _ignore
+    pos = start
     index = 0
+    build = out is not None
+    if out is not None:  # bound only when building: the validating walk is the hotter one
+        append = out.append
+        end = len(buf)
+    unpack = U32.unpack_from
     # Status bytes are compared one by one: faster than a set lookup on CPython 3.11.
     try:
+        count = (buf[pos] << 8) | buf[pos + 1]
+        pos += 2
         for index in range(count):
             kind = buf[pos]
             if kind == 0x74 or kind == 0x62:  # noqa: PLR1714 - text, binary: length, bytes
@@ -105,10 +105,15 @@ def walk_tuple(  # noqa: PLR0917 - positional on purpose: one call per tuple
             else:
                 break
         else:
-            if pos <= end:
+            if pos <= len(buf):
                 return pos
             raise _located(buf, start)  # only validating: the last value ran past the end
     except (IndexError, struct.error):
+        if pos == start:
+            remaining = len(buf) - start
+            raise TupleDataError(
+                _short(2, "the TupleData column count", remaining), start
+            ) from None
         if not build:
             raise _located(buf, start) from None
         error = _column_error(buf, pos, index)
