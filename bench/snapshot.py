@@ -10,7 +10,9 @@ table). Two comparisons, each in one run on one server:
    bookkeeping. wal2delta runs ``daemon.Supervisor`` with ``DeltaSink`` on an embedded
    Sail session, ``snapshot.mode: initial``: slot with exported snapshot, the bulk copy
    (``capture.copyreader`` + ``sink.bulk``), snapshot markers, and streaming up to the
-   consistent point. Ratio: wal2delta rows/s over the baseline's (target >= 0.8).
+   consistent point; once with ``snapshot.parallelism`` 1, once with ``--parallelism``
+   (the table read in page ranges). Ratio: wal2delta rows/s over the baseline's (target
+   >= 0.8).
 2. **Several tables**: ``--tables`` tables of ``--rows / --tables`` rows each, copied by
    wal2delta with ``snapshot.parallelism`` 1 and ``--parallelism``; ratio: the single
    stream's time over the parallel one's (target > 1).
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = create_spark_session(SparkSettings())
         stack.callback(stop_spark_session, spark)
 
-        baseline_runs, daemon_runs, single_runs, parallel_runs = [], [], [], []
+        baseline_runs, daemon_runs, ranged_runs, single_runs, parallel_runs = [], [], [], [], []
         for run in range(args.repeat):
             seconds = _baseline(dsn, "big", workdir / f"adbc-{run}")
             _check(str(workdir / f"adbc-{run}" / "big"), args.rows, "ADBC + delta-rs")
@@ -152,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
             seconds = _wal2delta(dsn, spark, config)
             _check(table_path(config.sink.path, "public", "big"), args.rows, "wal2delta")
             daemon_runs.append(args.rows / seconds)
+            config = _config(dsn, workdir, ["big"], f"w2d_ranges_{run}", args.parallelism)
+            seconds = _wal2delta(dsn, spark, config)
+            _check(table_path(config.sink.path, "public", "big"), args.rows, "wal2delta")
+            ranged_runs.append(args.rows / seconds)
             single_runs.append(
                 _wal2delta(dsn, spark, _config(dsn, workdir, parts, f"w2d_one_{run}", 1))
             )
@@ -165,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     figures: list[Figure] = [
         median_figure("ADBC + delta-rs (one table)", baseline_runs, "rows/s"),
         median_figure("wal2delta snapshot (one table)", daemon_runs, "rows/s"),
+        median_figure(
+            f"wal2delta snapshot (one table, parallelism {args.parallelism}: page ranges)",
+            ranged_runs,
+            "rows/s",
+        ),
         median_figure(f"wal2delta {args.tables} tables, parallelism 1", single_runs, "s"),
         median_figure(
             f"wal2delta {args.tables} tables, parallelism {args.parallelism}", parallel_runs, "s"
@@ -177,8 +188,13 @@ def main(argv: list[str] | None = None) -> int:
             ONE_TABLE_TARGET,
         ),
         Ratio(
+            f"one table, parallelism {args.parallelism}: wal2delta / ADBC + delta-rs",
+            figures[2].value / figures[0].value,
+            ONE_TABLE_TARGET,
+        ),
+        Ratio(
             f"{args.tables} tables: parallelism {args.parallelism} speed-up over 1",
-            figures[2].value / figures[3].value,
+            figures[3].value / figures[4].value,
             PARALLEL_TARGET,
         ),
     ]

@@ -89,7 +89,7 @@ class _CopyStream(io.RawIOBase):
 
     def __init__(self, copy: psycopg.Copy, on_bytes: Callable[[int], None]) -> None:
         self._copy = copy
-        self._pending = b""
+        self._pending: bytes | bytearray | memoryview = b""
         self._done = False
         self._on_bytes = on_bytes
 
@@ -101,25 +101,28 @@ class _CopyStream(io.RawIOBase):
         if not self._pending and not self._done:
             data = self._copy.read()
             if data:
-                self._pending = bytes(data)
+                self._pending = data
             else:
                 self._done = True
         return not self._pending and self._done
 
     def read(self, size: int = -1) -> bytes:
-        parts = [self._pending] if self._pending else []
+        parts: list[bytes | bytearray | memoryview] = [self._pending] if self._pending else []
         have = len(self._pending)
         read = self._copy.read
+        append = parts.append
         while not self._done and (size < 0 or have < size):
             data = read()
             if not data:
                 self._done = True
                 break
-            parts.append(bytes(data))
+            append(data)  # joined below: one copy of each message
             have += len(data)
         out = b"".join(parts)
         if size >= 0 and len(out) > size:
-            out, self._pending = out[:size], out[size:]
+            # The rest waits as a view of ``out``, copied only when joined next time.
+            view = memoryview(out)
+            out, self._pending = bytes(view[:size]), view[size:]
         else:
             self._pending = b""
         self._on_bytes(len(out))

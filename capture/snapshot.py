@@ -18,10 +18,28 @@ subscription to the same publications. A regular table is read ``FROM ONLY``: in
 children are published, and copied, as tables of their own. Finding no table while the
 publications publish some would silently lose every existing row, so it is an error.
 
-Copied rows go to the sink as inserts whose commit LSN is the consistent point, preceded
-by a TRUNCATE with the same LSN: the sink's replay guard makes streamed changes (later
-LSNs) win over copied rows, and a snapshot that is taken again replaces what an earlier,
-interrupted one wrote. Rows are read in batches, so memory does not grow with table size.
+Copied rows are bulk appends (``BulkSnapshotSink``, ``sink.bulk``): the sink prepares each
+table exactly as a MERGE of inserts would find it - created from the relation, truncated
+at the consistent point (which removes whatever an interrupted earlier snapshot appended,
+all of it stamped with an earlier consistent point), following the relation - and then
+appends Arrow batches of the rows, stamped with the consistent point as their LSN. The
+sink's replay guard makes streamed changes (later LSNs) win over copied rows. Rows are
+read by ``copyreader`` (COPY csv parsed by Arrow, no Python object per row) one chunk of
+about ``chunk_bytes`` at a time, one chunk ahead of the append, so memory follows the
+chunk size and the number of workers, never the table.
+
+``parallelism`` workers copy at once, each on its own connection in the exported snapshot
+(the replication connection stays idle until all are done): several tables, and a large
+table in page ranges (``ctid`` TID range scans, PostgreSQL 14+). Appends to one table are
+serialised; ranges number their rows from bases of their own (``RANGE_ORDINAL_STRIDE``),
+so ordinals and hidden row identities stay unique per table. Progress - rows, bytes,
+rows/s, ETA per table - goes to the log every ``progress_interval`` seconds and to the
+``wal2delta_snapshot_*`` metrics.
+
+A table the sink declines (``begin_bulk`` returns None: an append could write something
+else than MERGEd inserts) and every table of a sink without bulk appends are copied as
+before: inserts with the consistent point as commit LSN, preceded by a TRUNCATE with the
+same LSN, applied through ``apply`` in batches of ``chunk_rows``.
 
 Whether the snapshot of a slot finished is recorded by the sink (``SnapshotMarkerStore``)
 next to the data. A slot without a "complete" marker is dropped and snapshotted again: an

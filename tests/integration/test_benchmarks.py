@@ -124,5 +124,6 @@ def test_the_snapshot_benchmark_checks_both_copies_and_reports_both_ratios() -> 
     report = run_benchmark("snapshot", "--rows", "20000", "--tables", "2")
     assert ratio_names(report) == [
         "one table: wal2delta / ADBC + delta-rs",
+        "one table, parallelism 2: wal2delta / ADBC + delta-rs",
         "2 tables: parallelism 2 speed-up over 1",
     ]
