@@ -15,16 +15,17 @@ Its callers differ in what they make of a column, not in how they find it:
   planning and ``decode_tuple``).
 
 The walk is optimistic, because it runs once per column of every row: it composes no
-error text, and reading past the buffer raises instead of a check per field. A building
-walk compares each value's end with the buffer's before its loader sees the value; a
-validating walk compares only the final offset and, when that fails, walks again
-building nothing-making values to find the column. Only then does ``_column_error`` look
-at the failing column and name what is wrong and where, with the parser's wording, as a
-``TupleDataError``; each caller turns that into its own error.
+error text and checks no bounds; reading past the buffer raises, and the final offset is
+compared with the buffer's end once. Only when it fails does ``_column_error`` look at
+the failing column and name what is wrong and where, with the parser's wording, as a
+``TupleDataError``; each caller turns that into its own error. A value whose length runs
+past the end is noticed only after it, so ``_located`` walks again to find where it
+started.
 """
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from collections.abc import Callable, Sequence
 from typing import Final
@@ -61,6 +62,8 @@ def walk_tuple(  # noqa: PLR0917 - positional on purpose: one call per tuple
     binary: Sequence[Load],
     null: object,
     unchanged: object,
+    *,
+    locate: bool = True,
 ) -> int:
     """Walk the TupleData part at ``buf[start:]``; return the offset after it.
 
@@ -73,17 +76,18 @@ def walk_tuple(  # noqa: PLR0917 - positional on purpose: one call per tuple
         binary: the same for binary values.
         null: the value of a NULL column.
         unchanged: the value of an unchanged TOASTed column.
+        locate: False only for ``_located``'s own walk.
 
     Raises:
         TupleDataError: the part does not fit ``buf``, or has an unknown status byte.
-        Exception: whatever a loader raises, unchanged.
+        Exception: whatever a loader raises, unchanged; a loader may be handed the cut
+            value of a part that runs past the end of ``buf`` before the walk notices.
     """
     pos = start
     index = 0
     build = out is not None
     if out is not None:  # bound only when building: the validating walk is the hotter one
         append = out.append
-        end = len(buf)
     unpack = U32.unpack_from
     # Status bytes are compared one by one: faster than a set lookup on CPython 3.11.
     try:
@@ -94,8 +98,6 @@ def walk_tuple(  # noqa: PLR0917 - positional on purpose: one call per tuple
             if kind == 0x74 or kind == 0x62:  # noqa: PLR1714 - text, binary: length, bytes
                 stop = pos + 5 + unpack(buf, pos + 1)[0]
                 if build:
-                    if stop > end:
-                        break  # before a loader sees a cut value
                     append((text[index] if kind == 0x74 else binary[index])(buf[pos + 5 : stop]))
                 pos = stop
             elif kind == 0x6E or kind == 0x75:  # noqa: PLR1714 - NULL, unchanged TOAST
@@ -103,44 +105,52 @@ def walk_tuple(  # noqa: PLR0917 - positional on purpose: one call per tuple
                     append(null if kind == 0x6E else unchanged)
                 pos += 1
             else:
-                break
+                break  # an unknown status byte
         else:
             if pos <= len(buf):
                 return pos
-            raise _located(buf, start)  # only validating: the last value ran past the end
     except (IndexError, struct.error):
         if pos == start:
             remaining = len(buf) - start
             raise TupleDataError(
                 _short(2, "the TupleData column count", remaining), start
             ) from None
-        if not build:
-            raise _located(buf, start) from None
+        if pos <= len(buf):  # at column ``index``: its status, its length or its loader
+            error = _column_error(buf, pos, index)
+            if error is None:
+                raise  # the column is sound: its loader raised this
+            raise error from None
+    if pos <= len(buf):
         error = _column_error(buf, pos, index)
-        if error is None:
-            raise  # the column is sound: its loader raised this
-        raise error from None
-    error = _column_error(buf, pos, index)  # an unknown status byte, or a value too long
-    assert error is not None, "the walk stops early only at a faulty column"
-    raise error
+        assert error is not None, "the walk stops early only at a faulty column"
+        raise error
+    # A value ran past the end of ``buf``; the walk went on from where it claimed to end.
+    if not locate:
+        raise _OverrunError
+    raise _located(buf, start)
 
 
-def _ignore(value: object) -> None:
-    """The loader of a walk that only locates an error."""
+class _OverrunError(Exception):
+    """``_located``'s walk reached the value that runs past the end."""
 
 
 def _located(buf: bytes, start: int) -> TupleDataError:
-    """The error of a part a validating walk rejected, from a building walk over it.
+    """The error of a part whose value runs past the end of ``buf``, located.
 
-    The validating walk checks a value's length only once, at the end, so it does not
-    know which column failed; the building walk checks each value and stops at it.
+    The walk checks each value's end only through the reads after it, so it does not know
+    where the faulty value started. Walking again with ``len`` as every loader records
+    each value's length up to the faulty one, which is the last and is cut at the end of
+    ``buf``: its length says where it started.
     """
     count = (buf[start] << 8) | buf[start + 1]
-    try:
-        walk_tuple(buf, start, [], [_ignore] * count, [_ignore] * count, None, None)
-    except TupleDataError as error:
-        return error
-    raise AssertionError("a building walk accepted what the validating walk rejected")
+    lengths: list[object] = []
+    with contextlib.suppress(_OverrunError):
+        walk_tuple(buf, start, lengths, [len] * count, [len] * count, None, None, locate=False)
+    cut = lengths[-1]
+    assert isinstance(cut, int), "only a text or binary value runs past the end"
+    error = _column_error(buf, len(buf) - cut - 5, len(lengths) - 1)
+    assert error is not None
+    return error
 
 
 def skip_tuple(buf: bytes, start: int) -> int:
