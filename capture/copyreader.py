@@ -65,10 +65,33 @@ def page_ranges(pages: int, count: int) -> tuple[PageRange, ...]:
     )
 
 
-def copy_query(
-    relation: Relation, row_filter: str | None, *, only: bool, pages: PageRange | None = None
+def select_query(
+    relation: Relation,
+    row_filter: str | None,
+    *,
+    only: bool,
+    pages: PageRange | None = None,
+    native: frozenset[int] | None = None,
 ) -> sql.Composed:
-    """The COPY of the relation's published columns and rows (of one page range)."""
+    """The SELECT of the relation's published columns and rows (of one page range).
+
+    Columns whose type OID is in ``native`` are selected as they are; with ``native``
+    given, every other column as ``format('%s', col)``: its output function's text, SQL
+    NULL kept (``num_nulls``: a composite of NULL fields is a value; ``adbcreader``).
+    Without ``native`` every column is selected as it is.
+    """
+    columns: list[sql.Composable] = []
+    for column in relation.columns:
+        name = sql.Identifier(column.name)
+        if native is None or column.type_oid in native:
+            columns.append(name)
+        else:
+            columns.append(
+                # num_nulls, not IS NULL: a composite whose fields are all NULL IS NULL.
+                sql.SQL(
+                    "CASE WHEN num_nulls({0}) = 1 THEN NULL ELSE format('%s', {0}) END AS {0}"
+                ).format(name)
+            )
     conditions: list[sql.Composable] = []
     if row_filter:
         # The publications' combined filter, read back from the catalog.
@@ -76,11 +99,20 @@ def copy_query(
     if pages is not None and (pages.first > 0 or pages.end is not None):
         conditions.append(pages.condition())
     where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("")
-    return sql.SQL("COPY (SELECT {} FROM {}{}{}) TO STDOUT (FORMAT csv)").format(
-        sql.SQL(", ").join(sql.Identifier(c.name) for c in relation.columns),
+    return sql.SQL("SELECT {} FROM {}{}{}").format(
+        sql.SQL(", ").join(columns),
         sql.SQL("ONLY ") if only else sql.SQL(""),
         sql.Identifier(relation.namespace, relation.relation_name),
         where,
+    )
+
+
+def copy_query(
+    relation: Relation, row_filter: str | None, *, only: bool, pages: PageRange | None = None
+) -> sql.Composed:
+    """The COPY csv of the relation's published columns and rows (of one page range)."""
+    return sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(
+        select_query(relation, row_filter, only=only, pages=pages)
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from capture.negotiation import ReplicationRequest
 from capture.slots import PublishedTable
@@ -31,10 +32,14 @@ class SnapshotTuning:
     Attributes:
         parallelism: connections copying at once, each in the exported snapshot.
         chunk_bytes: COPY output read and appended at a time, per connection.
+        reader: ``adbc`` reads with the ADBC PostgreSQL driver (``capture.adbcreader``),
+            ``csv`` with COPY csv and Arrow's parser (``capture.copyreader``); ``auto``:
+            ADBC when it is installed.
     """
 
     parallelism: int = 1
     chunk_bytes: int = 32 << 20
+    reader: Literal["auto", "adbc", "csv"] = "auto"
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,7 @@ interrupted snapshot restarts cleanly.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import sys
 import threading
@@ -61,6 +62,7 @@ import psycopg
 import structlog
 from psycopg import sql
 
+from capture.adbcreader import AdbcSnapshotReader, adbc_available
 from capture.copyreader import (
     MIN_TID_RANGE_SCAN_VERSION,
     PageRange,
@@ -261,6 +263,10 @@ class _TableJob:
     last_report: float = 0.0
 
 
+_RangeReader = Callable[[_TableJob, PageRange, Callable[[int], None]], Iterator["pa.RecordBatch"]]
+"""Reads one page range of one table as Arrow batches, reporting bytes read."""
+
+
 class SnapshotCopier:
     """Copies every table the publications publish, in one exported snapshot, into the sink.
 
@@ -416,17 +422,16 @@ class SnapshotCopier:
                 work.put((job, index, pages))
         workers = min(self._tuning.parallelism, work.qsize())
         if workers <= 1:
-            return self._work(conn, work, threading.Event())
+            with self._reader(conn, snapshot_name) as reader:
+                return self._work(reader, work, threading.Event())
         failed = threading.Event()
         errors: list[BaseException] = []
         copied: list[int] = []
 
         def worker() -> None:
             try:
-                with psycopg.connect(self._conninfo, application_name="wal2delta-snapshot") as own:
-                    _enter_snapshot(own, snapshot_name)
-                    copied.append(self._work(own, work, failed))
-                    own.execute("COMMIT")
+                with self._reader(None, snapshot_name) as reader:
+                    copied.append(self._work(reader, work, failed))
             except BaseException as exc:
                 errors.append(exc)
                 failed.set()
@@ -443,9 +448,53 @@ class SnapshotCopier:
             raise errors[0]
         return sum(copied)
 
+    @contextlib.contextmanager
+    def _reader(self, conn: Conn | None, snapshot_name: str) -> Iterator[_RangeReader]:
+        """A reader of ranges in the exported snapshot: ADBC when installed, else COPY csv.
+
+        ``conn`` (already in the snapshot) is used by the csv reader; without it, the
+        reader opens a connection of its own.
+        """
+        block = self._tuning.chunk_bytes
+        if self._tuning.reader == "adbc" or (self._tuning.reader == "auto" and adbc_available()):
+            with AdbcSnapshotReader(self._conninfo, snapshot_name) as adbc:
+
+                def read_adbc(
+                    job: _TableJob, pages: PageRange, on_bytes: Callable[[int], None]
+                ) -> Iterator[pa.RecordBatch]:
+                    return adbc.batches(
+                        job.relation,
+                        job.row_filter,
+                        only=job.only,
+                        pages=pages,
+                        block_bytes=block,
+                        on_bytes=on_bytes,
+                    )
+
+                yield read_adbc
+            return
+        with contextlib.ExitStack() as stack:
+            if conn is None:
+                conn = stack.enter_context(
+                    psycopg.connect(self._conninfo, application_name="wal2delta-snapshot")
+                )
+                _enter_snapshot(conn, snapshot_name)
+            csv_conn = conn
+
+            def read_csv(
+                job: _TableJob, pages: PageRange, on_bytes: Callable[[int], None]
+            ) -> Iterator[pa.RecordBatch]:
+                query = copy_query(job.relation, job.row_filter, only=job.only, pages=pages)
+                columns = len(job.relation.columns)
+                return read_text_batches(
+                    csv_conn, query, columns, block_bytes=block, on_bytes=on_bytes
+                )
+
+            yield read_csv
+
     def _work(
         self,
-        conn: Conn,
+        reader: _RangeReader,
         work: queue.SimpleQueue[tuple[_TableJob, int, PageRange]],
         failed: threading.Event,
     ) -> int:
@@ -457,11 +506,16 @@ class SnapshotCopier:
                 job, index, pages = work.get_nowait()
             except queue.Empty:
                 break
-            copied += self._copy_range(conn, job, index, pages, failed)
+            copied += self._copy_range(reader, job, index, pages, failed)
         return copied
 
     def _copy_range(
-        self, conn: Conn, job: _TableJob, index: int, pages: PageRange, failed: threading.Event
+        self,
+        reader: _RangeReader,
+        job: _TableJob,
+        index: int,
+        pages: PageRange,
+        failed: threading.Event,
     ) -> int:
         assert self._bulk is not None
         name = job.target.table
@@ -476,17 +530,9 @@ class SnapshotCopier:
                 job.bytes += size
 
         rows_counter = self._metrics.snapshot_rows.labels(table=name)
-        query = copy_query(job.relation, job.row_filter, only=job.only, pages=pages)
         ordinal = index * RANGE_ORDINAL_STRIDE + 1
         copied = 0
-        batches = read_text_batches(
-            conn,
-            query,
-            len(job.relation.columns),
-            block_bytes=self._tuning.chunk_bytes,
-            on_bytes=read,
-        )
-        for batch in prefetched(batches):
+        for batch in prefetched(reader(job, pages, read)):
             if failed.is_set():
                 break
             with job.lock:  # one append at a time per table: appends never conflict

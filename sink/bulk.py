@@ -10,7 +10,9 @@ follow the relation: metadata columns, hidden row identity, column origins) and 
 a ``BulkTarget``; ``DeltaSink.append_bulk`` then writes batches of copied rows with it.
 
 Copied rows arrive as Arrow string columns holding PostgreSQL's text form (the COPY's
-output, NULL kept apart from the empty string). ``bulk_arrays`` turns each column into its
+output, NULL kept apart from the empty string), except columns a reader already decoded
+exactly (``capture.adbcreader``: integers, bool, float8, text, bytea), which are only cast
+to the column's Arrow type. ``bulk_arrays`` turns each column into its
 Delta type with vectorised Arrow casts where the cast reads PostgreSQL's text form exactly
 as the per-value converter (``convert.column_converter``) does: integers, floats, booleans,
 ``DECIMAL(p,s)``, dates and timestamps in ISO form; strings stay as they are. Arrow's
@@ -202,6 +204,12 @@ def _vectorised(delta: DeltaType) -> Callable[[pa.Array], pa.Array] | None:
 
 
 def _column_array(table: str, column: PlanColumn, convert: Converter, text: pa.Array) -> pa.Array:
+    if pa.types.is_large_string(text.type):
+        text = text.cast(pa.string())
+    if not pa.types.is_string(text.type):
+        # Read already decoded (the ADBC reader's native columns: integers, bool, float8,
+        # text, bytea), exactly the per-value converter's values; only the width may differ.
+        return _native(table, column, text)
     cast = _vectorised(column.delta)
     if cast is not None:
         try:
@@ -240,3 +248,13 @@ def frame_columns(
         *(ArrowColumn(c.name, c.delta.spark_sql, c.delta.arrow) for c in columns),
         *metadata,
     )
+
+
+def _native(table: str, column: PlanColumn, values: pa.Array) -> pa.Array:
+    try:
+        return values.cast(column.delta.arrow)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise SinkDataError(
+            f"cannot store {values.type} values of column {column.name!r} of {table} "
+            f"(initial snapshot) as {column.delta.spark_sql}; see the chained error"
+        ) from exc

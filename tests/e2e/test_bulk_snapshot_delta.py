@@ -9,7 +9,8 @@ key holding identical rows, a table without any identity, a table published with
 filter and a column list, and an empty table. Every Delta table must have the same schema
 (names, types, order, partitioning) and, row by row in ordinal order, the same values and
 metadata - the LSN and commit time being each run's own consistent point and snapshot
-time. A parallel run (two workers, tables split into page ranges) must hold the same rows
+time. Both readers run: ADBC (COPY binary, ``capture.adbcreader``) and COPY csv. A
+parallel run (two workers, tables split into page ranges) must hold the same rows
 with ordinals unique per table. Then streamed UPDATEs and DELETEs - on copied rows of the
 keyed and the keyless table - must leave every table equal to its source.
 """
@@ -25,6 +26,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 
+import capture.snapshot
 from capture.catalog import PostgresCatalog
 from capture.slots import current_wal_lsn
 from config import AppConfig
@@ -171,10 +173,18 @@ def _partitions(path: str) -> list[str]:
     return list(DeltaTable(path).metadata().partition_columns)
 
 
+@pytest.mark.parametrize("reader", ["adbc", "csv"])
 @pytest.mark.parametrize("server", ["pg18", "pg15"])
-def test_bulk_snapshot_writes_what_the_merge_snapshot_writes(
-    server: str, request: pytest.FixtureRequest, tmp_path: Path, spark_session: object
+def test_bulk_snapshot_writes_what_the_merge_snapshot_writes(  # noqa: PLR0917 - fixtures
+    server: str,
+    reader: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    spark_session: object,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # The ADBC reader when installed (it is, with the test extra), else COPY csv: both.
+    monkeypatch.setattr(capture.snapshot, "adbc_available", lambda: reader == "adbc")
     dsn: str = request.getfixturevalue(f"{server}_dsn")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(DDL.encode())
