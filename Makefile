@@ -23,7 +23,7 @@ setup: $(BIN)/wal2delta
 # for every extra, CPython 3.11 on x86_64 Linux) and its exports, which the Dockerfile
 # (runtime, classic) and `make setup` (test) install from. Pins that still satisfy
 # pyproject.toml are kept; `make lock UV_LOCK_ARGS=--upgrade` takes the newest versions.
-LOCK_EXPORT = $(BIN)/uv export --frozen --no-emit-project --no-dev --format requirements-txt
+LOCK_EXPORT = $(BIN)/uv export --quiet --frozen --no-emit-project --no-dev --format requirements-txt
 lock: setup
 	$(BIN)/uv lock $(UV_LOCK_ARGS)
 	$(LOCK_EXPORT) --output-file requirements/runtime.lock
