@@ -45,7 +45,8 @@ WORKLOAD = [
     "SET TIME ZONE 'America/Los_Angeles'",
     "INSERT INTO items SELECT g, g * 1.5, '2024-03-10 01:30:00.000001-08'::timestamptz"
     " + g * interval '1 hour', CASE WHEN g % 7 = 0 THEN 'NaN'::float8 ELSE g / 3.0 END,"
-    " CASE WHEN g <= 40 THEN repeat(md5(g::text), 300) ELSE 'short' END,"
+    " CASE WHEN g <= 40 THEN (SELECT string_agg(md5(g::text || i::text), '')"
+    " FROM generate_series(1, 300) i) ELSE 'short' END,"
     " ARRAY['a,b', NULL, g::text] FROM generate_series(1, 2000) g",
     # Only the amount changes: the large note goes as unchanged TOAST.
     "UPDATE items SET amount = 0.10 WHERE id <= 20",
