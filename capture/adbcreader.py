@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Final
 
 import pyarrow as pa
 from psycopg import sql
 
 from capture.copyreader import PageRange, select_query
+from capture.errors import CaptureError, ReplicationConnectionLostError
 from decoder import Relation
 
 NATIVE_TYPE_OIDS: Final = frozenset({16, 17, 20, 21, 23, 25, 701, 1043})
@@ -39,17 +40,31 @@ def adbc_available() -> bool:
     return importlib.util.find_spec("adbc_driver_postgresql") is not None
 
 
+@contextmanager
+def _adbc_errors(what: str) -> Iterator[None]:
+    """Translate the driver's errors as ``map_psycopg_errors`` does psycopg's, coarsely."""
+    import adbc_driver_manager  # noqa: PLC0415
+
+    try:
+        yield
+    except adbc_driver_manager.OperationalError as exc:
+        raise ReplicationConnectionLostError(f"{what}: {exc}") from exc
+    except adbc_driver_manager.Error as exc:
+        raise CaptureError(f"{what}: {exc}") from exc
+
+
 class AdbcSnapshotReader(AbstractContextManager["AdbcSnapshotReader"]):
     """One ADBC connection inside the exported snapshot, reading ranges of tables."""
 
     def __init__(self, conninfo: str, snapshot_name: str) -> None:
         import adbc_driver_postgresql.dbapi as adbc  # type: ignore[import-untyped]  # noqa: PLC0415
 
-        self._conn: Any = adbc.connect(conninfo, autocommit=True)
-        self._cursor: Any = self._conn.cursor()
-        self._cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        literal = sql.Literal(snapshot_name).as_string(None)
-        self._cursor.execute(f"SET TRANSACTION SNAPSHOT {literal}")
+        with _adbc_errors("joining the exported snapshot (ADBC)"):
+            self._conn: Any = adbc.connect(conninfo, autocommit=True)
+            self._cursor: Any = self._conn.cursor()
+            self._cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            literal = sql.Literal(snapshot_name).as_string(None)
+            self._cursor.execute(f"SET TRANSACTION SNAPSHOT {literal}")
 
     def __exit__(self, *exc: object) -> None:
         try:
@@ -71,11 +86,12 @@ class AdbcSnapshotReader(AbstractContextManager["AdbcSnapshotReader"]):
         query = select_query(
             relation, row_filter, only=only, pages=pages, native=NATIVE_TYPE_OIDS
         ).as_string(None)
-        statement = self._cursor.adbc_statement
-        statement.set_options(**{"adbc.postgresql.batch_size_hint_bytes": str(block_bytes)})
-        self._cursor.execute(query)
-        reader = self._cursor.fetch_record_batch()
-        for batch in reader:
-            if batch.num_rows:
-                on_bytes(batch.nbytes)
-                yield batch
+        with _adbc_errors(f"copying {relation.qualified_name} (ADBC)"):
+            statement = self._cursor.adbc_statement
+            statement.set_options(**{"adbc.postgresql.batch_size_hint_bytes": str(block_bytes)})
+            self._cursor.execute(query)
+            reader = self._cursor.fetch_record_batch()
+            for batch in reader:
+                if batch.num_rows:
+                    on_bytes(batch.nbytes)
+                    yield batch
