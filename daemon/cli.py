@@ -1,6 +1,7 @@
 """The ``wal2delta`` command line.
 
-Sub-commands: ``run`` (the daemon), ``check-config``, ``status``, ``verify``, ``capture``,
+Sub-commands: ``run`` (the daemon), ``check-config``, ``status``, ``verify``, ``cut``,
+``capture``,
 ``decode``, ``demo``. Exit codes: 0 clean
 stop, 1 fatal error, 2 configuration error (or a server that cannot do what the
 configuration asks), 3 slot in use by another process (Kubernetes restarts with backoff).
@@ -112,6 +113,26 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         return EXIT_FATAL
     print(render_report(report, as_json=args.json))
     return report.exit_code
+
+
+def _cmd_cut(args: argparse.Namespace) -> int:
+    from daemon.cut import CutError, parse_point, render_cut, take_cut  # noqa: PLC0415
+
+    config = _load_or_report(args.config)
+    if config is None:
+        return EXIT_CONFIG
+    try:
+        at = None if args.at is None else parse_point(args.at)
+    except ValueError as exc:
+        print(f"--at: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        cut = take_cut(config, at)
+    except CutError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_FATAL
+    print(render_cut(cut, as_json=args.json))
+    return EXIT_OK
 
 
 def _cmd_capture(args: argparse.Namespace) -> int:
@@ -244,6 +265,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for the slot to pass the compared LSN (default 30)",
     )
     verify.set_defaults(func=_cmd_verify)
+
+    cut = commands.add_parser(
+        "cut", help="Delta versions of every table at one source transaction boundary"
+    )
+    cut.add_argument("-c", "--config", required=True, help="YAML configuration file")
+    cut.add_argument(
+        "--at",
+        metavar="LSN|TIMESTAMP",
+        help="the newest boundary at or before this LSN (X/X) or ISO 8601 time (default: newest)",
+    )
+    cut.add_argument("--json", action="store_true", help="machine-readable output")
+    cut.set_defaults(func=_cmd_cut)
 
     _register_plugins(commands)
     return parser

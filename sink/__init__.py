@@ -6,16 +6,19 @@ runs them on the process's Spark session (``spark``), over the tables ``tables``
 and caches. ``typemap`` maps PostgreSQL types to Delta types; ``convert`` turns sent values
 into Delta values; ``evolution`` decides how a table follows a changed relation, with the
 source catalog (``SourceCatalog``) that capture injects, and ``follow`` carries it out;
-``bookkeeping`` keeps the lake's own tables (snapshot markers, column origins, messages);
+``bookkeeping`` keeps the lake's own tables (snapshot markers, column origins, messages),
+``commits`` the commit log ``wal2delta cut`` reads, ``history`` each table's change history;
 ``constants`` holds the names and vocabularies defined once; ``naming`` says where a table
 lands in the lake (``table_path``) and what its columns are called in Delta.
 """
 
 from sink.base import Batch, BatchResult, Sink, SinkDataError, SinkError, SinkRetryableError
 from sink.bulk import RANGE_ORDINAL_STRIDE, BulkTarget
+from sink.commits import commits_path
 from sink.convert import pg_text_form, to_delta_value
 from sink.delta import DeltaSink
 from sink.evolution import CatalogColumn, CatalogTable, SourceCatalog
+from sink.history import history_path
 from sink.naming import column_map, delta_can_hold, delta_column_name, table_of_path, table_path
 from sink.settings import ColumnNamePolicy, KeyBuckets, SinkSettings, SparkSettings
 from sink.spark import create_spark_session, stop_spark_session
@@ -42,10 +45,12 @@ __all__ = [
     "SparkSettings",
     "ValueForm",
     "column_map",
+    "commits_path",
     "create_spark_session",
     "delta_can_hold",
     "delta_column_name",
     "delta_type",
+    "history_path",
     "pg_text_form",
     "stop_spark_session",
     "table_of_path",

@@ -5,10 +5,10 @@ Theory of operation
 Delta has no multi-table transactions, so a reader of two tables can see one after batch
 N and the other after batch N-1. After every applied batch (its MERGEs and history
 appends done), ``CommitLog.record`` appends one row per table the batch wrote to
-``<path>/_wal2delta_commits``: a batch number, the batch's ``durable_lsn`` (NULL when the
-batch holds only part of a large transaction: no transaction boundary), its newest commit
-time, the table (``schema.table``, or ``schema.table__changes`` for a change history),
-its location and its Delta version right after the batch.
+``<path>/_wal2delta_commits``: a batch number, the transaction boundary the batch ends at
+(``transaction_boundary``; NULL when it ends inside a transaction), its newest complete
+transaction's commit time, the table (``schema.table``, or ``schema.table__changes`` for a
+change history), its location and its Delta version right after the batch.
 
 Batch numbers grow by one per recorded batch; the first record of a process continues
 after the newest one in the table. A crash before the record leaves the batch
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Final
 import pyarrow as pa
 import structlog
 
-from decoder import pg_timestamp_to_datetime
+from decoder import Lsn, pg_timestamp_to_datetime
 from sink.arrow import ArrowColumn, arrow_table, ddl
 from sink.base import Batch, SinkRetryableError
 from sink.constants import COMMITS_TABLE
@@ -56,6 +56,24 @@ COMMIT_COLUMNS: Final = (
     ArrowColumn("version", BIGINT.spark_sql, BIGINT.arrow),
     ArrowColumn("recorded_at", TIMESTAMP.spark_sql, TIMESTAMP.arrow),
 )
+
+
+def transaction_boundary(batch: Batch) -> Lsn | None:
+    """The batch's ``durable_lsn`` when the batch ends at it, else None.
+
+    A batch may end inside a transaction: one larger than a batch, or a batch closed at
+    ``max_rows`` part-way through the next transaction after a complete one, whose
+    ``durable_lsn`` is then that complete transaction's end. The batch ends at its
+    ``durable_lsn`` exactly when its last change commits before it: a transaction that
+    commits after the durable one has its commit record at or after that end.
+    """
+    durable = batch.durable_lsn
+    if durable is None:
+        return None
+    for change in reversed(batch.changes):
+        if change.commit_lsn is not None:  # not a non-transactional message
+            return durable if change.commit_lsn < durable else None
+    return durable
 
 
 def commits_path(root: str) -> str:
@@ -101,7 +119,15 @@ class CommitLog:
         )
         now = datetime.now(UTC)
         rows = [
-            (number, batch.durable_lsn, commit_time, name, path, self._version(name, path), now)
+            (
+                number,
+                transaction_boundary(batch),
+                commit_time,
+                name,
+                path,
+                self._version(name, path),
+                now,
+            )
             for name, path in written.items()
         ]
         arrow = arrow_table(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from decoder import Lsn
+from decoder import Lsn, RowChange
 from sink import Batch, DeltaSink, SinkSettings, table_path
 from sink.commits import commits_path
 from sink.history import history_path
@@ -22,6 +22,7 @@ from tests.support.sink_changes import (
     U,
     batch,
     col,
+    commit_time,
     delete,
     insert,
     rel,
@@ -86,6 +87,11 @@ EXPECTED: list[HistoryRow] = [
 ]
 
 
+def ended(*changes: RowChange) -> Batch:
+    """A batch ending with its last transaction, whose end LSN follows its commit LSN."""
+    return Batch(changes, Lsn(max(c.commit_lsn for c in changes) + 1), 1, None)
+
+
 def make_sink(spark_session: Any, lake: Path, history: bool | frozenset[str]) -> DeltaSink:
     return DeltaSink(spark_session, SinkSettings(path=str(lake), history=history))
 
@@ -143,14 +149,24 @@ def test_commit_log_records_each_batch_with_the_versions_it_made(
     tags = table_path(str(lake), "public", "tags")
     seen: list[dict[str, int]] = []
     sink.apply(
-        batch(insert(DOCS, "1", "one", "1", lsn=10), insert(TAGS, "1", "a", lsn=10, ordinal=1))
+        ended(insert(DOCS, "1", "one", "1", lsn=10), insert(TAGS, "1", "a", lsn=10, ordinal=1))
     )
     seen.append({p: DeltaTable(p).version() for p in (docs, docs_history, tags)})
     part = Batch((insert(TAGS, "2", "b", lsn=30),), None, 0, None)  # part of a transaction
     sink.apply(part)
     seen.append({tags: DeltaTable(tags).version()})
-    sink.apply(batch(update(DOCS, "1", "uno", "2", lsn=30, ordinal=1)))
+    sink.apply(ended(update(DOCS, "1", "uno", "2", lsn=30, ordinal=1)))
     seen.append({p: DeltaTable(p).version() for p in (docs, docs_history)})
+    # A batch closed part-way through the next transaction ends at no boundary.
+    sink.apply(
+        Batch(
+            (*ended(insert(TAGS, "3", "c", lsn=40)).changes, insert(TAGS, "4", "d", lsn=50)),
+            Lsn(41),
+            1,
+            None,
+        )
+    )
+    seen.append({tags: DeltaTable(tags).version()})
     log = DeltaTable(commits_path(str(lake))).to_pyarrow_table().to_pylist()
     by_batch: dict[int, dict[str, int]] = {}
     lsns: dict[int, int | None] = {}
@@ -158,6 +174,55 @@ def test_commit_log_records_each_batch_with_the_versions_it_made(
         by_batch.setdefault(row["batch"], {})[row["table_path"]] = row["version"]
         lsns[row["batch"]] = row["lsn"]
     assert [by_batch[n] for n in sorted(by_batch)] == seen
-    assert [lsns[n] for n in sorted(lsns)] == [Lsn(10), None, Lsn(30)]
+    # The boundary is the end of the batch's last transaction, past its commit LSN.
+    assert [lsns[n] for n in sorted(lsns)] == [Lsn(11), None, Lsn(31), None]
     names = {row["table_name"] for row in log}
     assert names == {"public.docs", "public.docs__changes", "public.tags"}
+
+
+ORDERS = rel(
+    "public.orders", col("id", INT4, key=True), col("status"), col("total", INT4), relation_id=16386
+)
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+
+
+def scd2_query(lake: Path) -> str:
+    """The SCD type 2 query of docs/operations.md, reading this lake's history."""
+    text = OPERATIONS.read_text(encoding="utf-8")
+    section = text[text.index("**SCD type 2 from the history.**") :]
+    query = section[section.index("```sql\n") + 7 : section.index("\n```", section.index("```sql"))]
+    return query.replace(
+        "/lake/public/orders__changes", history_path(str(lake), "public", "orders")
+    )
+
+
+def test_the_documented_scd2_query_gives_each_key_its_versions_on_sail(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    sink = make_sink(spark_session, lake, True)
+    sink.apply(
+        ended(
+            insert(ORDERS, "1", "new", "10", lsn=10),
+            insert(ORDERS, "2", "new", "20", lsn=10, ordinal=1),
+        )
+    )
+    sink.apply(ended(update(ORDERS, "1", "paid", "10", lsn=20)))
+    sink.apply(
+        ended(
+            update(ORDERS, "3", "moved", "20", lsn=30, old=["2", None, None]),  # key 2 -> 3
+            update(ORDERS, "1", "sent", "11", lsn=40),
+            update(ORDERS, "1", "sent", "12", lsn=40, ordinal=1),  # same transaction
+            delete(ORDERS, "1", None, None, lsn=50),
+        )
+    )
+    # Through Arrow: timestamps stay UTC instants, whatever the session time zone.
+    rows = [tuple(r.values()) for r in spark_session.sql(scd2_query(lake)).toArrow().to_pylist()]
+    t = commit_time
+    assert rows == [
+        (1, "new", 10, t(10), t(20)),
+        (1, "paid", 10, t(20), t(40)),
+        (1, "sent", 12, t(40), t(50)),
+        (2, "new", 20, t(10), t(30)),
+        (3, "moved", 20, t(30), None),
+    ]
