@@ -1,10 +1,11 @@
 """The wal2delta process: CLI, wiring configuration into capture and sink, supervision,
-health and metrics endpoints, logging, status, verify and stream recording.
+health and metrics endpoints, logging, status, verify, cut and stream recording.
 
 Imports run one way: decoder <- sink <- capture <- daemon <- devtools. ``daemon`` is the
 only layer that reads ``config``; it hands ``capture`` and ``sink`` plain settings.
 """
 
+from daemon.cut import Cut, CutError, render_cut, take_cut
 from daemon.gc_tuning import tune_garbage_collector
 from daemon.logging import configure_engine_logging, configure_logging
 from daemon.process import install_stop_signals, run_service
@@ -22,6 +23,8 @@ from daemon.wiring import (
 )
 
 __all__ = [
+    "Cut",
+    "CutError",
     "Supervisor",
     "VerifyReport",
     "capture_settings",
@@ -33,10 +36,12 @@ __all__ = [
     "published_tables",
     "reconnect_settings",
     "relation_name",
+    "render_cut",
     "render_report",
     "run_service",
     "sink_settings",
     "spark_settings",
+    "take_cut",
     "tune_garbage_collector",
     "verify_source",
 ]

@@ -4,7 +4,8 @@ Starts a throw-away PostgreSQL with ``wal_level=logical``, creates the demo sche
 the real daemon (``run_service``) on a thread, runs a live workload while showing
 progress, then stops the daemon at the WAL position the workload reached (``--endpos``
 semantics) and ends with ``wal2delta verify`` (``daemon.verify_source``): every Delta
-table compared with its source table, the demo's exit code its verdict.
+table compared with its source table, the demo's exit code its verdict - and one
+``wal2delta cut``: the Delta version of every table at the last transaction boundary.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from daemon import (
     configure_engine_logging,
     configure_logging,
     prepare_configured_source,
+    render_cut,
     render_report,
     run_service,
+    take_cut,
     verify_source,
 )
 from decoder import Lsn, format_lsn
@@ -140,6 +143,8 @@ def run_demo(*, workdir: Path, lake: Path, rounds: int, keep: bool) -> int:
             print("\nwal2delta verify:")
             report = verify_source(config, wait=30)
             print(render_report(report, as_json=False))
+            print("\nwal2delta cut (every table at the last transaction boundary):")
+            print(render_cut(take_cut(config)))
             return report.exit_code
     finally:
         if keep:
