@@ -125,7 +125,7 @@ class Metrics:
         )
         self.snapshot_bytes = Counter(
             "wal2delta_snapshot_bytes",
-            "Bytes of COPY output read by the initial snapshot (text form).",
+            "Bytes the initial snapshot read: COPY csv text, or Arrow buffers (ADBC).",
             ["table"],
             registry=r,
         )
