@@ -4,8 +4,12 @@ Delta has no multi-table transactions, so a reader of two tables may see one aft
 N and the other after batch N-1. The sink records every batch in the commit log
 (``<sink.path>/_wal2delta_commits``, ``sink/commits.py``): its number, its durable LSN
 (NULL for a batch holding part of a large transaction), its newest commit time and the
-Delta version of each table it wrote. A *boundary* is a recorded batch with an LSN: the
-source state after a whole transaction. The cut at a point is the newest boundary at or
+Delta version of each table it wrote, plus an intent row per batch written before its
+first write, with ``high_lsn``, its newest change. A *boundary* is a recorded batch with
+an LSN - the source state after a whole transaction - past the ``high_lsn`` of every
+earlier batch: after a crash the replayed batches re-apply transactions some tables
+already hold changes beyond, and are no boundary until the replay passes the crashed
+batch. The cut at a point is the newest boundary at or
 before it (an LSN, or a commit time); for every table, the newest version recorded at or
 before that boundary is the version that reflects exactly the source state there (tables
 not written since keep their earlier version; versions after it belong to later batches).
@@ -20,6 +24,8 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+
+import pyarrow.fs as pa_fs
 
 from config import AppConfig
 from decoder import Lsn, format_lsn, parse_lsn
@@ -74,8 +80,8 @@ def choose_cut(records: Iterable[Mapping[str, object]], at: Point | None = None)
     Raises:
         CutError: no boundary at or before ``at``.
     """
-    rows = list(records)
-    boundaries = [r for r in rows if r["lsn"] is not None and _at_or_before(r, at)]
+    rows = sorted(records, key=lambda r: _int(r["batch"]))
+    boundaries = [r for r in _consistent(rows) if _at_or_before(r, at)]
     if not boundaries:
         where = "" if at is None else f" at or before {_describe(at)}"
         raise CutError(f"the commit log holds no transaction boundary{where}")
@@ -83,7 +89,7 @@ def choose_cut(records: Iterable[Mapping[str, object]], at: Point | None = None)
     number = _int(chosen["batch"])
     newest: dict[str, CutTable] = {}
     for row in rows:
-        if _int(row["batch"]) > number:
+        if _int(row["batch"]) > number or row["table_name"] is None:
             continue
         name, version = str(row["table_name"]), _int(row["version"])
         known = newest.get(name)
@@ -109,7 +115,23 @@ def take_cut(config: AppConfig, at: Point | None = None) -> Cut:
     path = commits_path(str(config.sink.path))
     if not DeltaTable.is_deltatable(path):
         raise CutError(f"no commit log at {path}: the daemon has not applied a batch yet")
-    return choose_cut(DeltaTable(path).to_pyarrow_table().to_pylist(), at)
+    table = DeltaTable(path).to_pyarrow_table(filesystem=_native_filesystem(path))
+    return choose_cut(table.to_pylist(), at)
+
+
+def _native_filesystem(path: str) -> pa_fs.FileSystem | None:
+    """Arrow's own filesystem for a local table, else None (delta-rs's).
+
+    delta-rs hands Arrow a Python filesystem; Arrow's I/O threads calling into it may still
+    run when the interpreter exits, which then aborts ("terminate called without an active
+    exception", apache/arrow#34314, delta-rs#2184) after the output is printed - seen in
+    about one run in fifty under load. A local lake is read through Arrow's own
+    filesystem, which has no such threads.
+    """
+    if "://" in path and not path.startswith("file://"):
+        return None
+    root = path.removeprefix("file://")
+    return pa_fs.SubTreeFileSystem(root, pa_fs.LocalFileSystem())
 
 
 def spark_sql(table: CutTable) -> str:
@@ -143,6 +165,25 @@ def render_cut(cut: Cut, *, as_json: bool = False) -> str:
     lines += ["", "delta-rs (Python):"]
     lines += [f"  {line}" if line else "" for line in delta_rs_snippet(cut).splitlines()]
     return "\n".join(lines)
+
+
+def _consistent(rows: list[Mapping[str, object]]) -> list[Mapping[str, object]]:
+    """The records (in batch order) with an LSN past every earlier batch's newest change."""
+    found = []
+    earlier = -1  # the newest change of the batches before the current one
+    current, current_high = None, -1
+    for row in rows:
+        number = _int(row["batch"])
+        if number != current:
+            earlier = max(earlier, current_high)
+            current, current_high = number, -1
+        high = row.get("high_lsn")
+        if high is not None:
+            current_high = max(current_high, _int(high))
+        lsn = row["lsn"]
+        if lsn is not None and row["table_name"] is not None and _int(lsn) > earlier:
+            found.append(row)
+    return found
 
 
 def _at_or_before(row: Mapping[str, object], at: Point | None) -> bool:

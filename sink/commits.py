@@ -10,12 +10,18 @@ appends done), ``CommitLog.record`` appends one row per table the batch wrote to
 transaction's commit time, the table (``schema.table``, or ``schema.table__changes`` for a
 change history), its location and its Delta version right after the batch.
 
-Batch numbers grow by one per recorded batch; the first record of a process continues
-after the newest one in the table. A crash before the record leaves the batch
-unrecorded; its replay records it again with the versions the replay made (later ones),
-so every recorded version reflects a state at or after the batch it is recorded with,
-and none reflects a change of a later batch. ``wal2delta cut`` takes a boundary - a
-record with an LSN - and, for every table, the newest version recorded at or before it.
+Batch numbers grow by one per batch; the first batch of a process continues after the
+newest number in the table. Before its first write, a batch records its *intent*: one row
+with its number and ``high_lsn``, the newest commit LSN among its changes (no table). A
+crash part-way through a batch leaves its intent and some of its writes; after the
+restart the server re-sends from the last acknowledged position, and the replayed batches
+- new numbers, cut differently - rewrite nothing already written, so until the replay
+passes the crashed batch's ``high_lsn`` the tables hold changes of transactions after
+the replayed batch's boundary (some tables more than others). A record is therefore a
+consistent boundary only when its LSN is past the ``high_lsn`` of every earlier batch
+(``wal2delta cut`` checks); otherwise it says nothing wrong, just no cut. Every recorded
+version reflects a state at or after its batch; ``cut`` takes, for every table, the newest
+version recorded at or before a valid boundary.
 
 Versions are read with delta-rs (``deltalake``): Sail has no ``DESCRIBE HISTORY``. It
 reads the lake with the credentials of the process environment, as ``wal2delta status``
@@ -55,6 +61,7 @@ COMMIT_COLUMNS: Final = (
     ArrowColumn("table_path", STRING.spark_sql, STRING.arrow),
     ArrowColumn("version", BIGINT.spark_sql, BIGINT.arrow),
     ArrowColumn("recorded_at", TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+    ArrowColumn("high_lsn", BIGINT.spark_sql, BIGINT.arrow),
 )
 
 
@@ -89,12 +96,34 @@ class CommitLog:
         self._lake = lake
         self._path = commits_path(root)
         self._last_batch: int | None = None
+        self._intent: tuple[Batch, int] | None = None
         self._tables: dict[str, DeltaTable] = {}
 
     def clear(self) -> None:
         """Forget the batch number and the open tables; the next record reads them again."""
         self._last_batch = None
+        self._intent = None
         self._tables.clear()
+
+    def begin(self, batch: Batch) -> None:
+        """Record the intent of ``batch`` (its number and newest change) before it writes.
+
+        Raises:
+            SinkError: the intent could not be written.
+        """
+        high = max((c.commit_lsn for c in batch.changes if c.commit_lsn is not None), default=None)
+        if high is None:
+            return
+        number = self._next_number()
+        row = [number, None, None, None, None, None, datetime.now(UTC), high]
+        self._append(arrow_table(COMMITS_TABLE, COMMIT_COLUMNS, [[v] for v in row]))
+        self._last_batch = number
+        self._intent = (batch, number)
+
+    def _next_number(self) -> int:
+        if self._last_batch is None:
+            self._last_batch = self._newest_batch()
+        return self._last_batch + 1
 
     def record(self, batch: Batch, written: Mapping[str, str]) -> None:
         """Record ``batch`` with the current version of each table in ``written``.
@@ -107,11 +136,11 @@ class CommitLog:
             SinkRetryableError: a version could not be read (replaying is safe).
             SinkError: the record could not be written.
         """
+        intent, self._intent = self._intent, None
         if not written:
             return
-        if self._last_batch is None:
-            self._last_batch = self._newest_batch()
-        number = self._last_batch + 1
+        number = intent[1] if intent is not None and intent[0] is batch else self._next_number()
+        high = max((c.commit_lsn for c in batch.changes if c.commit_lsn is not None), default=None)
         commit_time = (
             None
             if batch.last_commit_time is None
@@ -127,6 +156,7 @@ class CommitLog:
                 path,
                 self._version(name, path),
                 now,
+                high,
             )
             for name, path in written.items()
         ]

@@ -201,6 +201,7 @@ class DeltaSink:
             column_names=self._settings.column_names,
             history=self._settings.history,
         )
+        self._commits.begin(batch)
         anomalies = 0
         written: dict[str, str] = {}
         seconds: dict[str, float] = {}

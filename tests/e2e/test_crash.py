@@ -14,6 +14,7 @@ Replay a failure with ``WAL2DELTA_CRASH_SEED=<seed> pytest tests/e2e/test_crash.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import signal
@@ -24,11 +25,12 @@ from pathlib import Path
 import psycopg
 import pytest
 import yaml
+from deltalake import DeltaTable
 
 from capture.slots import current_wal_lsn
 from decoder import format_lsn
 from devtools.verify import compare_table
-from sink import table_path
+from sink import history_path, table_path
 from tests.support.harness import start_daemon
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -41,6 +43,21 @@ CREATE TABLE crash.accounts (id int PRIMARY KEY, owner text NOT NULL, balance nu
 CREATE TABLE crash.lines (order_id int, line_no int, qty int, PRIMARY KEY (order_id, line_no));
 CREATE TABLE crash.notes (id int PRIMARY KEY, body text);
 ALTER TABLE crash.notes ALTER COLUMN body SET STORAGE EXTERNAL;
+-- Every committed change of crash.notes, in the order each row saw them (not published):
+-- the change history (sink.history) must hold exactly these.
+CREATE TABLE crash.notes_audit (seq bigserial PRIMARY KEY, op text, id int, body_md5 text);
+CREATE FUNCTION crash.audit_note() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO crash.notes_audit (op, id) VALUES ('delete', OLD.id);
+    ELSE
+        INSERT INTO crash.notes_audit (op, id, body_md5)
+            VALUES (lower(TG_OP), NEW.id, md5(NEW.body));
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER notes_audit AFTER INSERT OR UPDATE OR DELETE ON crash.notes
+    FOR EACH ROW EXECUTE FUNCTION crash.audit_note();
 INSERT INTO crash.accounts SELECT g, 'owner ' || g, g FROM generate_series(1, 5000) g;
 INSERT INTO crash.lines SELECT g / 10, g % 10, g FROM generate_series(1, 5000) g;
 -- No key: identical rows must stay as many as in PostgreSQL (sink/keyless.py).
@@ -69,9 +86,18 @@ class Workload:
         self.rng = rng
         self.next_id = 10_000
         self.prepared: list[str] = []
+        # crash.notes changes only once the slot is consistent: every one of them is then
+        # streamed (none copied by the snapshot), so its change history must hold them all.
+        self.streaming = False
 
     def step(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
         rng = self.rng
+        if not self.streaming:
+            row = conn.execute(
+                "SELECT confirmed_flush_lsn IS NOT NULL FROM pg_replication_slots "
+                "WHERE slot_name = 'w2d_crash'"
+            ).fetchone()
+            self.streaming = bool(row and row[0])
         kind = rng.choices(
             [
                 "small",
@@ -217,19 +243,62 @@ class Workload:
             conn.execute(
                 "DELETE FROM crash.accounts WHERE id = %s", (rng.randrange(1, self.next_id),)
             )
-        elif roll < 0.85:
+        elif roll < 0.85 and self.streaming:
             note = rng.randrange(300)
             conn.execute(
                 "INSERT INTO crash.notes VALUES (%s, %s) ON CONFLICT (id) DO UPDATE "
                 "SET body = CASE WHEN random() < 0.5 THEN crash.notes.body ELSE EXCLUDED.body END",
                 (note, rng.randbytes(3000).hex()),
             )
-        elif roll < 0.95:
+        elif roll >= 0.95 and self.streaming:
+            conn.execute("DELETE FROM crash.notes WHERE id = %s", (rng.randrange(300),))
+        else:
             conn.execute(
                 "UPDATE crash.lines SET qty = qty + 1 WHERE order_id = %s", (rng.randrange(500),)
             )
+
+
+def history_mismatches(conn: psycopg.Connection[tuple[object, ...]], lake: Path) -> list[str]:
+    """Where the change history of crash.notes differs from its audit trail, per key.
+
+    Each key's changes in (LSN, ordinal) order must be exactly its audited changes in
+    order; an unchanged TOAST body takes the key's previous body. Every change is unique.
+    """
+    audited: dict[int, list[tuple[str, str | None]]] = {}
+    audit = conn.execute("SELECT op, id, body_md5 FROM crash.notes_audit ORDER BY seq")
+    for op, key, body in audit:
+        assert isinstance(op, str)
+        assert isinstance(key, int)
+        assert body is None or isinstance(body, str)
+        audited.setdefault(key, []).append((op, body))
+    rows = DeltaTable(history_path(str(lake), "crash", "notes")).to_pyarrow_table().to_pylist()
+    rows.sort(key=lambda r: (r["_wal2delta_lsn"], r["_wal2delta_ordinal"]))
+    positions = [(r["_wal2delta_lsn"], r["_wal2delta_ordinal"]) for r in rows]
+    found = [] if len(set(positions)) == len(positions) else ["history holds a change twice"]
+    recorded: dict[int, list[tuple[str, str | None]]] = {}
+    bodies: dict[int, str | None] = {}
+    for row in rows:
+        op = row["_wal2delta_op"]
+        if op == "truncate":
+            continue  # the snapshot's, at the consistent point: the workload truncates no note
+        if op == "delete":
+            key = row["_wal2delta_old_id"]
+            recorded.setdefault(key, []).append((op, None))
+            continue
+        key = row["id"]
+        body = row["body"]
+        if "body" in (row["_wal2delta_unchanged_toast"] or []):
+            body = bodies[key]
         else:
-            conn.execute("DELETE FROM crash.notes WHERE id = %s", (rng.randrange(300),))
+            body = hashlib.md5(body.encode()).hexdigest()
+        bodies[key] = body
+        recorded.setdefault(key, []).append((op, body))
+    found += [
+        f"history of crash.notes key {key}: {recorded.get(key)} != audited {audited.get(key)}"
+        for key in sorted(audited.keys() | recorded.keys())
+        if recorded.get(key) != audited.get(key)
+    ]
+    return found[:10]
 
 
 @pytest.mark.timeout(1500)
@@ -264,6 +333,8 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
                         "crash.accounts": {"width": 50},
                         "crash.lines": {"column": "order_id", "width": 20},
                     },
+                    # Unchanged TOAST bodies, deletes, prepared and rolled-back work.
+                    "history": ["crash.notes"],
                 },
                 "spool": {"dir": str(tmp_path / "spool"), "memory_limit": "256KiB"},
                 "metrics": {"enabled": False},
@@ -325,5 +396,6 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
             comparison = compare_table(conn, source, table_path(str(lake), schema, table), key=key)
             if not comparison.matches:
                 mismatches.append(comparison.describe())
+        mismatches += history_mismatches(conn, lake)
     assert kills >= 20
     assert not mismatches, f"seed {seed}:\n" + "\n".join(mismatches)

@@ -167,7 +167,11 @@ def test_commit_log_records_each_batch_with_the_versions_it_made(
         )
     )
     seen.append({tags: DeltaTable(tags).version()})
-    log = DeltaTable(commits_path(str(lake))).to_pyarrow_table().to_pylist()
+    rows = DeltaTable(commits_path(str(lake))).to_pyarrow_table().to_pylist()
+    log = [r for r in rows if r["table_name"] is not None]
+    # Each batch with changes first records its intent: its newest change, no table.
+    intents = sorted((r["batch"], r["high_lsn"]) for r in rows if r["table_name"] is None)
+    assert intents == [(1, 10), (2, 30), (3, 30), (4, 50)]
     by_batch: dict[int, dict[str, int]] = {}
     lsns: dict[int, int | None] = {}
     for row in log:

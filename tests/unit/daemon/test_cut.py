@@ -25,6 +25,19 @@ def row(
         "table_name": table,
         "table_path": f"/lake/{table}",
         "version": version,
+        "high_lsn": None if lsn is None else lsn - 1,
+    }
+
+
+def intent(batch: int, high: int) -> dict[str, object]:
+    return {
+        "batch": batch,
+        "lsn": None,
+        "commit_time": None,
+        "table_name": None,
+        "table_path": None,
+        "version": None,
+        "high_lsn": high,
     }
 
 
@@ -49,6 +62,25 @@ def test_a_batch_without_boundary_is_never_a_cut() -> None:
     cut = choose_cut(LOG, Lsn(299))
     assert cut.batch == 1
     assert [(t.table, t.version) for t in cut.tables] == [("a", 1), ("b", 1)]
+
+
+def test_after_a_crash_replayed_batches_are_no_boundary_until_past_the_crashed_batch() -> None:
+    log = [
+        intent(1, 99),
+        row(1, 100, "a", 1),
+        row(1, 100, "b", 1),
+        intent(2, 199),  # crashed after writing a (version 2), before b and the record
+        intent(3, 149),
+        row(3, 150, "a", 3),  # replayed: a holds changes up to 199, b only up to 150
+        row(3, 150, "b", 2),
+        intent(4, 249),
+        row(4, 250, "a", 4),
+        row(4, 250, "b", 3),
+    ]
+    assert choose_cut(log, Lsn(200)).batch == 1
+    cut = choose_cut(log)
+    assert cut.batch == 4
+    assert [(t.table, t.version) for t in cut.tables] == [("a", 4), ("b", 3)]
 
 
 def test_a_time_cuts_at_the_newest_boundary_committed_by_then() -> None:
