@@ -74,6 +74,7 @@ SnapshotMode = Literal["initial", "never"]
 SparkMode = Literal["embedded", "connect", "classic"]
 MessagesMode = Literal["ignore", "table"]
 ColumnNamePolicy = Literal["error", "map"]
+SnapshotWriter = Literal["auto", "spark", "delta-rs"]
 LogFormat = Literal["auto", "json", "console"]
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
@@ -647,6 +648,17 @@ class SnapshotConfig(_Section):
             "COPY output read and appended to Delta at a time, per connection: memory "
             "grows with it and with `parallelism`, never with the table. "
             "`32MiB`, `100MB` (SI, 1000-based) or a number of bytes."
+        ),
+    )
+    writer: SnapshotWriter = Field(
+        default="auto",
+        description=(
+            "Who appends the copied rows to Delta. `delta-rs` writes them from the daemon "
+            "(Rust, no round trip through the Spark engine; it reaches the lake with the "
+            "credentials of the daemon's environment, as the commit log and `wal2delta "
+            "status` do); `spark` sends them to the Spark engine; `auto` uses delta-rs "
+            "and lets the engine write any table delta-rs refuses. The engine creates "
+            "and truncates the tables and applies every streamed change either way."
         ),
     )
 

@@ -117,9 +117,7 @@ def bulk_table(
     ordinals = pa.array(np.arange(first_ordinal, first_ordinal + rows, dtype=np.int64))
     meta: dict[str, pa.Array] = {
         target.lsn_column: pa.array(np.full(rows, int(target.lsn), dtype=np.int64)),
-        target.commit_time_column: pa.array([target.commit_time] * rows, TIMESTAMP.arrow)
-        if rows
-        else pa.array([], TIMESTAMP.arrow),
+        target.commit_time_column: pa.repeat(pa.scalar(target.commit_time, TIMESTAMP.arrow), rows),
         target.ordinal: ordinals,
     }
     if target.deleted is not None:

@@ -41,6 +41,7 @@ ROW_ORDINAL_COLUMN: Final = "_wal2delta_row_ordinal"
 SparkMode = Literal["embedded", "connect", "classic"]
 MissingKeyPolicy = Literal["error", "skip"]
 ColumnNamePolicy = Literal["error", "map"]
+BulkWriter = Literal["auto", "spark", "delta-rs"]
 
 __all__ = [
     "COLUMNS_TABLE",
@@ -59,6 +60,7 @@ __all__ = [
     "ROW_LSN_COLUMN",
     "ROW_ORDINAL_COLUMN",
     "SNAPSHOTS_TABLE",
+    "BulkWriter",
     "ColumnNamePolicy",
     "MissingKeyPolicy",
     "RowOperation",

@@ -94,6 +94,7 @@ from sink.bookkeeping import Bookkeeping, SnapshotMarkerLike, SnapshotRecord
 from sink.bulk import BulkTarget, bulk_table, frame_columns
 from sink.commits import CommitLog
 from sink.convert import column_converter
+from sink.deltars import DeltaRsAppender
 from sink.evolution import (
     SourceCatalog,
 )
@@ -170,6 +171,7 @@ class DeltaSink:
         self._bookkeeping = Bookkeeping(spark, self._lake, settings.path, self._meta)
         self._history = HistoryWriter(spark, self._lake, settings.path, self._meta)
         self._commits = CommitLog(spark, self._lake, settings.path)
+        self._appender = DeltaRsAppender(settings.bulk_writer)
         self._follower = RelationFollower(
             spark,
             self._lake,
@@ -386,8 +388,9 @@ class DeltaSink:
     ) -> int:
         """Append copied rows (text forms, COPY order) to a table ``begin_bulk`` prepared.
 
-        Safe to call from several threads at once for different tables (it only uses the
-        Spark session); appends to one table must not overlap. Returns the rows appended.
+        Written by delta-rs where it can (``deltars.py``), else by the engine. Safe to call
+        from several threads at once for different tables; appends to one table must not
+        overlap. Returns the rows appended.
 
         Raises:
             SinkDataError: a value cannot be stored in its Delta type.
@@ -397,7 +400,13 @@ class DeltaSink:
         rows: int = arrow.num_rows
         if not rows:
             return 0
-        with engine_errors(f"appending the snapshot of {target.table}"):
+        action = f"appending the snapshot of {target.table}"
+        partitions = [target.bucket[0]] if target.bucket is not None else []
+        if self._appender.uses_delta_rs(target.path) and self._appender.append(
+            target.path, arrow, partitions, action
+        ):
+            return rows
+        with engine_errors(action):
             frame = self._spark.createDataFrame(arrow, schema=ddl(target.frame))
             writer = frame.write.format("delta").mode("append")
             if target.bucket is not None:

@@ -17,12 +17,14 @@ from sink.constants import (
     ORDINAL_COLUMN,
     ROW_LSN_COLUMN,
     ROW_ORDINAL_COLUMN,
+    BulkWriter,
     ColumnNamePolicy,
     MissingKeyPolicy,
     SparkMode,
 )
 
 __all__ = [
+    "BulkWriter",
     "ColumnNamePolicy",
     "KeyBuckets",
     "MissingKeyPolicy",
@@ -80,6 +82,8 @@ class SinkSettings:
             ``naming.mapped_column_name`` (``unit price`` -> ``unit_x0020_price``).
         history: the tables whose every change is also appended to a change history
             (``history.py``): all (True), none (False), or these qualified names.
+        bulk_writer: who appends the initial snapshot's rows (``deltars.py``): delta-rs
+            where it can write the table (``auto``), always delta-rs, or the engine.
     """
 
     path: str
@@ -97,6 +101,7 @@ class SinkSettings:
     row_ordinal_column: str = ROW_ORDINAL_COLUMN
     column_names: ColumnNamePolicy = "error"
     history: bool | frozenset[str] = False
+    bulk_writer: BulkWriter = "auto"
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,8 @@ key holding identical rows, a table without any identity, a table published with
 filter and a column list, and an empty table. Every Delta table must have the same schema
 (names, types, order, partitioning) and, row by row in ordinal order, the same values and
 metadata - the LSN and commit time being each run's own consistent point and snapshot
-time. Both readers run: ADBC (COPY binary, ``capture.adbcreader``) and COPY csv. A
+time. Both readers run: ADBC (COPY binary, ``capture.adbcreader``) and COPY csv, and both
+writers of the appends: delta-rs (``snapshot.writer: auto``) and the Spark engine. A
 parallel run (two workers, tables split into page ranges) must hold the same rows
 with ordinals unique per table. Then streamed UPDATEs and DELETEs - on copied rows of the
 keyed and the keyless table - must leave every table equal to its source.
@@ -17,6 +18,7 @@ keyed and the keyless table - must leave every table equal to its source.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from pathlib import Path
@@ -167,6 +169,17 @@ def _stamps(table: pa.Table) -> set[tuple[object, object]]:
     return set(zip(lsns, times, strict=True))
 
 
+def _append_engines(path: str) -> set[str]:
+    """The ``engineInfo`` of every append commit in a table's Delta log."""
+    engines = set()
+    for entry in sorted((Path(path) / "_delta_log").glob("*.json")):
+        for line in entry.read_text().splitlines():
+            info = json.loads(line).get("commitInfo")
+            if info and info.get("operationParameters", {}).get("mode") == "Append":
+                engines.add(str(info.get("engineInfo", "")).split(":")[0])
+    return engines
+
+
 def _partitions(path: str) -> list[str]:
     from deltalake import DeltaTable
 
@@ -195,10 +208,11 @@ def test_bulk_snapshot_writes_what_the_merge_snapshot_writes(  # noqa: PLR0917 -
     _run(dsn, bulk_config, spark_session, _CountingSink)
     assert _CountingSink.appends >= len(ALL) - 1  # every table with rows was appended
     _CountingSink.appends = 0
-    # 64 KiB chunks: the 3000-row table takes several ranges and appends per worker.
+    # 64 KiB chunks: the 3000-row table takes several ranges and appends per worker;
+    # this run's appends go through the Spark engine, the one above through delta-rs.
     _run(
         dsn,
-        _config(dsn, parallel, "w2d_parallel", parallelism=2, chunk_size=64 * 1024),
+        _config(dsn, parallel, "w2d_parallel", parallelism=2, chunk_size=64 * 1024, writer="spark"),
         spark_session,
         _CountingSink,
     )
@@ -214,6 +228,9 @@ def test_bulk_snapshot_writes_what_the_merge_snapshot_writes(  # noqa: PLR0917 -
         for lake in (bulk, parallel):
             path = table_path(str(lake), schema, table)
             assert _partitions(path) == _partitions(table_path(str(merged), schema, table))
+        if name != "public.empty":  # snapshot.writer: auto (delta-rs), then spark (Sail)
+            assert _append_engines(table_path(str(bulk), schema, table)) == {"delta-rs"}
+            assert _append_engines(table_path(str(parallel), schema, table)) == {"sail-delta-lake"}
         # Each run stamps its rows with its own consistent point and snapshot time.
         for copy in (expected, actual, ranged):
             assert len(_stamps(copy)) <= 1, name

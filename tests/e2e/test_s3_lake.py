@@ -4,7 +4,8 @@ moto's server stands in for S3; credentials and the endpoint come from the envir
 (``AWS_*``), as the Kubernetes manifests pass them. The real daemon streams into
 ``s3://<bucket>/lake``, is killed with SIGKILL mid-stream and started again, and every
 Delta table read back with delta-rs from S3 equals its source table; ``wal2delta status``
-reads the same lake and ``wal2delta verify`` (through the Spark engine) finds it equal.
+reads the same lake and ``wal2delta verify`` (through the Spark engine) finds it equal. The
+initial snapshot's appends are written by delta-rs, the streamed MERGEs by the engine.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 import psycopg
 import pytest
 import yaml
+from deltalake import DeltaTable
 
 from capture import current_wal_lsn
 from decoder import format_lsn
@@ -129,6 +131,10 @@ def test_stream_crash_restart_and_status_on_an_s3_lake(
             comparison = compare_table(conn, name, table_path(lake, schema, table))
             assert comparison.matches, comparison.describe()
             assert comparison.source_rows > 0
+        # The snapshot's rows were appended by delta-rs (snapshot.writer: auto) on S3.
+        history = DeltaTable(table_path(lake, "public", "orders")).history()
+        writers = {str(c.get("engineInfo")).split(":")[0] for c in history}
+        assert {"delta-rs", "sail-delta-lake"} <= writers, writers
     status = run_cli("status", "-c", str(config), "--json")
     assert status.returncode == 0, status.stderr
     report = json.loads(status.stdout)

@@ -341,6 +341,18 @@ class TestTables:
         data["sink"]["column_names"] = "rename"
         assert set(errors_of(data)) == {"sink.column_names"}
 
+    def test_snapshot_writer_is_auto_spark_or_delta_rs_and_reaches_the_sink_settings(
+        self,
+    ) -> None:
+        data = minimal()
+        assert sink_settings(parse(data)).bulk_writer == "auto"
+        data["snapshot"] = {"writer": "spark"}
+        assert sink_settings(parse(data)).bulk_writer == "spark"
+        data["snapshot"] = {"writer": "delta-rs"}
+        assert sink_settings(parse(data)).bulk_writer == "delta-rs"
+        data["snapshot"] = {"writer": "polars"}
+        assert set(errors_of(data)) == {"snapshot.writer"}
+
     def test_keys_of_tables_with_dots_in_their_names_reach_the_sink_by_relation_name(
         self,
     ) -> None:
