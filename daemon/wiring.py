@@ -112,6 +112,7 @@ def sink_settings(config: AppConfig) -> SinkSettings:
         key_bucket_column=sink.metadata.key_bucket_column,
         column_names=sink.column_names,
         bulk_writer=config.snapshot.writer,
+        compact_after_writes=sink.compact_after_writes,
         history=(
             sink.history
             if isinstance(sink.history, bool)

@@ -92,7 +92,8 @@ from sink.arrow import (
 from sink.base import Batch, BatchResult, SinkDataError
 from sink.bookkeeping import Bookkeeping, SnapshotMarkerLike, SnapshotRecord
 from sink.bulk import BulkTarget, bulk_table, frame_columns
-from sink.commits import CommitLog
+from sink.commits import CommitLog, commits_path
+from sink.compaction import Compactor
 from sink.convert import column_converter
 from sink.deltars import DeltaRsAppender
 from sink.evolution import (
@@ -172,6 +173,7 @@ class DeltaSink:
         self._history = HistoryWriter(spark, self._lake, settings.path, self._meta)
         self._commits = CommitLog(spark, self._lake, settings.path)
         self._appender = DeltaRsAppender(settings.bulk_writer)
+        self._compactor = Compactor(settings.compact_after_writes)
         self._follower = RelationFollower(
             spark,
             self._lake,
@@ -223,6 +225,8 @@ class DeltaSink:
         if plan.messages and self._settings.messages_table:
             self._bookkeeping.write_messages(plan.messages)
         self._commits.record(batch, written)
+        if written:
+            self._compactor.wrote([*written.values(), commits_path(self._settings.path)])
         return BatchResult(
             rows_by_table={table.qualified_name: dict(table.counts) for table in plan.tables},
             toast_anomalies=anomalies,
@@ -238,6 +242,7 @@ class DeltaSink:
         self._bookkeeping.clear()
         self._history.clear()
         self._commits.clear()
+        self._compactor.clear()
 
     def _describe_type(self, type_oid: int) -> TypeDescription | None:
         """A user type's description from the catalog (``ValueDecoder`` caches it per OID)."""

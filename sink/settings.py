@@ -84,6 +84,8 @@ class SinkSettings:
             (``history.py``): all (True), none (False), or these qualified names.
         bulk_writer: who appends the initial snapshot's rows (``deltars.py``): delta-rs
             where it can write the table (``auto``), always delta-rs, or the engine.
+        compact_after_writes: compact a table's small files after this many writes to it
+            (``compaction.py``); 0 never compacts.
     """
 
     path: str
@@ -102,6 +104,7 @@ class SinkSettings:
     column_names: ColumnNamePolicy = "error"
     history: bool | frozenset[str] = False
     bulk_writer: BulkWriter = "auto"
+    compact_after_writes: int = 20
 
 
 @dataclass(frozen=True, slots=True)

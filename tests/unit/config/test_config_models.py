@@ -353,6 +353,14 @@ class TestTables:
         data["snapshot"] = {"writer": "polars"}
         assert set(errors_of(data)) == {"snapshot.writer"}
 
+    def test_compact_after_writes_defaults_to_20_and_zero_turns_it_off(self) -> None:
+        data = minimal()
+        assert sink_settings(parse(data)).compact_after_writes == 20
+        data["sink"]["compact_after_writes"] = 0
+        assert sink_settings(parse(data)).compact_after_writes == 0
+        data["sink"]["compact_after_writes"] = -1
+        assert set(errors_of(data)) == {"sink.compact_after_writes"}
+
     def test_keys_of_tables_with_dots_in_their_names_reach_the_sink_by_relation_name(
         self,
     ) -> None:

@@ -1,0 +1,95 @@
+"""Small-file compaction between batches (``sink.compaction``), on Sail, read with delta-rs.
+
+A stream of small batches into a keyed table with a change history: with compaction every
+third write, the merged table, its history and the commit log each end with far fewer
+files than writes, hold exactly the rows of an uncompacted run, and keep accepting MERGEs;
+older versions still read as they were.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from structlog.testing import capture_logs
+
+from sink import DeltaSink, SinkSettings, table_path
+from sink.commits import commits_path
+from sink.compaction import Compactor
+from sink.history import history_path
+from tests.support.sink_changes import INT4, batch, col, delete, insert, rel, update
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+DOCS = rel("public.docs", col("id", INT4, key=True), col("body"))
+BATCHES = 12
+
+
+def _stream(sink: DeltaSink) -> None:
+    for n in range(BATCHES):
+        lsn = 100 + 10 * n
+        changes = [insert(DOCS, str(n * 10 + i), f"v{n}", lsn=lsn, ordinal=i) for i in range(5)]
+        if n:
+            changes.append(update(DOCS, str(n * 10 - 10), "changed", lsn=lsn, ordinal=5))
+            changes.append(delete(DOCS, str(n * 10 - 9), None, lsn=lsn, ordinal=6))
+        sink.apply(batch(*changes))
+
+
+def _rows(path: str) -> list[dict[str, Any]]:
+    table: pa.Table = DeltaTable(path).to_pyarrow_table()
+    return sorted(table.to_pylist(), key=lambda r: sorted((k, str(v)) for k, v in r.items()))
+
+
+def _paths(lake: Path) -> list[str]:
+    return [
+        table_path(str(lake), "public", "docs"),
+        history_path(str(lake), "public", "docs"),
+        commits_path(str(lake)),
+    ]
+
+
+def test_compaction_keeps_the_rows_and_bounds_the_files(spark_session: Any, tmp_path: Path) -> None:
+    plain, compacted = tmp_path / "plain", tmp_path / "compacted"
+    _stream(DeltaSink(spark_session, SinkSettings(path=str(plain), history=True)))
+    sink = DeltaSink(
+        spark_session, SinkSettings(path=str(compacted), history=True, compact_after_writes=3)
+    )
+    _stream(sink)
+    for before, after in zip(_paths(plain), _paths(compacted), strict=True):
+        operations = [c["operation"] for c in DeltaTable(after).history()]
+        assert "OPTIMIZE" in operations, after
+        assert len(DeltaTable(after).file_uris()) < len(DeltaTable(before).file_uris()) / 2
+        if "_wal2delta_commits" not in after:  # the commit log holds its own timestamps
+            assert _rows(after) == _rows(before), after
+    # Versions before a compaction read as they were (time travel, wal2delta cut).
+    docs = table_path(str(compacted), "public", "docs")
+    first = DeltaTable(docs, version=1).to_pyarrow_table()
+    assert sorted(first.column("id").to_pylist()) == [0, 1, 2, 3, 4]
+    # MERGEs go on after compactions.
+    sink.apply(batch(update(DOCS, "0", "after", lsn=1000)))
+    bodies = dict(
+        zip(
+            *DeltaTable(docs).to_pyarrow_table().select(["id", "body"]).to_pydict().values(),
+            strict=True,
+        )
+    )
+    assert bodies[0] == "after"
+
+
+def test_zero_never_compacts(tmp_path: Path) -> None:
+    compactor = Compactor(0)
+    compactor.wrote([str(tmp_path / "missing")] * 5)  # would fail loudly if it tried
+
+
+def test_a_failed_compaction_warns_and_waits_for_the_next_round(tmp_path: Path) -> None:
+    compactor = Compactor(2)
+    missing = str(tmp_path / "not-a-table")
+    with capture_logs() as logs:
+        compactor.wrote([missing])
+        assert not logs  # not due yet
+        compactor.wrote([missing])
+    assert [e["log_level"] for e in logs] == ["warning"]
+    assert logs[0]["table_path"] == missing
