@@ -38,10 +38,9 @@ import pyarrow as pa
 import structlog
 
 from decoder import Lsn, pg_timestamp_to_datetime
-from sink.arrow import ArrowColumn, arrow_table
+from sink.arrow import ArrowColumn, arrow_table, ddl
 from sink.base import Batch, SinkRetryableError
 from sink.constants import COMMITS_TABLE
-from sink.deltars import DeltaRsAppender
 from sink.spark import engine_errors
 from sink.sql import delta_table, quote
 from sink.tables import LakeTables
@@ -99,7 +98,6 @@ class CommitLog:
         self._last_batch: int | None = None
         self._intent: tuple[Batch, int] | None = None
         self._tables: dict[str, DeltaTable] = {}
-        self._appender = DeltaRsAppender("delta-rs")
 
     def clear(self) -> None:
         """Forget the batch number and the open tables; the next record reads them again."""
@@ -169,10 +167,9 @@ class CommitLog:
         self._last_batch = number
 
     def _append(self, arrow: pa.Table) -> None:
-        # delta-rs, not the engine: a one-row append through Spark Connect costs a plan
-        # round trip of about 15 ms, twice per batch (``deltars.py``). The engine created
-        # the table (``_newest_batch``) before the first append.
-        self._appender.append(self._path, arrow, (), "recording the batch in the commit log")
+        with engine_errors("recording the batch in the commit log"):
+            frame = self._spark.createDataFrame(arrow, schema=ddl(COMMIT_COLUMNS))
+            frame.write.format("delta").mode("append").save(self._path)
 
     def _newest_batch(self) -> int:
         with engine_errors("reading the commit log"):
