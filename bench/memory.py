@@ -84,6 +84,7 @@ SETTINGS = {
     "fixed-batches": MemorySettings("fixed-batches", "1MiB", 5000, 5000),
     "production-fixed": MemorySettings("production-fixed", None, None, BatchConfig().max_rows),
     "previous": MemorySettings("previous", "64MiB", 50_000, None),
+    "ceiling-50k": MemorySettings("ceiling-50k", None, None, 50_000),
 }
 """``production``: the configuration defaults; ``bounded``: what the bounded-memory test
 uses (1MiB spool, 5k-change batches, default ceiling); ``fixed-batches``: the same

@@ -5,7 +5,7 @@ truncates, savepoints, large streamed transactions, prepared transactions, ident
 in a table without a key, a table published with a row filter and a column list by a second
 publication) runs while the real daemon (``wal2delta run`` in a subprocess)
 is killed with SIGKILL at random points - during the initial snapshot, mid-MERGE, between
-MERGE and acknowledgement - and started again, at least 20 times. At the end every Delta
+MERGE and acknowledgement, during a compaction - and started again, at least 20 times. At the end every Delta
 table, read with delta-rs, equals its source table: nothing lost, nothing duplicated, no
 deleted row resurrected.
 
@@ -335,6 +335,8 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
                     },
                     # Unchanged TOAST bodies, deletes, prepared and rolled-back work.
                     "history": ["crash.notes"],
+                    # Compactions every few writes, so kills fall during them too.
+                    "compact_after_writes": 3,
                 },
                 "spool": {"dir": str(tmp_path / "spool"), "memory_limit": "256KiB"},
                 "metrics": {"enabled": False},
