@@ -8,10 +8,12 @@ file of the table (it prunes partitions, not files by statistics): on a steady 5
 changes/s stream the MERGE of a 100k-row table went from 0.1 s to 0.4 s in 30 seconds, and
 it keeps growing with the daemon's uptime (``python -m bench lag``).
 
-So after every ``after_writes`` writes to a table, the sink compacts it with delta-rs
-(``DeltaTable.optimize.compact``): files smaller than the target size are rewritten into
-few large ones in a commit with ``dataChange: false``. Readers see the same rows at every
-version; time travel to older versions still works until the files are vacuumed (which
+So after every ``after_writes`` commits to a table (counted in memory, starting from the
+commits after the newest compaction in the table's log when a process first writes it),
+the sink compacts it with delta-rs (``DeltaTable.optimize.compact``): files smaller than
+the target size are rewritten into few large ones in a commit with ``dataChange: false``.
+Readers see the same rows at every version; time travel to older versions still works until
+the files are vacuumed (which
 the daemon never does: retention is the operator's choice). Compaction runs in the sink
 worker after the batch is recorded, so it never races the engine's MERGE on the same
 table; a failed compaction only logs a warning (the batch is already durable) and is tried
@@ -42,7 +44,8 @@ class Compactor:
         if self._after_writes <= 0:
             return
         for path in paths:
-            count = self._writes.get(path, 0) + 1
+            known = self._writes.get(path)
+            count = known + 1 if known is not None else self._commits_since_compaction(path)
             if count < self._after_writes:
                 self._writes[path] = count
                 continue
@@ -52,6 +55,23 @@ class Compactor:
     def clear(self) -> None:
         """Forget the counts (a new process or a reset sink starts again)."""
         self._writes.clear()
+
+    def _commits_since_compaction(self, path: str) -> int:
+        """Commits after the table's newest compaction, read once per process and table.
+
+        A daemon that restarts more often than every ``after_writes`` writes (a crash loop,
+        frequent deploys) would otherwise never compact; the table's own log knows.
+        """
+        from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
+
+        try:
+            history = DeltaTable(path).history(limit=self._after_writes)
+        except Exception:  # counted from here on; compaction can wait
+            return 1
+        for newer, commit in enumerate(history):  # newest first
+            if commit.get("operation") == "OPTIMIZE":
+                return newer
+        return len(history)
 
     @staticmethod
     def _compact(path: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from structlog.testing import capture_logs
 
 from sink import DeltaSink, SinkSettings, table_path
@@ -93,3 +93,15 @@ def test_a_failed_compaction_warns_and_waits_for_the_next_round(tmp_path: Path) 
         compactor.wrote([missing])
     assert [e["log_level"] for e in logs] == ["warning"]
     assert logs[0]["table_path"] == missing
+
+
+def test_a_new_process_counts_the_commits_since_the_last_compaction(tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    for n in range(4):
+        write_deltalake(path, pa.table({"id": [n]}), mode="append")
+    Compactor(4).wrote([path])  # four commits, none a compaction: due at once
+    assert DeltaTable(path).history(limit=1)[0]["operation"] == "OPTIMIZE"
+    write_deltalake(path, pa.table({"id": [9]}), mode="append")
+    Compactor(4).wrote([path])  # one commit since: not due
+    assert DeltaTable(path).history(limit=1)[0]["operation"] == "WRITE"
+    assert sorted(DeltaTable(path).to_pyarrow_table().column("id").to_pylist()) == [0, 1, 2, 3, 9]
