@@ -30,6 +30,8 @@ class RowChange:
     commit_lsn: Lsn
     commit_time: PgTimestamp
     ordinal: int
+    xid: int | None = None
+    """The (top-level) transaction id, when the stream said it (replayed changes do)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,6 +44,7 @@ class TruncateChange:
     commit_lsn: Lsn
     commit_time: PgTimestamp
     ordinal: int
+    xid: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +74,7 @@ new_row_change: Final[
             Lsn,
             PgTimestamp,
             int,
+            int | None,
         ],
         RowChange,
     ]

@@ -205,6 +205,7 @@ class ReplayQueue:
         streamed = txn.streamed
         commit_lsn = committed.commit_lsn
         commit_time = committed.commit_time
+        xid = txn.xid
         apply_schema = self.relations.apply
         schema_seen = 0
         ordinal = 0
@@ -238,11 +239,12 @@ class ReplayQueue:
                             commit_lsn,
                             commit_time,
                             ordinal,
+                            xid,
                         )
                     else:
                         _, op, old_kind, old, new = row_parts(record, streamed)
                         change = new_row_change(
-                            op, relation, new, old, old_kind, commit_lsn, commit_time, ordinal
+                            op, relation, new, old, old_kind, commit_lsn, commit_time, ordinal, xid
                         )
                     ordinal += 1
                     yield change
@@ -264,6 +266,7 @@ class ReplayQueue:
                             commit_lsn=commit_lsn,
                             commit_time=commit_time,
                             ordinal=ordinal,
+                            xid=xid,
                         )
                     case LogicalMessage():
                         change = MessageChange(

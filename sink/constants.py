@@ -28,6 +28,7 @@ HISTORY_OPERATION_COLUMN: Final = "_wal2delta_op"
 HISTORY_OLD_KIND_COLUMN: Final = "_wal2delta_old_kind"
 HISTORY_UNCHANGED_COLUMN: Final = "_wal2delta_unchanged_toast"
 HISTORY_OLD_PREFIX: Final = "_wal2delta_old_"
+HISTORY_XID_COLUMN: Final = "_wal2delta_xid"
 
 #: Default names of the metadata columns the sink adds to every table.
 LSN_COLUMN: Final = "_wal2delta_lsn"
@@ -53,6 +54,7 @@ __all__ = [
     "HISTORY_OPERATION_COLUMN",
     "HISTORY_SUFFIX",
     "HISTORY_UNCHANGED_COLUMN",
+    "HISTORY_XID_COLUMN",
     "KEY_BUCKET_COLUMN",
     "LSN_COLUMN",
     "MESSAGES_TABLE",

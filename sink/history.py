@@ -5,9 +5,9 @@ Theory of operation
 With ``sink.history``, the plan keeps the changes of the tables it names unfolded
 (``plan.ChangeRecord``). After a table's MERGE steps of a batch, ``HistoryWriter``
 appends them to ``<path>/<schema>/<table>__changes``: one row per change with its
-operation, commit LSN, ordinal and commit time, the new row in the table's own columns
-(typed as in the merged table), the old key or old row in ``_wal2delta_old_<column>``
-when the server sent one, and which kind it was.
+operation, commit LSN, ordinal, commit time and transaction id (``_wal2delta_xid``), the
+new row in the table's own columns (typed as in the merged table), the old key or old row
+in ``_wal2delta_old_<column>`` when the server sent one, and which kind it was.
 
 Exactly once across crashes: changes reach the sink in (commit LSN, ordinal) order, and a
 table's changes of a batch are appended in one commit after the commits of every earlier
@@ -40,6 +40,7 @@ from sink.constants import (
     HISTORY_OPERATION_COLUMN,
     HISTORY_SUFFIX,
     HISTORY_UNCHANGED_COLUMN,
+    HISTORY_XID_COLUMN,
 )
 from sink.keyless import NO_POSITION, Position
 from sink.naming import table_path
@@ -134,6 +135,7 @@ class HistoryWriter:
             ArrowColumn(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
             ArrowColumn(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow),
             ArrowColumn(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+            ArrowColumn(HISTORY_XID_COLUMN, BIGINT.spark_sql, BIGINT.arrow),
             ArrowColumn(HISTORY_OLD_KIND_COLUMN, STRING.spark_sql, STRING.arrow),
             _UNCHANGED,
         ]
@@ -177,6 +179,7 @@ def _arrow(
             change.lsn,
             change.ordinal,
             change.commit_time,
+            change.xid,
             change.old_kind,
             unchanged or None,
             *(new.get(n) for n in names),

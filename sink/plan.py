@@ -251,6 +251,7 @@ class ChangeRecord:
             change nor an earlier change of the row in the batch holds the value.
         old: the old key (other columns None) or the old row, when the server sent it.
         old_kind: ``key`` or ``row`` for ``old``; None without it.
+        xid: the change's top-level transaction id; None when the stream did not say.
     """
 
     op: str
@@ -261,6 +262,7 @@ class ChangeRecord:
     new: tuple[object, ...] | None
     old: tuple[object, ...] | None
     old_kind: Literal["key", "row"] | None
+    xid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -588,6 +590,7 @@ class _Planner:
                                 None,
                                 None,
                                 None,
+                                change.xid,
                             )
                         )
 
@@ -898,6 +901,7 @@ def _record(  # noqa: PLR0917 - positional on purpose: one call per recorded cha
             tuple(new) if new is not None else None,
             tuple(old) if old is not None else None,
             None if old is None else ("row" if change.old_kind == "O" else "key"),
+            change.xid,
         )
     )
 

@@ -109,6 +109,7 @@ def test_a_fast_row_change_equals_the_constructed_one():
         "commit_lsn": Lsn(5),
         "commit_time": PgTimestamp(6),
         "ordinal": 7,
+        "xid": 8,
     }
     assert_same_object(new_row_change(*fields.values()), RowChange(**fields))  # type: ignore[arg-type]
 
@@ -139,6 +140,7 @@ def test_a_replayed_row_change_equals_the_constructed_one():
         commit_lsn=Lsn(100),
         commit_time=PgTimestamp(0),
         ordinal=0,
+        xid=9,  # the BEGIN's
     )
     assert type(change.new) is TupleData
     assert change.new.wire is not None  # built unsplit by the fast constructor
