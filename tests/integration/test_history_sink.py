@@ -7,11 +7,12 @@ written table had right after it.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from decoder import Lsn, RowChange
 from sink import Batch, DeltaSink, SinkSettings, table_path
@@ -230,3 +231,18 @@ def test_the_documented_scd2_query_gives_each_key_its_versions_on_sail(
         (2, "new", 20, t(10), t(30)),
         (3, "moved", 20, t(30), None),
     ]
+
+
+def test_a_history_written_before_xids_were_recorded_gains_the_column(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    make_sink(spark_session, lake, True).apply(batch(insert(DOCS, "1", "one", "1", lsn=10)))
+    path = history_path(str(lake), "public", "docs")
+    # The history as an earlier release wrote it: no _wal2delta_xid column.
+    old = DeltaTable(path).to_pyarrow_table().drop_columns(["_wal2delta_xid"])
+    write_deltalake(path, old, mode="overwrite", schema_mode="overwrite")
+    later = replace(insert(DOCS, "2", "two", "1", lsn=20), xid=77)
+    make_sink(spark_session, lake, True).apply(batch(later))
+    rows = DeltaTable(path).to_pyarrow_table().sort_by("_wal2delta_lsn").to_pylist()
+    assert [(r["id"], r["_wal2delta_xid"]) for r in rows] == [(1, None), (2, 77)]
