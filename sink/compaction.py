@@ -13,11 +13,10 @@ commits after the newest compaction in the table's log when a process first writ
 the sink compacts it with delta-rs (``DeltaTable.optimize.compact``): files smaller than
 the target size are rewritten into few large ones in a commit with ``dataChange: false``.
 Readers see the same rows at every version; time travel to older versions still works until
-the files are vacuumed (which
-the daemon never does: retention is the operator's choice). Compaction runs in the sink
-worker after the batch is recorded, so it never races the engine's MERGE on the same
-table; a failed compaction only logs a warning (the batch is already durable) and is tried
-again after the next ``after_writes`` writes.
+the files are vacuumed (which the daemon never does: retention is the operator's choice).
+Compaction runs in the sink worker after the batch is recorded, so it never races the
+engine's MERGE on the same table; a failed compaction only logs a warning (the batch is
+already durable) and is tried again after the next ``after_writes`` writes.
 """
 
 from __future__ import annotations

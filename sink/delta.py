@@ -407,9 +407,7 @@ class DeltaSink:
             return 0
         action = f"appending the snapshot of {target.table}"
         partitions = [target.bucket[0]] if target.bucket is not None else []
-        if self._appender.uses_delta_rs(target.path) and self._appender.append(
-            target.path, arrow, partitions, action
-        ):
+        if self._appender.append(target.path, arrow, partitions, action):
             return rows
         with engine_errors(action):
             frame = self._spark.createDataFrame(arrow, schema=ddl(target.frame))

@@ -55,6 +55,8 @@ class DeltaRsAppender:
     def append(self, path: str, table: pa.Table, partition_by: Sequence[str], action: str) -> bool:
         """Append ``table`` to the Delta table at ``path``; False when the engine must.
 
+        Nothing is written when the engine must (``spark``, or a table delta-rs refused).
+
         Args:
             path: the table's location, as the engine writes it.
             table: the rows, with exactly the table's columns and types.
@@ -73,6 +75,8 @@ class DeltaRsAppender:
             SchemaMismatchError,
         )
 
+        if not self.uses_delta_rs(path):
+            return False
         try:
             write_deltalake(path, table, mode="append", partition_by=list(partition_by) or None)
         except (DeltaProtocolError, SchemaMismatchError) as exc:

@@ -79,3 +79,12 @@ def test_commit_conflicts_and_io_errors_are_retryable(
     monkeypatch.setattr(deltalake, "write_deltalake", failing)
     with pytest.raises(SinkRetryableError, match="appending t"):
         DeltaRsAppender("auto").append(_table(tmp_path), ROWS, [], "appending t")
+
+
+def test_append_writes_nothing_when_the_engine_must(tmp_path: Path) -> None:
+    path = _table(tmp_path)
+    assert not DeltaRsAppender("spark").append(path, ROWS, [], "appending t")
+    appender = DeltaRsAppender("auto")
+    assert not appender.append(path, pa.table({"id": ["x"]}), [], "appending t")
+    assert not appender.append(path, ROWS, [], "appending t")  # refused once: engine from now
+    assert DeltaTable(path).version() == 0
