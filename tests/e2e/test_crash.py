@@ -31,6 +31,7 @@ from capture.slots import current_wal_lsn
 from decoder import format_lsn
 from devtools.verify import compare_table
 from sink import history_path, table_path
+from sink.constants import SNAPSHOTS_TABLE
 from tests.support.harness import start_daemon
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -82,22 +83,33 @@ KILLS = 20
 class Workload:
     """Seeded random transactions over the crash tables."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, lake: Path) -> None:
         self.rng = rng
+        self.lake = lake
         self.next_id = 10_000
         self.prepared: list[str] = []
-        # crash.notes changes only once the slot is consistent: every one of them is then
-        # streamed (none copied by the snapshot), so its change history must hold them all.
+        # crash.notes changes only once the lake records the slot's snapshot as complete:
+        # every change is then streamed (none copied by a snapshot), so its change history
+        # must hold them all. A slot merely existing is not enough: a daemon killed during
+        # the snapshot leaves it unfinished, and the next one drops the slot and copies
+        # again from a new consistent point.
         self.streaming = False
+        self._next_snapshot_look = 0.0
+
+    def _snapshot_complete(self) -> bool:
+        if time.monotonic() < self._next_snapshot_look:
+            return False
+        self._next_snapshot_look = time.monotonic() + 0.5
+        markers = self.lake / SNAPSHOTS_TABLE
+        if not (markers / "_delta_log").is_dir():
+            return False
+        rows = DeltaTable(str(markers)).to_pyarrow_table().to_pylist()
+        return any(r["slot"] == "w2d_crash" and r["status"] == "complete" for r in rows)
 
     def step(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
         rng = self.rng
         if not self.streaming:
-            row = conn.execute(
-                "SELECT confirmed_flush_lsn IS NOT NULL FROM pg_replication_slots "
-                "WHERE slot_name = 'w2d_crash'"
-            ).fetchone()
-            self.streaming = bool(row and row[0])
+            self.streaming = self._snapshot_complete()
         kind = rng.choices(
             [
                 "small",
@@ -348,7 +360,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
         conn.execute(SCHEMA)
         conn.execute(LEDGER_SCHEMA)
         conn.execute(f"CREATE PUBLICATION w2d_crash FOR TABLE {', '.join(TABLES)}".encode())
-        workload = Workload(rng)
+        workload = Workload(rng, lake)
         kills = 0
         log = tmp_path / "daemon.log"
         while kills < KILLS:
