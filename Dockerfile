@@ -33,6 +33,13 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 RUN python -m venv /opt/wal2delta
 
+# A C compiler for the decoder's compiled TupleData walk (decoder/_tuplewalk.c), built into
+# the wheel below; only in this stage: the runtime image gets the built module, not gcc.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+
 # Dependencies first, from the locks alone: that layer, by far the largest (pyarrow, Sail,
 # deltalake), is reused from the build cache until a lock changes, whatever happens to the
 # sources. pyspark (classic) is pyspark-client's files and more, at the same version.
@@ -50,10 +57,12 @@ COPY sink/ sink/
 COPY config/ config/
 
 # The wheel alone (--no-deps): nothing is resolved again; pip check fails the build when
-# the lock does not satisfy what the wheel declares.
+# the lock does not satisfy what the wheel declares, and the import check when the
+# decoder kernel was not compiled into it.
 RUN /opt/wal2delta/bin/pip wheel --no-deps --wheel-dir /wheels . \
     && /opt/wal2delta/bin/pip install --no-deps /wheels/wal2delta-*.whl \
     && /opt/wal2delta/bin/pip check \
+    && /opt/wal2delta/bin/python -c "import decoder, sys; sys.exit(decoder.DECODER_KERNEL != 'compiled')" \
     && /opt/wal2delta/bin/python -m compileall -q /opt/wal2delta/lib
 
 FROM ${PYTHON_IMAGE} AS runtime

@@ -33,7 +33,10 @@ import argparse
 import datetime as dt
 import gc
 import hashlib
+import json
+import os
 import struct
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -46,6 +49,7 @@ from psycopg.types.numeric import DecimalBinaryDumper
 from bench.report import Figure, Ratio, median_figure, print_report
 from bench.sink_scaling import RELATION
 from decoder import (
+    DECODER_KERNEL,
     Lsn,
     PgTimestamp,
     RowChange,
@@ -54,6 +58,7 @@ from decoder import (
     ValueDecoder,
     datetime_to_pg_timestamp,
 )
+from decoder.native import PURE_PYTHON_ENV
 from sink import Batch, SinkSettings
 from sink.arrow import source_table
 from sink.plan import BatchPlan, MergeStep, plan_batch
@@ -196,6 +201,26 @@ def measure(protocol: Protocol, changes: int, repeat: int) -> tuple[list[float],
     return fast, generic
 
 
+def _reference_walk_figure(protocol: Protocol, changes: int, repeat: int) -> Figure:
+    """The per-column converters' figure with the Python TupleData walk, from a child run."""
+    command = [sys.executable, "-m", "bench.plan", "--json", "--no-reference-walk"]
+    command += ["--protocol", protocol, "--changes", str(changes), "--repeat", str(repeat)]
+    child = subprocess.run(
+        command,
+        env={**os.environ, PURE_PYTHON_ENV: "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    document = json.loads(child.stdout.strip().splitlines()[-1])
+    (figure,) = (
+        f for f in document["figures"] if f["name"] == f"{protocol}: per-column converters"
+    )
+    return median_figure(
+        f"{protocol}: per-column converters, Python walk", figure["runs"], "µs/change"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when it measured."""
     argv = sys.argv[1:] if argv is None else argv
@@ -206,6 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         "--protocol", choices=("text", "binary", "both"), default="both", help="pgoutput format"
     )
     parser.add_argument("--json", action="store_true", help="print a JSON line at the end")
+    parser.add_argument(
+        "--no-reference-walk",
+        action="store_true",
+        help="skip the child run with the Python TupleData walk (WAL2DELTA_PURE_PYTHON=1)",
+    )
     args = parser.parse_args(argv)
     protocols: list[Protocol] = ["text", "binary"] if args.protocol == "both" else [args.protocol]
 
@@ -221,6 +251,19 @@ def main(argv: list[str] | None = None) -> int:
         generic = median_figure(f"{protocol}: generic convert_value", generic_runs, "µs/change")
         figures += [generic, fast]
         ratios.append(Ratio(f"{protocol}: speed-up (generic / fast)", generic.value / fast.value))
+    if DECODER_KERNEL == "compiled" and not args.no_reference_walk:
+        # The same run with the Python reference walk (decoder.native), in a child process:
+        # the form is chosen once, at import.
+        for protocol in protocols:
+            reference = _reference_walk_figure(protocol, args.changes, args.repeat)
+            compiled = next(f for f in figures if f.name == f"{protocol}: per-column converters")
+            figures.append(reference)
+            ratios.append(
+                Ratio(
+                    f"{protocol}: compiled walk speed-up (Python walk / compiled)",
+                    reference.value / compiled.value,
+                )
+            )
     facts: dict[str, object] = {
         "batch": f"{args.changes:,} changes (60% insert, 30% update, 10% delete), "
         f"transactions of {TRANSACTION}",

@@ -15,6 +15,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from decoder import DECODER_KERNEL
+
 
 @dataclass(frozen=True, slots=True)
 class Figure:
@@ -57,6 +59,7 @@ def machine() -> dict[str, object]:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "load_average_1m": os.getloadavg()[0],
+        "decoder_kernel": DECODER_KERNEL,
     }
 
 
@@ -77,6 +80,7 @@ def print_report(
         **facts,
         "cpus": os.cpu_count(),
         "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "decoder kernel": DECODER_KERNEL,
     }
     print(f"\n== {title} ==")
     for key, value in facts.items():

@@ -35,7 +35,7 @@ class Metrics:
         self.build_info = Gauge(
             "wal2delta_build_info",
             "Build and protocol information; always 1.",
-            ["version", "proto_version", "spark_mode"],
+            ["version", "proto_version", "spark_mode", "decoder_kernel"],
             registry=r,
         )
         self.replication_lag_bytes = Gauge(

@@ -20,7 +20,7 @@ from daemon.gc_tuning import tune_garbage_collector
 from daemon.health import HealthServer, loop_alive_check, readiness_check
 from daemon.supervisor import Supervisor
 from daemon.wiring import sink_settings, spark_settings
-from decoder import Lsn, Wal2DeltaError
+from decoder import DECODER_KERNEL, Lsn, Wal2DeltaError
 
 log = structlog.get_logger("wal2delta.process")
 
@@ -60,6 +60,7 @@ def run_service(
         slot=config.source.slot,
         sink_path=str(config.sink.path),
         spark_mode=config.sink.spark.mode,
+        decoder_kernel=DECODER_KERNEL,
     )
     # Spark is imported only by the commands that write Delta: the others start fast.
     from sink import DeltaSink, create_spark_session, stop_spark_session  # noqa: PLC0415

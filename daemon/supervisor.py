@@ -53,7 +53,7 @@ from capture import (
 )
 from config import AppConfig
 from daemon.wiring import capture_settings, reconnect_settings
-from decoder import Assembler, Lsn, Wal2DeltaError, spilling_buffers
+from decoder import DECODER_KERNEL, Assembler, Lsn, Wal2DeltaError, spilling_buffers
 from sink import Sink
 
 log = structlog.get_logger("wal2delta.supervisor")
@@ -213,6 +213,7 @@ class Supervisor:
             version=package_version(),
             proto_version=str(options.proto_version),
             spark_mode=self.config.sink.spark.mode,
+            decoder_kernel=DECODER_KERNEL,
         ).set(1)
         stream = ReplicationStream.open(settings.conninfo, connect_timeout=settings.connect_timeout)
         try:

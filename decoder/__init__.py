@@ -57,6 +57,7 @@ from decoder.messages import (
     Update,
     message_type_name,
 )
+from decoder.native import KERNEL as DECODER_KERNEL
 from decoder.options import ProtocolOptions, StreamingMode
 from decoder.outputs import (
     AssemblerOutput,
@@ -105,6 +106,7 @@ from decoder.values import (
 )
 
 __all__ = [
+    "DECODER_KERNEL",
     "EVENTS",
     "TEXT_KEPT_TYPE_OIDS",
     "TRANSITIONS",

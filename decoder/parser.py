@@ -57,11 +57,12 @@ from decoder.messages import (
     Update,
     split_columns,
 )
+from decoder.native import COMPILED
 from decoder.options import (
     STREAM_PROTOCOL_VERSION,
     ProtocolOptions,
 )
-from decoder.tupledata import TupleDataError, skip_tuple, walk_tuple
+from decoder.tupledata import TupleDataError, skip_tuple, walk_tuple_reference
 from decoder.wire import U32, Reader
 
 _BEGIN: Final = struct.Struct(">QqI")
@@ -536,12 +537,14 @@ def scan_row_message(buf: bytes, *, in_stream: bool) -> tuple[str, Xid | None] |
 # message ``scan_row_message`` accepts. Anything unusual makes it answer False, and the
 # caller then runs ``scan_row_message``, which finds the same verdict and the precise
 # error. ``row_parts`` reads a validated message back without splitting its columns
-# (``TupleData.from_wire``).
+# (``TupleData.from_wire``). Both walks have a compiled form (``decoder.native``); the
+# Python functions here are the reference, and the names the rest of the decoder uses are
+# bound to the compiled form when it was built.
 
 _OLD_KIND: Final[dict[int, Literal["K", "O"]]] = {_TAG_K: "K", _TAG_O: "O"}
 
 
-def row_message_is_valid(buf: bytes, in_stream: bool) -> bool:
+def row_message_is_valid_reference(buf: bytes, in_stream: bool) -> bool:
     """True when ``buf`` is an INSERT, UPDATE or DELETE that ``scan_row_message`` accepts.
 
     False means "not proven here": the message may still be valid (or not a row message
@@ -560,7 +563,7 @@ def row_message_is_valid(buf: bytes, in_stream: bool) -> bool:
                 return False
         elif tag == 0x55:  # 'U'
             if marker in {_TAG_K, _TAG_O}:
-                pos = walk_tuple(buf, pos + 1, None, (), (), None, None)
+                pos = walk_tuple_reference(buf, pos + 1, None, (), (), None, None)
                 if buf[pos] != _TAG_N:
                     return False
             elif marker != _TAG_N:
@@ -570,10 +573,21 @@ def row_message_is_valid(buf: bytes, in_stream: bool) -> bool:
                 return False
         else:
             return False
-        # walk_tuple rather than skip_tuple: this runs once per row message of the stream.
-        return walk_tuple(buf, pos + 1, None, (), (), None, None) == len(buf)
+        # walk_tuple_reference rather than skip_tuple: this runs once per row message of the stream.
+        return walk_tuple_reference(buf, pos + 1, None, (), (), None, None) == len(buf)
     except (IndexError, TupleDataError):
         return False
+
+
+row_message_is_valid: Callable[[bytes, bool], bool] = (
+    row_message_is_valid_reference if COMPILED is None else COMPILED.row_message_is_valid
+)
+"""``row_message_is_valid_reference``, compiled when the kernel was built."""
+
+_valid_tuple_end: Callable[[bytes, int], int] = (
+    skip_tuple if COMPILED is None else COMPILED.tuple_end
+)
+"""The end of a TupleData part already proven valid."""
 
 
 RowParts = tuple[int, RowOperation, Literal["K", "O"] | None, TupleData | None, TupleData | None]
@@ -605,5 +619,5 @@ def row_parts(buf: bytes, in_stream: bool) -> RowParts:
     if marker == _TAG_N:
         return relation_id, "update", None, None, from_wire(buf, pos + 1)
     old = from_wire(buf, pos + 1)
-    end = skip_tuple(buf, pos + 1)
+    end = _valid_tuple_end(buf, pos + 1)
     return relation_id, "update", _OLD_KIND[marker], old, from_wire(buf, end + 1)

@@ -14,6 +14,10 @@ Its callers differ in what they make of a column, not in how they find it:
 * ``values.load_tuple_wire`` converts each column with a loader of its own (the sink's
   planning and ``decode_tuple``).
 
+The walk has two forms with one behaviour: ``walk_tuple_reference``, in Python, and the
+same loop in C (``decoder/_tuplewalk.c``, see ``decoder.native``), which ``walk_tuple``
+runs when it was built; whatever the C loop cannot finish it hands to the reference.
+
 The walk is optimistic, because it runs once per column of every row: it composes no
 error text and checks no bounds; reading past the buffer raises, and the final offset is
 compared with the buffer's end once. Only when it fails does ``_column_error`` look at
@@ -30,6 +34,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from decoder.native import COMPILED
 from decoder.wire import U32
 
 Load = Callable[[bytes], object]
@@ -54,7 +59,7 @@ class TupleDataError(ValueError):
         self.offset = offset
 
 
-def walk_tuple(  # noqa: PLR0917 - positional on purpose: one call per tuple
+def walk_tuple_reference(  # noqa: PLR0917 - positional on purpose: one call per tuple
     buf: bytes,
     start: int,
     out: list[object] | None,
@@ -130,6 +135,38 @@ def walk_tuple(  # noqa: PLR0917 - positional on purpose: one call per tuple
     raise _located(buf, start)
 
 
+def _walk_tuple_compiled(  # noqa: PLR0917 - as walk_tuple_reference
+    buf: bytes,
+    start: int,
+    out: list[object] | None,
+    text: Sequence[Load],
+    binary: Sequence[Load],
+    null: object,
+    unchanged: object,
+    *,
+    locate: bool = True,
+) -> int:
+    """``walk_tuple_reference`` in C (``decoder/_tuplewalk.c``); the same answer, faster.
+
+    Whatever the C walk cannot do - a part that does not fit, a loader that raises, a
+    buffer that is not ``bytes`` - it leaves to the reference, which raises the precise
+    error; the values it appended before giving up are dropped first.
+    """
+    assert COMPILED is not None
+    mark = 0 if out is None else len(out)
+    end: int = COMPILED.walk(buf, start, out, text, binary, null, unchanged)
+    if end >= 0:
+        return end
+    if out is not None:
+        del out[mark:]
+    return walk_tuple_reference(buf, start, out, text, binary, null, unchanged, locate=locate)
+
+
+walk_tuple: Final = walk_tuple_reference if COMPILED is None else _walk_tuple_compiled
+"""The decoder's TupleData walk: compiled when the kernel was built (``decoder.native``),
+else the reference. Arguments, result and errors are ``walk_tuple_reference``'s."""
+
+
 class _OverrunError(Exception):
     """``_located``'s walk reached the value that runs past the end."""
 
@@ -145,7 +182,9 @@ def _located(buf: bytes, start: int) -> TupleDataError:
     count = (buf[start] << 8) | buf[start + 1]
     lengths: list[object] = []
     with contextlib.suppress(_OverrunError):
-        walk_tuple(buf, start, lengths, [len] * count, [len] * count, None, None, locate=False)
+        walk_tuple_reference(
+            buf, start, lengths, [len] * count, [len] * count, None, None, locate=False
+        )
     cut = lengths[-1]
     assert isinstance(cut, int), "only a text or binary value runs past the end"
     error = _column_error(buf, len(buf) - cut - 5, len(lengths) - 1)

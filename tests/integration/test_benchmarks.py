@@ -47,6 +47,9 @@ def test_the_planning_benchmark_checks_both_paths_agree_and_reports_their_ratio(
     assert ratio_names(report) == [
         "text: speed-up (generic / fast)",
         "binary: speed-up (generic / fast)",
+        # The same run with the Python reference walk, in a child process.
+        "text: compiled walk speed-up (Python walk / compiled)",
+        "binary: compiled walk speed-up (Python walk / compiled)",
     ]
 
 

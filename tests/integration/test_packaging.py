@@ -68,14 +68,22 @@ def test_wheel_installed_in_a_clean_venv_runs_the_entrypoint(tmp_path: Path) -> 
     ).stdout
     for command in ("run", "check-config", "status", "capture", "decode", "demo"):
         assert command in help_text
-    origin = subprocess.run(
-        [str(python), "-c", "import capture, sink, decoder, config; print(capture.__file__)"],
+    origin, kernel = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import capture, sink, decoder, config; "
+            "print(capture.__file__, decoder.DECODER_KERNEL)",
+        ],
         check=True,
         capture_output=True,
         text=True,
         cwd=tmp_path,
-    ).stdout
+    ).stdout.split()
     assert origin.startswith(purelib), origin
+    # The wheel carries the decoder's C walk, built with it (decoder/native.py).
+    assert kernel == "compiled"
+    assert list(Path(purelib, "decoder").glob("_tuplewalk*.so"))
 
     config = tmp_path / "config.yaml"
     config.write_text(

@@ -1,0 +1,336 @@
+/*
+ * decoder._tuplewalk: the compiled form of the decoder's validating TupleData walk.
+ *
+ * Theory of operation
+ * -------------------
+ * Every row message of a stream is validated when it arrives (parser.row_message_is_valid)
+ * and its tuples are skipped again when it is read back (parser.row_parts). Both walk the
+ * TupleData columns (tupledata.walk_tuple) without building anything, and on CPython that
+ * walk is a fifth of the capture path's CPU. This module does the same walk in C and
+ * nothing else: it reads bytes, builds no Python object per column, and answers only
+ * "where does the part end" and "is this a row message scan_row_message accepts".
+ *
+ * The Python functions stay the reference (decoder.kernel picks one of the two at import):
+ * both answer the same for every input (tests/unit/test_kernel.py compares them on
+ * golden messages and on hypothesis-generated and mutated ones). Any failure here answers
+ * -1 or False, never an error text: the callers then run the Python path, which finds the
+ * same verdict and words the error with offset and message type.
+ *
+ * Wire format (logicalrep_write_tuple): Int16 column count, then per column a status byte:
+ * 'n' NULL, 'u' unchanged TOAST (nothing follows), 't' text or 'b' binary followed by an
+ * Int32 length and that many bytes. All integers big-endian.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+/* Offset after the TupleData part at buf[pos:], or -1 when it does not fit buf. */
+static Py_ssize_t
+tuple_end_at(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos)
+{
+    if (pos < 0 || pos > len - 2) {
+        return -1;
+    }
+    unsigned int count = ((unsigned int)buf[pos] << 8) | buf[pos + 1];
+    pos += 2;
+    for (unsigned int i = 0; i < count; i++) {
+        if (pos >= len) {
+            return -1;
+        }
+        unsigned char kind = buf[pos];
+        if (kind == 't' || kind == 'b') {
+            if (pos > len - 5) {
+                return -1;
+            }
+            uint32_t size = ((uint32_t)buf[pos + 1] << 24) | ((uint32_t)buf[pos + 2] << 16)
+                            | ((uint32_t)buf[pos + 3] << 8) | (uint32_t)buf[pos + 4];
+            if ((uint64_t)size > (uint64_t)(len - pos - 5)) {
+                return -1;
+            }
+            pos += 5 + (Py_ssize_t)size;
+        }
+        else if (kind == 'n' || kind == 'u') {
+            pos += 1;
+        }
+        else {
+            return -1;
+        }
+    }
+    return pos;
+}
+
+/* The same verdict as parser.row_message_is_valid (see there). */
+static int
+row_message_valid(const unsigned char *buf, Py_ssize_t len, int in_stream)
+{
+    Py_ssize_t pos = 5;
+    if (len < 1) {
+        return 0;
+    }
+    if (in_stream) {
+        if (len < 5 || !(buf[1] | buf[2] | buf[3] | buf[4])) {
+            return 0; /* xid 0: scan_row_message reports it */
+        }
+        pos = 9;
+    }
+    if (pos >= len) {
+        return 0;
+    }
+    unsigned char tag = buf[0];
+    unsigned char marker = buf[pos];
+    if (tag == 'I') {
+        if (marker != 'N') {
+            return 0;
+        }
+    }
+    else if (tag == 'U') {
+        if (marker == 'K' || marker == 'O') {
+            pos = tuple_end_at(buf, len, pos + 1);
+            if (pos < 0 || pos >= len || buf[pos] != 'N') {
+                return 0;
+            }
+        }
+        else if (marker != 'N') {
+            return 0;
+        }
+    }
+    else if (tag == 'D') {
+        if (marker != 'K' && marker != 'O') {
+            return 0;
+        }
+    }
+    else {
+        return 0;
+    }
+    return tuple_end_at(buf, len, pos + 1) == len;
+}
+
+/* Borrow the bytes of ``obj``: bytes directly, anything else through the buffer protocol. */
+static int
+borrow(PyObject *obj, Py_buffer *view, const unsigned char **data, Py_ssize_t *len)
+{
+    if (PyBytes_CheckExact(obj)) {
+        view->obj = NULL;
+        *data = (const unsigned char *)PyBytes_AS_STRING(obj);
+        *len = PyBytes_GET_SIZE(obj);
+        return 0;
+    }
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) {
+        return -1;
+    }
+    *data = (const unsigned char *)view->buf;
+    *len = view->len;
+    return 0;
+}
+
+static void
+release(Py_buffer *view)
+{
+    if (view->obj != NULL) {
+        PyBuffer_Release(view);
+    }
+}
+
+/* Item ``index`` of the loader sequence ``seq`` (borrowed for a list or tuple, new otherwise);
+ * NULL without an exception set when there is none. */
+static PyObject *
+loader_at(PyObject *seq, Py_ssize_t index, int *owned)
+{
+    *owned = 0;
+    if (PyList_CheckExact(seq)) {
+        return index < PyList_GET_SIZE(seq) ? PyList_GET_ITEM(seq, index) : NULL;
+    }
+    if (PyTuple_CheckExact(seq)) {
+        return index < PyTuple_GET_SIZE(seq) ? PyTuple_GET_ITEM(seq, index) : NULL;
+    }
+    PyObject *item = PySequence_GetItem(seq, index);
+    if (item == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    *owned = 1;
+    return item;
+}
+
+/* One column's value: its loader called on a copy of its bytes. NULL (no exception set)
+ * when the loader is missing or raised: the Python walk then does the column again. */
+static PyObject *
+load_value(PyObject *loaders, Py_ssize_t index, const unsigned char *data, Py_ssize_t size)
+{
+    int owned;
+    PyObject *loader = loader_at(loaders, index, &owned);
+    if (loader == NULL) {
+        return NULL;
+    }
+    PyObject *value = NULL;
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)data, size);
+    if (raw != NULL) {
+        value = PyObject_CallOneArg(loader, raw);
+        Py_DECREF(raw);
+    }
+    if (owned) {
+        Py_DECREF(loader);
+    }
+    if (value == NULL) {
+        PyErr_Clear();
+    }
+    return value;
+}
+
+/* tupledata.walk_tuple building ``out``; -1 when it cannot (see walk's docstring). */
+static Py_ssize_t
+walk_into(PyObject *bytes, Py_ssize_t pos, PyObject *out, PyObject *text, PyObject *binary,
+          PyObject *null, PyObject *unchanged)
+{
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(bytes);
+    Py_ssize_t len = PyBytes_GET_SIZE(bytes);
+    if (pos < 0 || pos > len - 2) {
+        return -1;
+    }
+    unsigned int count = ((unsigned int)buf[pos] << 8) | buf[pos + 1];
+    pos += 2;
+    for (unsigned int i = 0; i < count; i++) {
+        if (pos >= len) {
+            return -1;
+        }
+        unsigned char kind = buf[pos];
+        PyObject *value;
+        if (kind == 't' || kind == 'b') {
+            if (pos > len - 5) {
+                return -1;
+            }
+            uint32_t size = ((uint32_t)buf[pos + 1] << 24) | ((uint32_t)buf[pos + 2] << 16)
+                            | ((uint32_t)buf[pos + 3] << 8) | (uint32_t)buf[pos + 4];
+            if ((uint64_t)size > (uint64_t)(len - pos - 5)) {
+                return -1;
+            }
+            value = load_value(kind == 't' ? text : binary, (Py_ssize_t)i, buf + pos + 5,
+                               (Py_ssize_t)size);
+            if (value == NULL) {
+                return -1;
+            }
+            pos += 5 + (Py_ssize_t)size;
+        }
+        else if (kind == 'n' || kind == 'u') {
+            value = kind == 'n' ? null : unchanged;
+            Py_INCREF(value);
+            pos += 1;
+        }
+        else {
+            return -1;
+        }
+        int appended = PyList_Append(out, value);
+        Py_DECREF(value);
+        if (appended < 0) {
+            PyErr_Clear();
+            return -1;
+        }
+    }
+    return pos;
+}
+
+PyDoc_STRVAR(walk_doc,
+"walk(buf, start, out, text, binary, null, unchanged, /)\n--\n\n"
+"tupledata.walk_tuple for a bytes buf and a list out (None only validates): the offset\n"
+"after the TupleData part, or -1 when the part does not fit buf, a loader is missing or\n"
+"raised, or buf is not bytes. On -1 out may hold some of the values and no exception is\n"
+"set: the caller drops them and runs the Python walk, which raises the precise error.");
+
+static PyObject *
+walk(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "walk takes exactly 7 arguments");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *buf = args[0];
+    PyObject *out = args[2];
+    if (!PyBytes_CheckExact(buf) || (out != Py_None && !PyList_CheckExact(out))) {
+        return PyLong_FromSsize_t(-1);
+    }
+    if (out == Py_None) {
+        return PyLong_FromSsize_t(
+            tuple_end_at((const unsigned char *)PyBytes_AS_STRING(buf), PyBytes_GET_SIZE(buf),
+                         start));
+    }
+    return PyLong_FromSsize_t(walk_into(buf, start, out, args[3], args[4], args[5], args[6]));
+}
+
+PyDoc_STRVAR(tuple_end_doc,
+"tuple_end(buf, start, /)\n--\n\n"
+"Offset after the TupleData part at buf[start:], or -1 when it does not fit buf.");
+
+static PyObject *
+tuple_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "tuple_end takes exactly 2 arguments");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_buffer view;
+    const unsigned char *data;
+    Py_ssize_t len;
+    if (borrow(args[0], &view, &data, &len) < 0) {
+        return NULL;
+    }
+    Py_ssize_t end = tuple_end_at(data, len, start);
+    release(&view);
+    return PyLong_FromSsize_t(end);
+}
+
+PyDoc_STRVAR(row_message_is_valid_doc,
+"row_message_is_valid(buf, in_stream, /)\n--\n\n"
+"True when buf is an INSERT, UPDATE or DELETE that scan_row_message accepts; False means\n"
+"\"not proven here\" (see decoder.parser.row_message_is_valid).");
+
+static PyObject *
+row_message_is_valid(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "row_message_is_valid takes exactly 2 arguments");
+        return NULL;
+    }
+    int in_stream = PyObject_IsTrue(args[1]);
+    if (in_stream < 0) {
+        return NULL;
+    }
+    Py_buffer view;
+    const unsigned char *data;
+    Py_ssize_t len;
+    if (borrow(args[0], &view, &data, &len) < 0) {
+        return NULL;
+    }
+    int valid = row_message_valid(data, len, in_stream);
+    release(&view);
+    return PyBool_FromLong(valid);
+}
+
+static PyMethodDef methods[] = {
+    {"tuple_end", (PyCFunction)(void (*)(void))tuple_end, METH_FASTCALL, tuple_end_doc},
+    {"walk", (PyCFunction)(void (*)(void))walk, METH_FASTCALL, walk_doc},
+    {"row_message_is_valid", (PyCFunction)(void (*)(void))row_message_is_valid, METH_FASTCALL,
+     row_message_is_valid_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    "decoder._tuplewalk",
+    "The decoder's validating TupleData walk, compiled (see decoder.kernel).",
+    0,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__tuplewalk(void)
+{
+    return PyModuleDef_Init(&module_def);
+}

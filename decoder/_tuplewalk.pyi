@@ -1,0 +1,16 @@
+"""Types of the compiled kernel ``decoder/_tuplewalk.c`` (see ``decoder.native``)."""
+
+from collections.abc import Callable, Sequence
+
+def tuple_end(buf: bytes, start: int, /) -> int: ...
+def row_message_is_valid(buf: bytes, in_stream: bool, /) -> bool: ...
+def walk(
+    buf: bytes,
+    start: int,
+    out: list[object] | None,
+    text: Sequence[Callable[[bytes], object]],
+    binary: Sequence[Callable[[bytes], object]],
+    null: object,
+    unchanged: object,
+    /,
+) -> int: ...

@@ -1,0 +1,41 @@
+"""Which form of the decoder's hottest loop runs: the compiled kernel or the Python one.
+
+Theory of operation: the validating TupleData walk (``tupledata.walk_tuple`` without
+building anything) runs for every row message twice - when it arrives
+(``parser.row_message_is_valid``) and when it is read back (``parser.row_parts``). It is
+also written in C (``decoder/_tuplewalk.c``), built when the package is installed. The
+Python functions stay the reference: both forms give the same answer for every input
+(``tests/unit/test_native.py``), and whatever the C walk rejects is looked at again by the
+Python parser, which words the error.
+
+The extension is optional at install (a machine without a C compiler still gets a
+working, slower daemon); ``KERNEL`` says which form runs, and the daemon reports it in
+its startup log and in ``wal2delta_build_info{decoder_kernel=...}``. Setting
+``WAL2DELTA_PURE_PYTHON=1`` in the environment runs the Python reference even when the
+extension is there (to compare, or to rule the kernel out).
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+from typing import Final, Literal
+
+PURE_PYTHON_ENV: Final = "WAL2DELTA_PURE_PYTHON"
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get(PURE_PYTHON_ENV, "") not in {"", "0"}:
+        return None
+    try:
+        from decoder import _tuplewalk  # noqa: PLC0415 - optional: built when a compiler was there
+    except ImportError:
+        return None
+    return _tuplewalk
+
+
+COMPILED: Final[ModuleType | None] = _load()
+"""The compiled kernel, or None when the Python reference runs."""
+
+KERNEL: Final[Literal["compiled", "python"]] = "python" if COMPILED is None else "compiled"
+"""Which form of the walk runs in this process."""
