@@ -260,6 +260,49 @@ walk(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(walk_into(buf, start, out, args[3], args[4], args[5], args[6]));
 }
 
+PyDoc_STRVAR(load_doc,
+"load(buf, start, text, binary, null, unchanged, /)\n--\n\n"
+"values.load_tuple_wire_reference in one call: a new list of the part's values, or None\n"
+"when the column count is not len(text) or walk would answer -1 (the caller then runs the\n"
+"reference, which raises the precise error).");
+
+static PyObject *
+load(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "load takes exactly 6 arguments");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *buf = args[0];
+    if (!PyBytes_CheckExact(buf)) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t len = PyBytes_GET_SIZE(buf);
+    Py_ssize_t loaders = PyObject_Length(args[2]);
+    if (loaders < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(buf);
+    if (start < 0 || start > len - 2
+        || (Py_ssize_t)(((unsigned int)data[start] << 8) | data[start + 1]) != loaders) {
+        Py_RETURN_NONE;
+    }
+    PyObject *out = PyList_New(0);
+    if (out == NULL) {
+        return NULL;
+    }
+    if (walk_into(buf, start, out, args[2], args[3], args[4], args[5]) < 0) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
 PyDoc_STRVAR(tuple_end_doc,
 "tuple_end(buf, start, /)\n--\n\n"
 "Offset after the TupleData part at buf[start:], or -1 when it does not fit buf.");
@@ -316,6 +359,7 @@ row_message_is_valid(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef methods[] = {
     {"tuple_end", (PyCFunction)(void (*)(void))tuple_end, METH_FASTCALL, tuple_end_doc},
     {"walk", (PyCFunction)(void (*)(void))walk, METH_FASTCALL, walk_doc},
+    {"load", (PyCFunction)(void (*)(void))load, METH_FASTCALL, load_doc},
     {"row_message_is_valid", (PyCFunction)(void (*)(void))row_message_is_valid, METH_FASTCALL,
      row_message_is_valid_doc},
     {NULL, NULL, 0, NULL},

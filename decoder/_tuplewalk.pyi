@@ -14,3 +14,12 @@ def walk(
     unchanged: object,
     /,
 ) -> int: ...
+def load(
+    buf: bytes,
+    start: int,
+    text: Sequence[Callable[[bytes], object]],
+    binary: Sequence[Callable[[bytes], object]],
+    null: object,
+    unchanged: object,
+    /,
+) -> list[object] | None: ...

@@ -33,6 +33,7 @@ from psycopg.types.string import TextBinaryLoader, TextLoader
 
 from decoder.errors import MalformedMessageError
 from decoder.messages import ColumnKind, Relation, TupleData
+from decoder.native import COMPILED
 from decoder.textforms import Reader, UnknownBinaryFormatError, format_interval
 from decoder.tupledata import walk_tuple
 from decoder.usertypes import TypeLookup, UserTypeForms
@@ -226,7 +227,7 @@ class ValueDecoder:
         return tuple(values)
 
 
-def load_tuple_wire(
+def load_tuple_wire_reference(
     buf: bytes,
     start: int,
     text_loaders: Sequence[Callable[[bytes], object]],
@@ -256,6 +257,29 @@ def load_tuple_wire(
     values: list[object] = []
     walk_tuple(buf, start, values, text_loaders, binary_loaders, None, UNCHANGED_TOAST)
     return values
+
+
+def _load_tuple_wire_compiled(
+    buf: bytes,
+    start: int,
+    text_loaders: Sequence[Callable[[bytes], object]],
+    binary_loaders: Sequence[Callable[[bytes], object]],
+) -> list[object]:
+    """``load_tuple_wire_reference`` in one C call; the reference does what C gives up on."""
+    assert COMPILED is not None
+    values: list[object] | None = COMPILED.load(
+        buf, start, text_loaders, binary_loaders, None, UNCHANGED_TOAST
+    )
+    if values is None:
+        return load_tuple_wire_reference(buf, start, text_loaders, binary_loaders)
+    return values
+
+
+load_tuple_wire: Final = (
+    load_tuple_wire_reference if COMPILED is None else _load_tuple_wire_compiled
+)
+"""Convert a TupleData part straight from its message bytes: ``load_tuple_wire_reference``,
+in C when the kernel was built (``decoder.native``)."""
 
 
 def _bytes_reader(read: Reader) -> _Load:

@@ -16,9 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from decoder import ColumnKind, ColumnValue, TupleData, native
+from decoder import UNCHANGED_TOAST, ColumnKind, ColumnValue, TupleData, native
 from decoder.parser import row_message_is_valid, row_message_is_valid_reference
 from decoder.tupledata import TupleDataError, skip_tuple, walk_tuple, walk_tuple_reference
+from decoder.values import load_tuple_wire, load_tuple_wire_reference
 from tests.support.decoder_data import ROW_PAYLOADS, tuples
 from tests.support.pgoutput_builder import encode_tuple
 
@@ -215,3 +216,31 @@ def test_the_compiled_walk_hands_what_it_cannot_do_to_the_reference():
     assert walk_tuple(bytearray(part), 1, [], loaders, loaders, None, "u") == len(part)
     with pytest.raises(ValueError, match="refused"):
         walk_tuple(b"\x00\x00\x01t\x00\x00\x00\x01!", 1, [], [_picky], [], None, "u")
+
+
+def _load_outcome(load, buf, text, binary):
+    try:
+        return ("ok", load(buf, 1, text, binary))
+    except TupleDataError as error:
+        return ("error", error.reason, error.offset)
+    except (ValueError, IndexError) as error:
+        return ("raised", type(error).__name__, str(error))
+
+
+@given(
+    tuples,
+    st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=2),
+    st.integers(0, 10),
+    st.tuples(st.sampled_from([_picky, len, bytes.upper]), st.integers(0, 8)),
+)
+def test_both_loads_convert_the_same_values_and_raise_the_same_errors(data, damage, cut, load):
+    part = bytearray(b"\x00" + encode_tuple(data))
+    for position, value in damage:
+        part[position % len(part)] = value
+    buf = bytes(part[: max(0, len(part) - cut)])
+    loader, loaders = load
+    text, binary = [loader] * loaders, (loader,) * loaders  # counts that differ: an error
+    reference = _load_outcome(load_tuple_wire_reference, buf, text, binary)
+    assert _load_outcome(load_tuple_wire, buf, text, binary) == reference
+    loaded = _kernel().load(buf, 1, text, binary, None, UNCHANGED_TOAST)
+    assert loaded is None or reference == ("ok", loaded)
