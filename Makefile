@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 PG15_BIN := /usr/lib/postgresql/15/bin
 
-.PHONY: setup demo test lint typecheck pg15 promtool lock
+.PHONY: setup demo test lint typecheck compiler pg15 promtool lock
 
 # Every dependency comes from the lock (exact versions and hashes, see `make lock`); the
 # project itself is installed editable on top, without resolving anything again.
@@ -33,6 +33,14 @@ lock: setup
 demo: setup
 	$(BIN)/wal2delta demo
 
+# A C compiler for the decoder's compiled TupleData walk (decoder/_tuplewalk.c), before the
+# package is installed: without one it installs with the Python walk, which `make test`
+# refuses (tests/unit/decoder/test_native.py). Needs root or sudo on Debian/Ubuntu.
+compiler:
+	@if ! command -v cc >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null; \
+	fi
+
 # Debian's PostgreSQL 15 for the cross-version tests (needs root or sudo on Debian/Ubuntu).
 pg15:
 	@if [ ! -x $(PG15_BIN)/postgres ]; then \
@@ -52,5 +60,5 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-test: setup pg15 promtool lint typecheck
+test: compiler setup pg15 promtool lint typecheck
 	$(BIN)/pytest
