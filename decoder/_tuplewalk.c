@@ -131,24 +131,26 @@ release(Py_buffer *view)
     }
 }
 
-/* Item ``index`` of the loader sequence ``seq`` (borrowed for a list or tuple, new otherwise);
- * NULL without an exception set when there is none. */
+/* Item ``index`` of the loader sequence ``seq``, a new reference (a loader may change the
+ * list it came from while it runs); NULL without an exception set when there is none. */
 static PyObject *
-loader_at(PyObject *seq, Py_ssize_t index, int *owned)
+loader_at(PyObject *seq, Py_ssize_t index)
 {
-    *owned = 0;
+    PyObject *item = NULL;
     if (PyList_CheckExact(seq)) {
-        return index < PyList_GET_SIZE(seq) ? PyList_GET_ITEM(seq, index) : NULL;
+        item = index < PyList_GET_SIZE(seq) ? PyList_GET_ITEM(seq, index) : NULL;
+        Py_XINCREF(item);
+        return item;
     }
     if (PyTuple_CheckExact(seq)) {
-        return index < PyTuple_GET_SIZE(seq) ? PyTuple_GET_ITEM(seq, index) : NULL;
+        item = index < PyTuple_GET_SIZE(seq) ? PyTuple_GET_ITEM(seq, index) : NULL;
+        Py_XINCREF(item);
+        return item;
     }
-    PyObject *item = PySequence_GetItem(seq, index);
+    item = PySequence_GetItem(seq, index);
     if (item == NULL) {
         PyErr_Clear();
-        return NULL;
     }
-    *owned = 1;
     return item;
 }
 
@@ -157,8 +159,7 @@ loader_at(PyObject *seq, Py_ssize_t index, int *owned)
 static PyObject *
 load_value(PyObject *loaders, Py_ssize_t index, const unsigned char *data, Py_ssize_t size)
 {
-    int owned;
-    PyObject *loader = loader_at(loaders, index, &owned);
+    PyObject *loader = loader_at(loaders, index);
     if (loader == NULL) {
         return NULL;
     }
@@ -168,9 +169,7 @@ load_value(PyObject *loaders, Py_ssize_t index, const unsigned char *data, Py_ss
         value = PyObject_CallOneArg(loader, raw);
         Py_DECREF(raw);
     }
-    if (owned) {
-        Py_DECREF(loader);
-    }
+    Py_DECREF(loader);
     if (value == NULL) {
         PyErr_Clear();
     }
