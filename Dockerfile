@@ -49,7 +49,7 @@ RUN /opt/wal2delta/bin/pip install --require-hashes -r requirements/runtime.lock
         /opt/wal2delta/bin/pip install --require-hashes -r requirements/classic.lock; \
     fi
 
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY capture/ capture/
 COPY daemon/ daemon/
 COPY decoder/ decoder/
