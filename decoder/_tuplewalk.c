@@ -24,40 +24,7 @@
 #include <Python.h>
 #include <stdint.h>
 
-/* Offset after the TupleData part at buf[pos:], or -1 when it does not fit buf. */
-static Py_ssize_t
-tuple_end_at(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos)
-{
-    if (pos < 0 || pos > len - 2) {
-        return -1;
-    }
-    unsigned int count = ((unsigned int)buf[pos] << 8) | buf[pos + 1];
-    pos += 2;
-    for (unsigned int i = 0; i < count; i++) {
-        if (pos >= len) {
-            return -1;
-        }
-        unsigned char kind = buf[pos];
-        if (kind == 't' || kind == 'b') {
-            if (pos > len - 5) {
-                return -1;
-            }
-            uint32_t size = ((uint32_t)buf[pos + 1] << 24) | ((uint32_t)buf[pos + 2] << 16)
-                            | ((uint32_t)buf[pos + 3] << 8) | (uint32_t)buf[pos + 4];
-            if ((uint64_t)size > (uint64_t)(len - pos - 5)) {
-                return -1;
-            }
-            pos += 5 + (Py_ssize_t)size;
-        }
-        else if (kind == 'n' || kind == 'u') {
-            pos += 1;
-        }
-        else {
-            return -1;
-        }
-    }
-    return pos;
-}
+static Py_ssize_t tuple_end_at(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos);
 
 /* The same verdict as parser.row_message_is_valid (see there). */
 static int
@@ -176,13 +143,14 @@ load_value(PyObject *loaders, Py_ssize_t index, const unsigned char *data, Py_ss
     return value;
 }
 
-/* tupledata.walk_tuple building ``out``; -1 when it cannot (see walk's docstring). */
+/* The one loop over a TupleData part's columns (tupledata.walk_tuple_reference's): the
+ * offset after the part at buf[pos:], or -1 when it does not fit buf. With ``out`` (a list)
+ * each column's value is appended - a loader's result, ``null`` or ``unchanged`` - and -1
+ * also means a loader is missing or raised; without it (NULL) the walk only validates. */
 static Py_ssize_t
-walk_into(PyObject *bytes, Py_ssize_t pos, PyObject *out, PyObject *text, PyObject *binary,
-          PyObject *null, PyObject *unchanged)
+walk_part(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, PyObject *out,
+          PyObject *text, PyObject *binary, PyObject *null, PyObject *unchanged)
 {
-    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(bytes);
-    Py_ssize_t len = PyBytes_GET_SIZE(bytes);
     if (pos < 0 || pos > len - 2) {
         return -1;
     }
@@ -193,7 +161,7 @@ walk_into(PyObject *bytes, Py_ssize_t pos, PyObject *out, PyObject *text, PyObje
             return -1;
         }
         unsigned char kind = buf[pos];
-        PyObject *value;
+        PyObject *value = NULL;
         if (kind == 't' || kind == 'b') {
             if (pos > len - 5) {
                 return -1;
@@ -203,29 +171,55 @@ walk_into(PyObject *bytes, Py_ssize_t pos, PyObject *out, PyObject *text, PyObje
             if ((uint64_t)size > (uint64_t)(len - pos - 5)) {
                 return -1;
             }
-            value = load_value(kind == 't' ? text : binary, (Py_ssize_t)i, buf + pos + 5,
-                               (Py_ssize_t)size);
-            if (value == NULL) {
-                return -1;
+            if (out != NULL) {
+                value = load_value(kind == 't' ? text : binary, (Py_ssize_t)i, buf + pos + 5,
+                                   (Py_ssize_t)size);
+                if (value == NULL) {
+                    return -1;
+                }
             }
             pos += 5 + (Py_ssize_t)size;
         }
         else if (kind == 'n' || kind == 'u') {
-            value = kind == 'n' ? null : unchanged;
-            Py_INCREF(value);
+            if (out != NULL) {
+                value = kind == 'n' ? null : unchanged;
+                Py_INCREF(value);
+            }
             pos += 1;
         }
         else {
             return -1;
         }
-        int appended = PyList_Append(out, value);
-        Py_DECREF(value);
-        if (appended < 0) {
-            PyErr_Clear();
-            return -1;
+        if (out != NULL) {
+            int appended = PyList_Append(out, value);
+            Py_DECREF(value);
+            if (appended < 0) {
+                PyErr_Clear();
+                return -1;
+            }
         }
     }
     return pos;
+}
+
+static Py_ssize_t
+tuple_end_at(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos)
+{
+    return walk_part(buf, len, pos, NULL, NULL, NULL, NULL, NULL);
+}
+
+/* The checks every function below but row_message_is_valid starts with: ``nargs`` is
+ * ``expected``, args[1] is the start offset. 0, or -1 with an exception set. */
+static int
+start_argument(const char *name, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expected,
+               Py_ssize_t *start)
+{
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "%s takes exactly %zd arguments", name, expected);
+        return -1;
+    }
+    *start = PyLong_AsSsize_t(args[1]);
+    return (*start == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
 PyDoc_STRVAR(walk_doc,
@@ -238,12 +232,8 @@ PyDoc_STRVAR(walk_doc,
 static PyObject *
 walk(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "walk takes exactly 7 arguments");
-        return NULL;
-    }
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    if (start == -1 && PyErr_Occurred()) {
+    Py_ssize_t start;
+    if (start_argument("walk", args, nargs, 7, &start) < 0) {
         return NULL;
     }
     PyObject *buf = args[0];
@@ -251,12 +241,10 @@ walk(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (!PyBytes_CheckExact(buf) || (out != Py_None && !PyList_CheckExact(out))) {
         return PyLong_FromSsize_t(-1);
     }
-    if (out == Py_None) {
-        return PyLong_FromSsize_t(
-            tuple_end_at((const unsigned char *)PyBytes_AS_STRING(buf), PyBytes_GET_SIZE(buf),
-                         start));
-    }
-    return PyLong_FromSsize_t(walk_into(buf, start, out, args[3], args[4], args[5], args[6]));
+    return PyLong_FromSsize_t(walk_part((const unsigned char *)PyBytes_AS_STRING(buf),
+                                        PyBytes_GET_SIZE(buf), start,
+                                        out == Py_None ? NULL : out, args[3], args[4], args[5],
+                                        args[6]));
 }
 
 PyDoc_STRVAR(load_doc,
@@ -268,12 +256,8 @@ PyDoc_STRVAR(load_doc,
 static PyObject *
 load(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "load takes exactly 6 arguments");
-        return NULL;
-    }
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    if (start == -1 && PyErr_Occurred()) {
+    Py_ssize_t start;
+    if (start_argument("load", args, nargs, 6, &start) < 0) {
         return NULL;
     }
     PyObject *buf = args[0];
@@ -295,7 +279,7 @@ load(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (out == NULL) {
         return NULL;
     }
-    if (walk_into(buf, start, out, args[2], args[3], args[4], args[5]) < 0) {
+    if (walk_part(data, len, start, out, args[2], args[3], args[4], args[5]) < 0) {
         Py_DECREF(out);
         Py_RETURN_NONE;
     }
@@ -309,12 +293,8 @@ PyDoc_STRVAR(tuple_end_doc,
 static PyObject *
 tuple_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "tuple_end takes exactly 2 arguments");
-        return NULL;
-    }
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    if (start == -1 && PyErr_Occurred()) {
+    Py_ssize_t start;
+    if (start_argument("tuple_end", args, nargs, 2, &start) < 0) {
         return NULL;
     }
     Py_buffer view;
@@ -370,6 +350,10 @@ static struct PyModuleDef module_def = {
     "The decoder's validating TupleData walk, compiled (see decoder.kernel).",
     0,
     methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC

@@ -34,3 +34,17 @@ GOLDEN_PAYLOADS = _golden_payloads()
 
 ROW_PAYLOADS = [g for g in GOLDEN_PAYLOADS if g[0][:1] in (b"I", b"U", b"D")]
 """The INSERT, UPDATE and DELETE payloads among them."""
+
+
+def damaged(payload: bytes, damage: list[tuple[int, int]], how: str) -> bytes:
+    """``payload`` with bytes replaced, inserted or deleted (``how``) at the given positions."""
+    data = bytearray(payload)
+    for position, value in damage:
+        index = position % (len(data) + 1)
+        if how == "replace" and index < len(data):
+            data[index] = value
+        elif how == "insert":
+            data.insert(index, value)
+        elif how == "delete" and index < len(data):
+            del data[index]
+    return bytes(data)

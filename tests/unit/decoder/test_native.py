@@ -20,7 +20,7 @@ from decoder import UNCHANGED_TOAST, ColumnKind, ColumnValue, TupleData, native
 from decoder.parser import row_message_is_valid, row_message_is_valid_reference
 from decoder.tupledata import TupleDataError, skip_tuple, walk_tuple, walk_tuple_reference
 from decoder.values import load_tuple_wire, load_tuple_wire_reference
-from tests.support.decoder_data import ROW_PAYLOADS, tuples
+from tests.support.decoder_data import ROW_PAYLOADS, damaged, tuples
 from tests.support.pgoutput_builder import encode_tuple
 
 SOME_TUPLE = TupleData(
@@ -47,19 +47,6 @@ def _reference_end(buf: bytes, start: int) -> int:
         return skip_tuple(buf, start)
     except (TupleDataError, IndexError):
         return -1
-
-
-def _damaged(payload: bytes, damage: list[tuple[int, int]], how: str) -> bytes:
-    data = bytearray(payload)
-    for position, value in damage:
-        index = position % (len(data) + 1)
-        if how == "replace" and index < len(data):
-            data[index] = value
-        elif how == "insert":
-            data.insert(index, value)
-        elif how == "delete" and index < len(data):
-            del data[index]
-    return bytes(data)
 
 
 @pytest.mark.skipif(
@@ -106,7 +93,7 @@ def test_both_forms_accept_every_real_row_payload():
 )
 def test_both_forms_agree_on_damaged_payloads(golden, damage, how, flip, cut):
     payload, _, in_stream = golden
-    data = _damaged(payload, damage, how)
+    data = damaged(payload, damage, how)
     data = data[: max(0, len(data) - cut)]
     stream = in_stream != flip
     assert _kernel().row_message_is_valid(data, stream) == row_message_is_valid_reference(
