@@ -65,10 +65,6 @@ class FlushTracker:
         """End LSN of the newest transaction that is durable along with all earlier ones."""
         return self._durable
 
-    @property
-    def pending_count(self) -> int:
-        return len(self._pending)
-
     def on_data(self, wal_start: int) -> None:
         """A data frame starting at ``wal_start`` arrived."""
         self._received = max(self._received, wal_start)

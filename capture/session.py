@@ -54,7 +54,6 @@ from decoder import (
     Lsn,
     MessageChange,
     NonTransactionalMessage,
-    ProtocolOptions,
     Relation,
     RowChange,
     StreamAborted,
@@ -89,9 +88,6 @@ class ServiceState:
     connected: bool = False
     last_loop_at: float = field(default_factory=time.monotonic)
     last_applied_commit_time: float | None = None
-    flushed_lsn: int = 0
-    pending: int = 0
-    options: ProtocolOptions | None = None
     pending_commits: deque[tuple[int, float]] = field(default_factory=deque)
     not_streaming: str | None = None
     """Why the daemon is not streaming right now (the last retryable error), for /readyz."""
@@ -187,7 +183,6 @@ class Session:
             if frames:
                 self._update_gauges()
             self._collect_reports()
-            self.state.pending = self.tracker.pending_count
             now = clock()
             if self.batcher.due(now, backlog=self._sink_busy()):
                 self._hand_off(self.batcher.take())
@@ -479,7 +474,6 @@ class Session:
         self.metrics.status_updates.labels(reason=reason).inc()
         self.metrics.written_lsn.set(positions.write)
         self.metrics.flushed_lsn.set(positions.flush)
-        self.state.flushed_lsn = positions.flush
 
 
 _HAND_OFF_SLICE = 512

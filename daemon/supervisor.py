@@ -208,7 +208,6 @@ class Supervisor:
         settings = self.settings
         info: SourceInfo = prepare_source(settings, self._markers())
         options = info.options
-        self.state.options = options
         self.metrics.build_info.labels(
             version=package_version(),
             proto_version=str(options.proto_version),
