@@ -35,7 +35,7 @@ from decoder.errors import MalformedMessageError
 from decoder.messages import ColumnKind, Relation, TupleData
 from decoder.native import COMPILED
 from decoder.textforms import Reader, UnknownBinaryFormatError, format_interval
-from decoder.tupledata import walk_tuple
+from decoder.tupledata import walk_tuple, walk_tuple_reference
 from decoder.usertypes import TypeLookup, UserTypeForms
 
 
@@ -255,7 +255,7 @@ def load_tuple_wire_reference(
     if count != len(text_loaders):
         raise ValueError(f"tuple has {count} columns, not {len(text_loaders)}")
     values: list[object] = []
-    walk_tuple(buf, start, values, text_loaders, binary_loaders, None, UNCHANGED_TOAST)
+    walk_tuple_reference(buf, start, values, text_loaders, binary_loaders, None, UNCHANGED_TOAST)
     return values
 
 
