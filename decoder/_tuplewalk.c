@@ -1,20 +1,24 @@
 /*
- * decoder._tuplewalk: the compiled form of the decoder's validating TupleData walk.
+ * decoder._tuplewalk: the compiled form of the decoder's TupleData walk.
  *
  * Theory of operation
  * -------------------
- * Every row message of a stream is validated when it arrives (parser.row_message_is_valid)
- * and its tuples are skipped again when it is read back (parser.row_parts). Both walk the
- * TupleData columns (tupledata.walk_tuple) without building anything, and on CPython that
- * walk is a fifth of the capture path's CPU. This module does the same walk in C and
- * nothing else: it reads bytes, builds no Python object per column, and answers only
- * "where does the part end" and "is this a row message scan_row_message accepts".
+ * Every row message of a stream is walked three times: validated when it arrives
+ * (parser.row_message_is_valid), its tuples skipped when it is read back (parser.row_parts),
+ * and its values converted by the sink's planner (values.load_tuple_wire, through
+ * tupledata.walk_tuple). On CPython the loop over the columns was a fifth of the capture
+ * path's CPU and a quarter of the planner's. This module runs that one loop (walk_part) in
+ * C: without a list it only finds where the part ends; with one it appends each column's
+ * value - its loader's result (the loaders stay Python callables, psycopg's), or the NULL or
+ * unchanged-TOAST marker it is given.
  *
- * The Python functions stay the reference (decoder.kernel picks one of the two at import):
- * both answer the same for every input (tests/unit/test_kernel.py compares them on
- * golden messages and on hypothesis-generated and mutated ones). Any failure here answers
- * -1 or False, never an error text: the callers then run the Python path, which finds the
- * same verdict and words the error with offset and message type.
+ * The Python functions stay the reference (decoder/native.py picks one of the two forms at
+ * import): both answer the same for every input (tests/unit/decoder/test_native.py compares
+ * them on golden messages and on hypothesis-generated and damaged ones). Any failure here -
+ * a part that does not fit, a loader that is missing or raises, an argument of another type
+ * than the fast path takes - answers -1, None or False and never an error text: the caller
+ * then runs the Python reference, which finds the same verdict and words the error with its
+ * offset and message type.
  *
  * Wire format (logicalrep_write_tuple): Int16 column count, then per column a status byte:
  * 'n' NULL, 'u' unchanged TOAST (nothing follows), 't' text or 'b' binary followed by an

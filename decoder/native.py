@@ -1,12 +1,13 @@
 """Which form of the decoder's hottest loop runs: the compiled kernel or the Python one.
 
-Theory of operation: the validating TupleData walk (``tupledata.walk_tuple`` without
-building anything) runs for every row message twice - when it arrives
-(``parser.row_message_is_valid``) and when it is read back (``parser.row_parts``). It is
-also written in C (``decoder/_tuplewalk.c``), built when the package is installed. The
-Python functions stay the reference: both forms give the same answer for every input
-(``tests/unit/test_native.py``), and whatever the C walk rejects is looked at again by the
-Python parser, which words the error.
+Theory of operation: the TupleData walk runs three times for every row message - to
+validate it when it arrives (``parser.row_message_is_valid``), to skip a tuple when it is
+read back (``parser.row_parts``), and to convert its values in the sink's planner
+(``values.load_tuple_wire``). It is also written in C (``decoder/_tuplewalk.c``), built
+when the package is installed. The Python functions stay the reference (the ``*_reference``
+names); both forms give the same answer for every input
+(``tests/unit/decoder/test_native.py``), and whatever the C walk cannot finish is done
+again by the reference, which words the error.
 
 The extension is optional at install (a machine without a C compiler still gets a
 working, slower daemon); ``KERNEL`` says which form runs, and the daemon reports it in
