@@ -212,7 +212,7 @@ tuple_end_at(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos)
     return walk_part(buf, len, pos, NULL, NULL, NULL, NULL, NULL);
 }
 
-/* The checks every function below but row_message_is_valid starts with: ``nargs`` is
+/* The checks walk and load start with: ``nargs`` is
  * ``expected``, args[1] is the start offset. 0, or -1 with an exception set. */
 static int
 start_argument(const char *name, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expected,
@@ -290,28 +290,6 @@ load(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
-PyDoc_STRVAR(tuple_end_doc,
-"tuple_end(buf, start, /)\n--\n\n"
-"Offset after the TupleData part at buf[start:], or -1 when it does not fit buf.");
-
-static PyObject *
-tuple_end(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    Py_ssize_t start;
-    if (start_argument("tuple_end", args, nargs, 2, &start) < 0) {
-        return NULL;
-    }
-    Py_buffer view;
-    const unsigned char *data;
-    Py_ssize_t len;
-    if (borrow(args[0], &view, &data, &len) < 0) {
-        return NULL;
-    }
-    Py_ssize_t end = tuple_end_at(data, len, start);
-    release(&view);
-    return PyLong_FromSsize_t(end);
-}
-
 PyDoc_STRVAR(row_message_is_valid_doc,
 "row_message_is_valid(buf, in_stream, /)\n--\n\n"
 "True when buf is an INSERT, UPDATE or DELETE that scan_row_message accepts; False means\n"
@@ -340,7 +318,6 @@ row_message_is_valid(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyMethodDef methods[] = {
-    {"tuple_end", (PyCFunction)(void (*)(void))tuple_end, METH_FASTCALL, tuple_end_doc},
     {"walk", (PyCFunction)(void (*)(void))walk, METH_FASTCALL, walk_doc},
     {"load", (PyCFunction)(void (*)(void))load, METH_FASTCALL, load_doc},
     {"row_message_is_valid", (PyCFunction)(void (*)(void))row_message_is_valid, METH_FASTCALL,

@@ -2,7 +2,6 @@
 
 from collections.abc import Callable, Sequence
 
-def tuple_end(buf: bytes, start: int, /) -> int: ...
 def row_message_is_valid(buf: bytes, in_stream: bool, /) -> bool: ...
 def walk(
     buf: bytes,

@@ -584,11 +584,6 @@ row_message_is_valid: Callable[[bytes, bool], bool] = (
 )
 """``row_message_is_valid_reference``, compiled when the kernel was built."""
 
-_valid_tuple_end: Callable[[bytes, int], int] = (
-    skip_tuple if COMPILED is None else COMPILED.tuple_end
-)
-"""The end of a TupleData part already proven valid."""
-
 
 RowParts = tuple[int, RowOperation, Literal["K", "O"] | None, TupleData | None, TupleData | None]
 """``(relation_id, op, old_kind, old tuple, new tuple)`` of a row message."""
@@ -619,5 +614,5 @@ def row_parts(buf: bytes, in_stream: bool) -> RowParts:
     if marker == _TAG_N:
         return relation_id, "update", None, None, from_wire(buf, pos + 1)
     old = from_wire(buf, pos + 1)
-    end = _valid_tuple_end(buf, pos + 1)
+    end = skip_tuple(buf, pos + 1)
     return relation_id, "update", _OLD_KIND[marker], old, from_wire(buf, end + 1)

@@ -129,7 +129,7 @@ def test_both_forms_find_the_same_tuple_end(data, tail, damage, cut):
     for position, value in damage:
         part[position % len(part)] = value
     buf = bytes(part[: max(0, len(part) - cut)])
-    assert _kernel().tuple_end(buf, 1) == _reference_end(buf, 1)
+    assert _kernel().walk(buf, 1, None, (), (), None, None) == _reference_end(buf, 1)
 
 
 def test_the_compiled_walk_reads_any_buffer_and_refuses_what_is_none():
@@ -138,13 +138,13 @@ def test_the_compiled_walk_reads_any_buffer_and_refuses_what_is_none():
     for form in (bytearray(payload), memoryview(payload)):
         assert kernel.row_message_is_valid(form, in_stream)
     part = b"\x00" + encode_tuple(SOME_TUPLE)
-    assert kernel.tuple_end(memoryview(part), 1) == len(part)
-    assert kernel.tuple_end(part, -1) == -1
-    assert kernel.tuple_end(part, len(part) + 5) == -1
+    assert kernel.walk(part, 1, None, (), (), None, None) == len(part)
+    assert kernel.walk(part, -1, None, (), (), None, None) == -1
+    assert kernel.walk(part, len(part) + 5, None, (), (), None, None) == -1
     with pytest.raises(TypeError):
         kernel.row_message_is_valid("text", False)
     with pytest.raises(TypeError):
-        kernel.tuple_end(part)
+        kernel.walk(part, 1)
 
 
 def _outcome(walk, buf, out, text, binary):
