@@ -32,6 +32,7 @@ from decoder import format_lsn
 from devtools.verify import compare_table
 from sink import history_path, table_path
 from sink.constants import SNAPSHOTS_TABLE
+from sink.sql import SNAPSHOT_COLUMNS
 from tests.support.harness import start_daemon
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -103,8 +104,9 @@ class Workload:
         markers = self.lake / SNAPSHOTS_TABLE
         if not (markers / "_delta_log").is_dir():
             return False
+        slot, status, *_ = SNAPSHOT_COLUMNS
         rows = DeltaTable(str(markers)).to_pyarrow_table().to_pylist()
-        return any(r["slot"] == "w2d_crash" and r["status"] == "complete" for r in rows)
+        return any(r[slot] == "w2d_crash" and r[status] == "complete" for r in rows)
 
     def step(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
         rng = self.rng
