@@ -19,6 +19,7 @@ from capture.errors import (
     SlotInUseError,
     SlotInvalidatedError,
     SlotNotFoundError,
+    SlotUndecodableError,
     SourceRefusedError,
     map_psycopg_errors,
 )
@@ -31,7 +32,12 @@ from capture.settings import BatchSettings, CaptureSettings, ReconnectSettings, 
 from capture.sink_worker import AppliedBatch, FailedBatch, SinkWorker
 from capture.slots import PublishedTable, current_wal_lsn, read_published_tables, slot_state
 from capture.snapshot import SnapshotCopier, SnapshotMarker, SnapshotMarkerStore
-from capture.startup import SourceInfo, ensure_snapshot, prepare_source
+from capture.startup import (
+    SourceInfo,
+    drop_undecodable_slot,
+    ensure_snapshot,
+    prepare_source,
+)
 from capture.stream import ReplicationStream
 
 __all__ = [
@@ -63,6 +69,7 @@ __all__ = [
     "SlotInvalidatedError",
     "SlotNotFoundError",
     "SlotSample",
+    "SlotUndecodableError",
     "SnapshotCopier",
     "SnapshotMarker",
     "SnapshotMarkerStore",
@@ -71,6 +78,7 @@ __all__ = [
     "SourceMonitor",
     "SourceRefusedError",
     "current_wal_lsn",
+    "drop_undecodable_slot",
     "ensure_snapshot",
     "map_psycopg_errors",
     "negotiate",

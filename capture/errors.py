@@ -6,6 +6,7 @@ and chained with ``raise ... from`` so the original stays available.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import ClassVar, Final
@@ -60,6 +61,42 @@ class SlotInvalidatedError(CaptureError):
 
 class SlotNotFoundError(CaptureError):
     """The slot does not exist and the configuration does not allow creating it."""
+
+
+class SlotUndecodableError(CaptureError):
+    """The server's logical decoding fails on this slot's WAL, the same way every time.
+
+    Reconnecting replays the same WAL from the slot's restart point into the same error,
+    so this is not retried. Seen with PostgreSQL's own defect around slot creation
+    (reproduced on 15 and 18): a catalog change (``TRUNCATE``, ``ALTER TABLE``) committed while the slot waited
+    for older transactions to end can stay invisible to the historic snapshots of
+    transactions decoded after the slot became consistent, and the server ends the stream
+    with ``could not map filenumber ... to relation OID`` (``filenode`` before 16).
+
+    Attributes:
+        server_message: the server's primary message.
+    """
+
+    def __init__(self, message: str, *, server_message: str) -> None:
+        super().__init__(message)
+        self.server_message = server_message
+
+
+# The server's messages that mean its logical decoding cannot get past the slot's WAL.
+_UNDECODABLE = re.compile(r"could not map (?:filenode|filenumber) \".*\" to relation OID")
+
+
+def replication_stream_ended(server_message: str | None) -> CaptureError:
+    """The error for a stream the server ended with ``server_message`` (None: no reason).
+
+    A decoding failure that repeats on every attempt is a ``SlotUndecodableError``;
+    anything else (shutdown, a lost connection, a dropped publication that may come
+    back) is a lost connection, retried.
+    """
+    text = f"server ended the replication stream: {server_message or 'no reason given'}"
+    if server_message is not None and _UNDECODABLE.search(server_message):
+        return SlotUndecodableError(text, server_message=server_message)
+    return ReplicationConnectionLostError(text)
 
 
 class ServerCapabilityError(CaptureError):

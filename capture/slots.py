@@ -280,7 +280,7 @@ def ensure_publication(
 
 
 def drop_slot(conn: Conn, slot: str) -> None:
-    """Drop ``slot`` if it exists (used by the demo and tests)."""
+    """Drop ``slot`` if it exists."""
     conn.execute(
         "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
         (slot,),

@@ -4,16 +4,24 @@
 server, creates or checks the publication(s) and the slot, and negotiates the protocol.
 ``ensure_snapshot`` copies the tables in the snapshot a freshly created slot exports,
 unless the sink's markers say this slot's snapshot completed (``capture.snapshot``).
+``drop_undecodable_slot`` clears the way for a new snapshot when the server cannot decode
+a slot it has just created (``SlotUndecodableError``).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import psycopg
 import structlog
 
-from capture.errors import CaptureError, SlotNotFoundError, map_psycopg_errors
+from capture.errors import (
+    CaptureError,
+    SlotNotFoundError,
+    SlotUndecodableError,
+    map_psycopg_errors,
+)
 from capture.metrics import Metrics
 from capture.negotiation import negotiate
 from capture.settings import CaptureSettings
@@ -159,3 +167,62 @@ def ensure_snapshot(
         SnapshotMarker(slot=slot, status="complete", consistent_point=exported.consistent_point)
     )
     return exported.consistent_point
+
+
+def drop_undecodable_slot(
+    settings: CaptureSettings,
+    markers: SnapshotMarkerStore | None,
+    error: SlotUndecodableError,
+    *,
+    release_timeout: float = 30.0,
+) -> None:
+    """Drop a slot the server cannot decode, so that the next session copies the tables again.
+
+    Such a slot is useless for good: every session replays the same WAL into the same
+    error. With ``snapshot.mode: initial`` it is treated like a dropped slot (``prepare_source``):
+    a new slot and a new snapshot bring every table back to the source's state, and nothing
+    past the lake's durable position was acknowledged. Without an initial snapshot the
+    error is final, with what the operator can do.
+
+    Raises:
+        SlotUndecodableError: ``snapshot.mode`` is not ``initial`` (terminal).
+    """
+    slot = settings.slot
+    if not settings.initial_snapshot:
+        raise SlotUndecodableError(
+            f"{error}. PostgreSQL cannot decode replication slot {slot!r} and fails the same "
+            "way on every attempt, so wal2delta stops instead of retrying. Drop the slot and "
+            "start with snapshot.mode: initial to copy the tables afresh (wal2delta then "
+            "does this on its own when it happens again).",
+            server_message=error.server_message,
+        )
+    marker = markers.load_snapshot_marker(slot) if markers is not None else None
+    with (
+        map_psycopg_errors(f"dropping undecodable slot {slot!r}"),
+        psycopg.connect(settings.conninfo, autocommit=True) as conn,
+    ):
+        state = slot_state(conn, slot)
+        deadline = time.monotonic() + release_timeout
+        while state is not None and state.active_pid is not None and time.monotonic() < deadline:
+            time.sleep(0.1)  # the walsender that failed is still exiting
+            state = slot_state(conn, slot)
+        log.error(
+            "postgresql cannot decode the slot; dropping it to copy the tables again",
+            slot=slot,
+            server_message=error.server_message,
+            restart_lsn=format_lsn(state.restart_lsn) if state and state.restart_lsn else None,
+            confirmed_flush_lsn=(
+                format_lsn(state.confirmed_flush_lsn)
+                if state and state.confirmed_flush_lsn
+                else None
+            ),
+            snapshot_consistent_point=(
+                format_lsn(marker.consistent_point) if marker is not None else None
+            ),
+            likely_cause=(
+                "a catalog change (TRUNCATE, ALTER TABLE) committed while the slot was being "
+                "created is missing from the server's historic snapshot (a PostgreSQL logical "
+                "decoding defect)"
+            ),
+        )
+        drop_slot(conn, slot)

@@ -18,9 +18,13 @@ import time
 from collections.abc import Mapping
 
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
 
-from capture.errors import ReplicationConnectionLostError, map_psycopg_errors
+from capture.errors import (
+    ReplicationConnectionLostError,
+    map_psycopg_errors,
+    replication_stream_ended,
+)
 from capture.snapshot import ExportedSnapshot
 from decoder import format_lsn, parse_lsn
 
@@ -97,6 +101,8 @@ class ReplicationStream:
 
         Raises:
             ReplicationConnectionLostError: the server ended the stream or the link broke.
+            SlotUndecodableError: the server cannot decode the slot's WAL (it ends the
+                stream the same way on every attempt).
         """
         frames: list[bytes] = []
         pgconn = self._pgconn
@@ -107,16 +113,21 @@ class ReplicationStream:
                 if size == 0:
                     break
                 if size < 0:
-                    raise ReplicationConnectionLostError(self._end_of_copy_reason())
+                    raise replication_stream_ended(self._end_of_copy_message())
                 frames.append(bytes(data))
         except psycopg.OperationalError as exc:
             raise ReplicationConnectionLostError("replication stream broke") from exc
         return frames
 
-    def _end_of_copy_reason(self) -> str:
+    def _end_of_copy_message(self) -> str | None:
+        """The server's primary message for ending the stream (None: it gave none)."""
         result = self._pgconn.get_result()
-        message = result.error_message.decode(errors="replace") if result is not None else ""
-        return f"server ended the replication stream: {message or 'no reason given'}".strip()
+        if result is None:
+            return None
+        primary = result.error_field(pq.DiagnosticField.MESSAGE_PRIMARY)
+        if primary:
+            return primary.decode(errors="replace")
+        return result.error_message.decode(errors="replace").strip() or None
 
     def send(self, payload: bytes) -> None:
         """Send one CopyData message and flush it."""

@@ -13,6 +13,12 @@ server sends everything after the acknowledged position again, and the sink's re
 guard makes that harmless. Terminal errors (decode errors, data errors, a lost slot,
 impossible configuration) stop the daemon with a message that says what to fix.
 
+One failure is neither: a slot the server cannot decode (``SlotUndecodableError``, a
+PostgreSQL defect around slot creation). Retrying repeats it, so with
+``snapshot.mode: initial`` the supervisor has ``capture.drop_undecodable_slot`` drop the
+slot and the next session copies the tables again, as after a dropped slot (at most
+``MAX_SLOT_RECREATIONS`` times per run); otherwise it is terminal.
+
 Each session first runs ``capture.prepare_source`` (server checks, publication, slot,
 protocol negotiation) and, with an initial snapshot, ``capture.ensure_snapshot``.
 """
@@ -43,10 +49,12 @@ from capture import (
     Session,
     SinkWorker,
     SlotInvalidatedError,
+    SlotUndecodableError,
     SnapshotMarkerStore,
     SourceInfo,
     SourceMonitor,
     SourceRefusedError,
+    drop_undecodable_slot,
     ensure_snapshot,
     prepare_source,
     start_replication_options,
@@ -57,6 +65,9 @@ from decoder import DECODER_KERNEL, Assembler, Lsn, Wal2DeltaError, spilling_buf
 from sink import Sink
 
 log = structlog.get_logger("wal2delta.supervisor")
+
+MAX_SLOT_RECREATIONS = 3
+"""How often one run drops an undecodable new slot and copies again before giving up."""
 
 
 class Supervisor:
@@ -93,6 +104,7 @@ class Supervisor:
             lambda: self.state.apply_lag_seconds(time.time())
         )
         self._durable = Lsn(0)
+        self._slot_recreations = 0
         self._session: Session | None = None
         self._worker: SinkWorker | None = None
         self._spool_dir: Path | None = None
@@ -149,6 +161,19 @@ class Supervisor:
                 try:
                     self._run_session()
                     return
+                except SlotUndecodableError as exc:
+                    self.metrics.record_error("capture", exc, time.time())
+                    self._restart_worker()
+                    if self._slot_recreations >= MAX_SLOT_RECREATIONS:
+                        raise SlotUndecodableError(
+                            f"{exc} The slot was dropped and created again "
+                            f"{self._slot_recreations} times in this run and the server still "
+                            "cannot decode it; stopping. Look for DDL running while the slot "
+                            "is created (it waits for open and prepared transactions to end).",
+                            server_message=exc.server_message,
+                        ) from exc
+                    drop_undecodable_slot(self.settings, self._markers(), exc)
+                    self._slot_recreations += 1
                 except Wal2DeltaError as exc:
                     if not exc.retryable:
                         raise
@@ -168,9 +193,7 @@ class Supervisor:
                         error=str(exc),
                     )
                     self.metrics.reconnects.inc()
-                    self._end_session()
-                    self._stop_worker()
-                    self._worker = SinkWorker(self.sink)
+                    self._restart_worker()
                     if self.stop_event.wait(wait):
                         return
                     delay = min(delay * 2, reconnect.max_delay)
@@ -182,6 +205,12 @@ class Supervisor:
                 # Spilled transactions are only ever replayed within one run.
                 shutil.rmtree(self._spool_dir, ignore_errors=True)
                 self._spool_dir = None
+
+    def _restart_worker(self) -> None:
+        """After a failed session: account for what the worker finished, start a new one."""
+        self._end_session()
+        self._stop_worker()
+        self._worker = SinkWorker(self.sink)
 
     def _stop_worker(self) -> None:
         """Stop the sink worker within the shutdown grace period."""

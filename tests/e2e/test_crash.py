@@ -18,6 +18,7 @@ import hashlib
 import os
 import random
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -94,6 +95,10 @@ class Workload:
         # must hold them all. A slot merely existing is not enough: a daemon killed during
         # the snapshot leaves it unfinished, and the next one drops the slot and copies
         # again from a new consistent point.
+        # TRUNCATE (a catalog change) waits for the same moment: committed while a slot is
+        # being created, next to the open prepared transactions that creation waits for, it
+        # can trip PostgreSQL's snapshot-builder defect (tests/e2e/test_undecodable_slot.py),
+        # and the slot copied again would break the change history checked here.
         self.streaming = False
         self._next_snapshot_look = 0.0
 
@@ -126,6 +131,8 @@ class Workload:
             ],
             weights=[40, 8, 12, 12, 3, 8, 8, 12, 10],
         )[0]
+        if kind == "truncate" and not self.streaming:
+            kind = "small"
         if kind == "resolve" and not self.prepared:
             kind = "small"
         if kind == "prepare" and len(self.prepared) >= 5:
@@ -398,6 +405,8 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
             final = start_daemon(config, log, "--endpos", endpos)
             try:
                 final.wait(600)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"final run hung (seed {seed}):\n" + log.read_text()[-3000:])
             finally:
                 if final.poll() is None:
                     final.kill()
@@ -405,6 +414,8 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
                 break
             time.sleep(0.5)
         assert final.returncode == 0, log.read_text()[-3000:]
+        recreated = "postgresql cannot decode the slot" in log.read_text()
+        assert not recreated, f"seed {seed}: the slot was dropped and copied again"
         mismatches = []
         checks: list[tuple[str, str, list[str] | None]] = [(t, t, None) for t in TABLES]
         checks.append((*LEDGER, ["id"]))
