@@ -68,10 +68,11 @@ class SlotUndecodableError(CaptureError):
 
     Reconnecting replays the same WAL from the slot's restart point into the same error,
     so this is not retried. Seen with PostgreSQL's own defect around slot creation
-    (reproduced on 15 and 18): a catalog change (``TRUNCATE``, ``ALTER TABLE``) committed while the slot waited
-    for older transactions to end can stay invisible to the historic snapshots of
-    transactions decoded after the slot became consistent, and the server ends the stream
-    with ``could not map filenumber ... to relation OID`` (``filenode`` before 16).
+    (reproduced on 15 and 18): a catalog change (``TRUNCATE``, ``ALTER TABLE``) committed
+    while the slot waited for older transactions to end can stay invisible to the historic
+    snapshots of transactions decoded after the slot became consistent, and the server
+    ends the stream with ``could not map filenumber ... to relation OID`` (``filenode``
+    before 16).
 
     Attributes:
         server_message: the server's primary message.

@@ -4,8 +4,8 @@
 server, creates or checks the publication(s) and the slot, and negotiates the protocol.
 ``ensure_snapshot`` copies the tables in the snapshot a freshly created slot exports,
 unless the sink's markers say this slot's snapshot completed (``capture.snapshot``).
-``drop_undecodable_slot`` clears the way for a new snapshot when the server cannot decode
-a slot it has just created (``SlotUndecodableError``).
+``drop_undecodable_slot`` clears the way for a new slot and snapshot when the server cannot
+decode the slot (``SlotUndecodableError``).
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ class Supervisor:
                     self._restart_worker()
                     if self._slot_recreations >= MAX_SLOT_RECREATIONS:
                         raise SlotUndecodableError(
-                            f"{exc} The slot was dropped and created again "
+                            f"{exc}. The slot was dropped and created again "
                             f"{self._slot_recreations} times in this run and the server still "
                             "cannot decode it; stopping. Look for DDL running while the slot "
                             "is created (it waits for open and prepared transactions to end).",
