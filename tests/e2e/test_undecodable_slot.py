@@ -9,8 +9,9 @@ caches a historic snapshot whose limits leave the truncation's catalog row invis
 ``p2`` ends the slot is consistent, but transactions decoded with the cached snapshot cannot
 find the table: the server ends every stream with ``could not map filenumber ... to relation
 OID``, replaying the same WAL into the same error on every attempt, as it would for a
-native subscriber. wal2delta recognises the error, drops the slot while it is still in its
-creation window and copies the tables again, after which the lake matches the source.
+native subscriber. wal2delta recognises the error and does not retry it: with
+``snapshot.mode: initial`` it drops the slot and copies the tables again, after which the lake
+matches the source; with ``never`` it stops with what the operator can do.
 """
 
 from __future__ import annotations
