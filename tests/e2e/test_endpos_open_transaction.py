@@ -12,7 +12,6 @@ commit, the next run brings every table level with its source.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import psycopg
@@ -23,7 +22,7 @@ from capture.slots import current_wal_lsn
 from decoder import format_lsn
 from devtools.verify import compare_table, read_delta
 from sink import table_path
-from tests.support.harness import confirmed_flush, run_cli, table_mismatches
+from tests.support.harness import confirmed_flush, log_events, run_cli, table_mismatches
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -60,11 +59,7 @@ def run_to(config: Path, endpos: int) -> list[dict[str, object]]:
     """``wal2delta run --endpos``; it must exit 0 (a hang fails on the harness's timeout)."""
     result = run_cli("run", "-c", str(config), "--endpos", format_lsn(endpos), timeout=240)
     assert result.returncode == 0, result.stderr[-4000:]
-    events = []
-    for line in result.stderr.splitlines():
-        if line.startswith("{"):
-            events.append(json.loads(line))
-    return events
+    return log_events(result.stderr)
 
 
 def delta_ids(lake: Path, table: str) -> set[object]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from decoder import format_lsn
 from devtools.verify import compare_table
 from devtools.workload import DEMO_TABLES, Workload, create_schema
 from sink import table_path
-from tests.support.harness import start_daemon
+from tests.support.harness import log_events, start_daemon
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -26,11 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _events(log: Path) -> list[dict[str, object]]:
-    events = []
-    for line in log.read_text().splitlines():
-        if line.startswith("{"):
-            events.append(json.loads(line))
-    return events
+    return log_events(log.read_text())
 
 
 def test_sigterm_drains_acknowledges_and_exits_zero(pg18_dsn: str, tmp_path: Path) -> None:

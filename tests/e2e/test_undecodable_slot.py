@@ -16,7 +16,6 @@ matches the source; with ``never`` it stops with what the operator can do.
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 from pathlib import Path
@@ -29,7 +28,7 @@ from capture import EXIT_FATAL, slot_state
 from decoder import parse_lsn
 from devtools.verify import compare_table
 from sink import table_path
-from tests.support.harness import start_daemon, wait_until
+from tests.support.harness import log_events, start_daemon, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -37,7 +36,7 @@ SLOT = "w2d_undecodable"
 
 
 def _events(log: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    return log_events(log.read_text())
 
 
 def _prepare(dsn: str, gid: str) -> int:

@@ -3,6 +3,7 @@ waiting."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -41,6 +42,11 @@ def run_cli(*args: str, timeout: float = 300, **env: str) -> subprocess.Complete
         cwd=ROOT,
         env=child_environment(**env),
     )
+
+
+def log_events(text: str) -> list[dict[str, object]]:
+    """The JSON log events in a daemon's output (lines that are not JSON are skipped)."""
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
 def start_daemon(config: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
