@@ -171,7 +171,6 @@ def ensure_snapshot(
 
 def drop_undecodable_slot(
     settings: CaptureSettings,
-    markers: SnapshotMarkerStore | None,
     error: SlotUndecodableError,
     *,
     release_timeout: float = 30.0,
@@ -196,7 +195,6 @@ def drop_undecodable_slot(
             "does this on its own when it happens again).",
             server_message=error.server_message,
         )
-    marker = markers.load_snapshot_marker(slot) if markers is not None else None
     with (
         map_psycopg_errors(f"dropping undecodable slot {slot!r}"),
         psycopg.connect(settings.conninfo, autocommit=True) as conn,
@@ -215,9 +213,6 @@ def drop_undecodable_slot(
                 format_lsn(state.confirmed_flush_lsn)
                 if state and state.confirmed_flush_lsn
                 else None
-            ),
-            snapshot_consistent_point=(
-                format_lsn(marker.consistent_point) if marker is not None else None
             ),
             likely_cause=(
                 "a catalog change (TRUNCATE, ALTER TABLE) committed while the slot was being "

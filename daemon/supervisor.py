@@ -172,7 +172,7 @@ class Supervisor:
                             "is created (it waits for open and prepared transactions to end).",
                             server_message=exc.server_message,
                         ) from exc
-                    drop_undecodable_slot(self.settings, self._markers(), exc)
+                    drop_undecodable_slot(self.settings, exc)
                     self._slot_recreations += 1
                 except Wal2DeltaError as exc:
                     if not exc.retryable:
