@@ -102,7 +102,9 @@ from decoder.values import (
     UNCHANGED_TOAST,
     ValueDecoder,
     decode_tuple,
+    gather_text_columns,
     load_tuple_wire,
+    pick_text_values,
 )
 
 __all__ = [
@@ -186,6 +188,7 @@ __all__ = [
     "fast_constructor",
     "float8_text",
     "format_lsn",
+    "gather_text_columns",
     "load_tuple_wire",
     "message_event",
     "message_type_name",
@@ -193,6 +196,7 @@ __all__ = [
     "parse_lsn",
     "parse_message",
     "pg_timestamp_to_datetime",
+    "pick_text_values",
     "read_xlog_data",
     "spilling_buffers",
     "utc_offset",

@@ -27,6 +27,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 static Py_ssize_t tuple_end_at(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos);
 
@@ -290,6 +291,252 @@ load(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* Offset and size of each of a part's ``count`` columns (size -1 for NULL), for a part
+ * holding only text values and NULLs. The offset after the part, or -1 when the part does
+ * not fit buf, its count is not ``count``, or a column is binary or unchanged TOAST. */
+static Py_ssize_t
+text_columns(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, Py_ssize_t count,
+             Py_ssize_t *offsets, Py_ssize_t *sizes)
+{
+    if (pos < 0 || pos > len - 2
+        || (Py_ssize_t)(((unsigned int)buf[pos] << 8) | buf[pos + 1]) != count) {
+        return -1;
+    }
+    pos += 2;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (pos >= len) {
+            return -1;
+        }
+        if (buf[pos] == 'n') {
+            sizes[i] = -1;
+            pos += 1;
+            continue;
+        }
+        if (buf[pos] != 't' || pos > len - 5) {
+            return -1;
+        }
+        uint32_t size = ((uint32_t)buf[pos + 1] << 24) | ((uint32_t)buf[pos + 2] << 16)
+                        | ((uint32_t)buf[pos + 3] << 8) | (uint32_t)buf[pos + 4];
+        if ((uint64_t)size > (uint64_t)(len - pos - 5)) {
+            return -1;
+        }
+        offsets[i] = pos + 5;
+        sizes[i] = (Py_ssize_t)size;
+        pos += 5 + (Py_ssize_t)size;
+    }
+    return pos;
+}
+
+/* A part as (bytes, start): 0 with the borrowed bytes, -1 (no exception) otherwise. */
+static int
+part_at(PyObject *part, const unsigned char **buf, Py_ssize_t *len, Py_ssize_t *start)
+{
+    if (!PyTuple_CheckExact(part) || PyTuple_GET_SIZE(part) != 2
+        || !PyBytes_CheckExact(PyTuple_GET_ITEM(part, 0))
+        || !PyLong_CheckExact(PyTuple_GET_ITEM(part, 1))) {
+        return -1;
+    }
+    PyObject *bytes = PyTuple_GET_ITEM(part, 0);
+    *start = PyLong_AsSsize_t(PyTuple_GET_ITEM(part, 1));
+    if (*start == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    *buf = (const unsigned char *)PyBytes_AS_STRING(bytes);
+    *len = PyBytes_GET_SIZE(bytes);
+    return 0;
+}
+
+PyDoc_STRVAR(pick_doc,
+"pick(buf, start, indexes, text, /)\n--\n\n"
+"The values of the columns at indexes (a tuple of ints), each through its text loader,\n"
+"None for NULL, as a tuple - for a TupleData part of len(text) columns that holds only\n"
+"text values and NULLs. None when it does not: a binary or unchanged-TOAST column, a\n"
+"part that does not fit, another column count, a loader that is missing or raises\n"
+"(the caller then takes the general path, which raises the precise error).");
+
+static PyObject *
+pick(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t start;
+    if (start_argument("pick", args, nargs, 4, &start) < 0) {
+        return NULL;
+    }
+    PyObject *buf = args[0];
+    PyObject *indexes = args[2];
+    if (!PyBytes_CheckExact(buf) || !PyTuple_CheckExact(indexes)) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t count = PyObject_Length(args[3]);
+    if (count < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t *offsets = PyMem_New(Py_ssize_t, 2 * (size_t)(count + 1));
+    if (offsets == NULL) {
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t *sizes = offsets + count + 1;
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(buf);
+    PyObject *out = NULL;
+    if (text_columns(data, PyBytes_GET_SIZE(buf), start, count, offsets, sizes) < 0) {
+        goto none;
+    }
+    Py_ssize_t wanted = PyTuple_GET_SIZE(indexes);
+    out = PyTuple_New(wanted);
+    if (out == NULL) {
+        PyMem_Free(offsets);
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < wanted; k++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(indexes, k));
+        if (i < 0 || i >= count) {
+            PyErr_Clear();
+            goto none;
+        }
+        PyObject *value;
+        if (sizes[i] < 0) {
+            value = Py_None;
+            Py_INCREF(value);
+        }
+        else {
+            value = load_value(args[3], i, data + offsets[i], sizes[i]);
+            if (value == NULL) {
+                goto none;
+            }
+        }
+        PyTuple_SET_ITEM(out, k, value);
+    }
+    PyMem_Free(offsets);
+    return out;
+none:
+    Py_XDECREF(out);
+    PyMem_Free(offsets);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(gather_doc,
+"gather(parts, count, /)\n--\n\n"
+"The text values of TupleData parts, column by column, in Arrow's binary layout: for\n"
+"each of the count columns a tuple (offsets, data, validity, null_count) - int32 offsets\n"
+"in native order, the values' bytes end to end, a validity bitmap (None without NULLs)\n"
+"and the number of NULLs. parts is a list of (bytes, start) tuples. None when a part is\n"
+"not such a tuple, does not fit, has another column count or a binary or\n"
+"unchanged-TOAST column, or a column's bytes exceed 2 GiB.");
+
+static PyObject *
+gather(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "gather takes exactly 2 arguments");
+        return NULL;
+    }
+    PyObject *parts = args[0];
+    Py_ssize_t count = PyLong_AsSsize_t(args[1]);
+    if (count == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!PyList_CheckExact(parts) || count < 0) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t rows = PyList_GET_SIZE(parts);
+    /* offsets and sizes of one part's columns, then per column its total and NULL count */
+    Py_ssize_t *work = PyMem_New(Py_ssize_t, 4 * (size_t)(count + 1));
+    if (work == NULL) {
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t *offsets = work, *sizes = work + count + 1;
+    Py_ssize_t *totals = sizes + count + 1, *nulls = totals + count + 1;
+    PyObject *result = NULL, *columns = NULL;
+    PyObject **offset_bytes = NULL, **data_bytes = NULL, **valid_bytes = NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        totals[i] = 0;
+        nulls[i] = 0;
+    }
+    const unsigned char *buf;
+    Py_ssize_t len, start;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        if (part_at(PyList_GET_ITEM(parts, r), &buf, &len, &start) < 0
+            || text_columns(buf, len, start, count, offsets, sizes) < 0) {
+            goto none;
+        }
+        for (Py_ssize_t i = 0; i < count; i++) {
+            if (sizes[i] < 0) {
+                nulls[i]++;
+            }
+            else {
+                totals[i] += sizes[i];
+                if (totals[i] > INT32_MAX) {
+                    goto none;
+                }
+            }
+        }
+    }
+    columns = PyList_New(count);
+    offset_bytes = PyMem_New(PyObject *, 3 * (size_t)(count + 1));
+    if (columns == NULL || offset_bytes == NULL) {
+        if (offset_bytes == NULL) {
+            PyErr_NoMemory();
+        }
+        goto fail;
+    }
+    data_bytes = offset_bytes + count + 1;
+    valid_bytes = data_bytes + count + 1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        offset_bytes[i] = PyBytes_FromStringAndSize(NULL, (rows + 1) * 4);
+        data_bytes[i] = PyBytes_FromStringAndSize(NULL, totals[i]);
+        valid_bytes[i] = nulls[i] ? PyBytes_FromStringAndSize(NULL, (rows + 7) / 8) : Py_None;
+        if (valid_bytes[i] == Py_None) {
+            Py_INCREF(Py_None);
+        }
+        if (!offset_bytes[i] || !data_bytes[i] || !valid_bytes[i]) {
+            Py_XDECREF(offset_bytes[i]);
+            Py_XDECREF(data_bytes[i]);
+            Py_XDECREF(valid_bytes[i]);
+            goto fail;
+        }
+        /* "N" hands the three references to the tuple, also when building it fails */
+        PyObject *column = Py_BuildValue("(NNNn)", offset_bytes[i], data_bytes[i],
+                                         valid_bytes[i], nulls[i]);
+        if (column == NULL) {
+            goto fail;
+        }
+        PyList_SET_ITEM(columns, i, column); /* the tuple owns the three buffers now */
+        ((int32_t *)PyBytes_AS_STRING(offset_bytes[i]))[0] = 0;
+        if (nulls[i]) {
+            memset(PyBytes_AS_STRING(valid_bytes[i]), 0, (size_t)((rows + 7) / 8));
+        }
+        totals[i] = 0; /* from here: bytes written so far */
+    }
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        /* the parts are immutable bytes: this walk finds what the first one did */
+        part_at(PyList_GET_ITEM(parts, r), &buf, &len, &start);
+        text_columns(buf, len, start, count, offsets, sizes);
+        for (Py_ssize_t i = 0; i < count; i++) {
+            if (sizes[i] >= 0) {
+                memcpy(PyBytes_AS_STRING(data_bytes[i]) + totals[i], buf + offsets[i],
+                       (size_t)sizes[i]);
+                totals[i] += sizes[i];
+                if (nulls[i]) {
+                    ((unsigned char *)PyBytes_AS_STRING(valid_bytes[i]))[r / 8] |=
+                        (unsigned char)(1u << (r % 8));
+                }
+            }
+            ((int32_t *)PyBytes_AS_STRING(offset_bytes[i]))[r + 1] = (int32_t)totals[i];
+        }
+    }
+    result = columns;
+    columns = NULL;
+fail:
+    Py_XDECREF(columns);
+    PyMem_Free(offset_bytes);
+    PyMem_Free(work);
+    return result;
+none:
+    PyMem_Free(work);
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(row_message_is_valid_doc,
 "row_message_is_valid(buf, in_stream, /)\n--\n\n"
 "True when buf is an INSERT, UPDATE or DELETE that scan_row_message accepts; False means\n"
@@ -320,6 +567,8 @@ row_message_is_valid(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef methods[] = {
     {"walk", (PyCFunction)(void (*)(void))walk, METH_FASTCALL, walk_doc},
     {"load", (PyCFunction)(void (*)(void))load, METH_FASTCALL, load_doc},
+    {"pick", (PyCFunction)(void (*)(void))pick, METH_FASTCALL, pick_doc},
+    {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL, gather_doc},
     {"row_message_is_valid", (PyCFunction)(void (*)(void))row_message_is_valid, METH_FASTCALL,
      row_message_is_valid_doc},
     {NULL, NULL, 0, NULL},

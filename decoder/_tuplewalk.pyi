@@ -22,3 +22,13 @@ def load(
     unchanged: object,
     /,
 ) -> list[object] | None: ...
+def pick(
+    buf: bytes,
+    start: int,
+    indexes: tuple[int, ...],
+    text: Sequence[Callable[[bytes], object]],
+    /,
+) -> tuple[object, ...] | None: ...
+def gather(
+    parts: list[tuple[bytes, int]], count: int, /
+) -> list[tuple[bytes, bytes, bytes | None, int]] | None: ...

@@ -282,6 +282,51 @@ load_tuple_wire: Final = (
 in C when the kernel was built (``decoder.native``)."""
 
 
+TextColumn = tuple[bytes, bytes, bytes | None, int]
+"""One column of ``gather_text_columns``: int32 offsets, data, validity bitmap, NULL count."""
+
+
+def pick_text_values(
+    buf: bytes,
+    start: int,
+    indexes: tuple[int, ...],
+    text_loaders: Sequence[Callable[[bytes], object]],
+) -> tuple[object, ...] | None:
+    """The values of a few columns of a TupleData part, when it holds only text and NULLs.
+
+    Columns ``indexes`` are converted by their text loaders (None for NULL); the others
+    are walked over, not converted. This is how the sink's columnar planner reads a row's
+    identity. None means "take the general path" (``load_tuple_wire``), which raises the
+    precise error where there is one: the part has a binary or unchanged-TOAST column,
+    does not fit ``buf``, has another column count than ``text_loaders``, or a loader
+    raised - and always when the compiled kernel is not built (``decoder.native``).
+    """
+    if COMPILED is None:
+        return None
+    picked: tuple[object, ...] | None = COMPILED.pick(buf, start, indexes, text_loaders)
+    return picked
+
+
+def gather_text_columns(parts: list[tuple[bytes, int]], count: int) -> list[TextColumn] | None:
+    """The text values of TupleData parts column by column, in Arrow's binary layout.
+
+    Args:
+        parts: ``TupleData.wire`` of each row, every part of ``count`` columns.
+        count: the column count.
+
+    Returns:
+        Per column: int32 offsets (native order, one more than the rows), the values'
+        bytes end to end, a validity bitmap (None without NULLs) and the NULL count; or
+        None when a part has a binary or unchanged-TOAST column, does not fit, has another
+        column count, a column exceeds 2 GiB, or the compiled kernel is not built. The
+        caller then converts the rows one by one (``load_tuple_wire``).
+    """
+    if COMPILED is None:
+        return None
+    gathered: list[TextColumn] | None = COMPILED.gather(parts, count)
+    return gathered
+
+
 def _bytes_reader(read: Reader) -> _Load:
     """A ``Reader`` as a loader: psycopg hands loaders a buffer, not always ``bytes``."""
 

@@ -119,12 +119,23 @@ def source_table(
             more digits than the column's precision).
     """
     rows = step.rows
+    columnar = step.columnar
+    # Columnar rows (``MergeStep.columnar``) follow ``rows``: upserts, nothing kept or moved.
+    extra = 0 if columnar is None else len(columnar)
     columns: list[ArrowColumn] = []
     arrays: list[pa.Array] = []
 
-    def add(column: ArrowColumn, values: Sequence[object], build: _ArrayBuilder = _array) -> None:
+    def add(
+        column: ArrowColumn,
+        values: Sequence[object],
+        build: _ArrayBuilder = _array,
+        columnar_values: pa.Array | None = None,
+    ) -> None:
         try:
-            arrays.append(build(values, column.arrow))
+            array = build(values, column.arrow)
+            arrays.append(
+                array if columnar_values is None else pa.concat_arrays([array, columnar_values])
+            )
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             # Arrow's message may quote a value; it stays in the chained exception.
             raise SinkDataError(
@@ -137,40 +148,57 @@ def source_table(
     by_column: list[tuple[object, ...]] = (
         list(zip(*[r.values for r in rows], strict=True)) if rows else [()] * len(step.columns)
     )
-    for column, values in zip(step.columns, by_column, strict=True):
+    for index, (column, values) in enumerate(zip(step.columns, by_column, strict=True)):
         delta = column.delta
-        add(ArrowColumn(column.name, delta.spark_sql, delta.arrow), values)
-    add(ArrowColumn(meta.lsn, BIGINT.spark_sql, BIGINT.arrow), [r.lsn for r in rows])
+        add(
+            ArrowColumn(column.name, delta.spark_sql, delta.arrow),
+            values,
+            columnar_values=None if columnar is None else columnar.values[index],
+        )
+    lsns: list[object] = [r.lsn for r in rows]
+    commit_times: list[object] = [r.commit_time for r in rows]
+    ordinals: list[object] = [r.ordinal for r in rows]
+    if columnar is not None:
+        lsns += columnar.lsns
+        commit_times += columnar.commit_times
+        ordinals += columnar.ordinals
+    unset: list[object] = [False] * extra
+    add(ArrowColumn(meta.lsn, BIGINT.spark_sql, BIGINT.arrow), lsns)
     add(
         ArrowColumn(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
-        [r.commit_time for r in rows],
+        commit_times,
         commit_time_array,
     )
-    add(ArrowColumn(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow), [r.ordinal for r in rows])
-    add(ArrowColumn(DELETE_FLAG, BOOLEAN.spark_sql, BOOLEAN.arrow), [r.delete for r in rows])
+    add(ArrowColumn(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow), ordinals)
+    add(
+        ArrowColumn(DELETE_FLAG, BOOLEAN.spark_sql, BOOLEAN.arrow),
+        [r.delete for r in rows] + unset,
+    )
     for index in step.kept_indexes:
         add(
             ArrowColumn(keep_flag(index), BOOLEAN.spark_sql, BOOLEAN.arrow),
-            [index in r.keep for r in rows],
+            [index in r.keep for r in rows] + unset,
         )
     if step.has_moved_keeps:
+        none: list[object] = [None] * extra
         add(
             ArrowColumn(MOVED_FLAG, BOOLEAN.spark_sql, BOOLEAN.arrow),
-            [r.moved_from is not None for r in rows],
+            [r.moved_from is not None for r in rows] + unset,
         )
         add(
             ArrowColumn(MOVED_LSN, BIGINT.spark_sql, BIGINT.arrow),
-            [None if r.moved_from is None else r.moved_from.lsn for r in rows],
+            [None if r.moved_from is None else r.moved_from.lsn for r in rows] + none,
         )
         add(
             ArrowColumn(MOVED_ORDINAL, BIGINT.spark_sql, BIGINT.arrow),
-            [None if r.moved_from is None else r.moved_from.ordinal for r in rows],
+            [None if r.moved_from is None else r.moved_from.ordinal for r in rows] + none,
         )
         for position, column in enumerate(step.match_columns):
             delta = column.delta
             add(
                 ArrowColumn(moved_from_column(position), delta.spark_sql, delta.arrow),
-                [None if r.moved_from is None else r.moved_from.identity[position] for r in rows],
+                [None if r.moved_from is None else r.moved_from.identity[position] for r in rows]
+                + none,
             )
     names = [c.name for c in columns]
     assert tuple(names) == source_columns(step, meta), "source view out of step with sql.py"

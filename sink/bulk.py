@@ -13,9 +13,8 @@ Copied rows arrive as Arrow string columns holding PostgreSQL's text form (the C
 output, NULL kept apart from the empty string), except columns a reader already decoded
 exactly (``capture.adbcreader``: integers, bool, float8, text, bytea), which are only cast
 to the column's Arrow type. ``bulk_arrays`` turns each column into its
-Delta type with vectorised Arrow casts where the cast reads PostgreSQL's text form exactly
-as the per-value converter (``convert.column_converter``) does: integers, floats, booleans,
-``DECIMAL(p,s)``, dates and timestamps in ISO form; strings stay as they are. Arrow's
+Delta type with the vectorised Arrow casts of ``textcast``, which read PostgreSQL's text
+form exactly as the per-value converter (``convert.column_converter``) does. Arrow's
 parsers are strict: a value they do not read (a BC date, ``infinity``, ``NaN`` in a
 DECIMAL, an offset with seconds) makes that column of that batch go through the per-value
 converter, which stores the same value or raises the same error as the MERGE path. Types
@@ -31,34 +30,21 @@ split into ranges starts each range at its own base so ordinals stay unique per 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from decoder import Lsn, UnknownBinaryFormatError
 from sink.arrow import ArrowColumn
 from sink.base import SinkDataError
 from sink.convert import Converter, UnrepresentableValueError
 from sink.plan import PlanColumn
-from sink.typemap import (
-    BIGINT,
-    BOOLEAN,
-    DATE,
-    DOUBLE,
-    FLOAT,
-    INT,
-    SMALLINT,
-    STRING,
-    TIMESTAMP,
-    TIMESTAMP_NTZ,
-    DeltaType,
-    ValueForm,
-)
+from sink.textcast import vectorised_reader
+from sink.typemap import TIMESTAMP
 
 RANGE_ORDINAL_STRIDE: Final = 1 << 40
 """Ordinal distance between the ranges of one table's copy (2^40 rows per range)."""
@@ -158,49 +144,6 @@ def bulk_arrays(target: BulkTarget, strings: pa.RecordBatch | pa.Table) -> list[
     return out
 
 
-def _cast_to(arrow: pa.DataType) -> Callable[[pa.Array], pa.Array]:
-    return lambda text: pc.cast(text, arrow)
-
-
-def _float4(text: pa.Array) -> pa.Array:
-    # As the per-value path: parsed as a double (Python's float), then narrowed.
-    return pc.cast(pc.cast(text, DOUBLE.arrow), FLOAT.arrow)
-
-
-def _boolean(text: pa.Array) -> pa.Array:
-    true = pc.equal(text, "t")
-    if pc.any(pc.and_(pc.invert(true), pc.not_equal(text, "f"))).as_py():
-        raise pa.ArrowInvalid("a boolean text form other than t or f")
-    return true
-
-
-def _same(text: pa.Array) -> pa.Array:
-    return text
-
-
-_NATIVE_READERS: Final[dict[DeltaType, Callable[[pa.Array], pa.Array]]] = {
-    BOOLEAN: _boolean,
-    FLOAT: _float4,
-    STRING: _same,
-    **{
-        t: _cast_to(t.arrow)
-        for t in (SMALLINT, INT, BIGINT, DOUBLE, DATE, TIMESTAMP, TIMESTAMP_NTZ)
-    },
-}
-"""Natively stored types whose text forms Arrow reads exactly as psycopg's loaders do."""
-
-
-def _vectorised(delta: DeltaType) -> Callable[[pa.Array], pa.Array] | None:
-    """The exact vectorised reading of ``delta``'s text forms; None when there is none."""
-    if delta.form is ValueForm.TEXT:
-        return _same
-    if delta.form is ValueForm.DECIMAL:
-        return _cast_to(delta.arrow)
-    if delta.form is ValueForm.NATIVE:
-        return _NATIVE_READERS.get(delta)
-    return None
-
-
 def _column_array(table: str, column: PlanColumn, convert: Converter, text: pa.Array) -> pa.Array:
     if pa.types.is_large_string(text.type):
         text = text.cast(pa.string())
@@ -208,7 +151,7 @@ def _column_array(table: str, column: PlanColumn, convert: Converter, text: pa.A
         # Read already decoded (the ADBC reader's native columns: integers, bool, float8,
         # text, bytea), exactly the per-value converter's values; only the width may differ.
         return _native(table, column, text)
-    cast = _vectorised(column.delta)
+    cast = vectorised_reader(column.delta)
     if cast is not None:
         try:
             return cast(text)

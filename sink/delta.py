@@ -204,6 +204,7 @@ class DeltaSink:
             on_missing_key=self._settings.on_missing_key,
             column_names=self._settings.column_names,
             history=self._settings.history,
+            columnar=True,
         )
         self._commits.begin(batch)
         anomalies = 0
@@ -431,7 +432,7 @@ class DeltaSink:
                 elif isinstance(step, KeylessStep):
                     self._follower.follow(plan, path, state, step, message)
                     self._merge_keyless(plan.qualified_name, path, step, state)
-                elif step.rows:
+                elif step.row_count:
                     state.row_ids_complete = False
                     self._follower.follow(plan, path, state, step, message)
                     anomalies += self._merge(plan.qualified_name, path, step, state)

@@ -110,10 +110,13 @@ def bucketed_column(table: str, step: MergeStep, spec: KeyBuckets) -> int:
 
 
 def bucket_values(step: MergeStep, index: int, width: int) -> list[int | None]:
-    """Each planned row's bucket, ``floor(key / width)``, in row order."""
+    """Each planned row's bucket, ``floor(key / width)``, in row order (``rows``, then the
+    columnar rows, as ``arrow.source_table`` orders them)."""
+    keys = [row.values[index] for row in step.rows]
+    if step.columnar is not None:
+        keys += step.columnar.values[index].to_pylist()
     out: list[int | None] = []
-    for row in step.rows:
-        key = row.values[index]
+    for key in keys:
         if key is None:
             out.append(None)
         else:

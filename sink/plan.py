@@ -78,6 +78,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Final, Literal, TypeVar
 
+import pyarrow as pa
+
 from decoder import (
     UNCHANGED_TOAST,
     Change,
@@ -95,8 +97,10 @@ from decoder import (
     format_lsn,
     load_tuple_wire,
     pg_timestamp_to_datetime,
+    pick_text_values,
 )
 from sink.base import Batch, SinkDataError
+from sink.columnar import ColumnarRows, column_arrays
 from sink.constants import ColumnNamePolicy, MissingKeyPolicy
 from sink.convert import Converter, UnrepresentableValueError, column_converter, convert_value
 from sink.keyless import KeylessChange, KeylessStep
@@ -191,6 +195,8 @@ class MergeStep:
         rows: at most one row per identity value.
         first_lsn: commit LSN of the step's first change. Target rows written before the
             step and under another relation have an LSN at or below it.
+        columnar: more rows, held as columns (``columnar.py``): upserts of identities
+            ``rows`` does not hold, none keeping a column; None when there are none.
     """
 
     columns: tuple[PlanColumn, ...]
@@ -198,6 +204,12 @@ class MergeStep:
     match_indexes: tuple[int, ...]
     rows: tuple[PlannedRow, ...]
     first_lsn: Lsn
+    columnar: ColumnarRows | None = None
+
+    @property
+    def row_count(self) -> int:
+        """Rows in the step: ``rows`` and the columnar ones."""
+        return len(self.rows) + (0 if self.columnar is None else len(self.columnar))
 
     @property
     def match_columns(self) -> tuple[PlanColumn, ...]:
@@ -321,6 +333,7 @@ def plan_batch(
     generic_values: bool = False,
     column_names: ColumnNamePolicy = "error",
     history: HistoryScope = False,
+    columnar: bool = False,
 ) -> BatchPlan:
     """Plan a batch.
 
@@ -341,6 +354,9 @@ def plan_batch(
             ``naming.mapped_column_name`` (``PlanColumn.name``); ``error`` refuses it.
         history: the tables (qualified names, or all) whose changes ``MergePlan.changes``
             keeps unfolded, for the change history.
+        columnar: hold inserts and identity-keeping updates of keyed tables as columns
+            (``MergeStep.columnar``, ``columnar.py``) instead of ``PlannedRow`` objects.
+            The MERGE source is the same; ``rows`` then holds only the other rows.
 
     Returns:
         One ``MergePlan`` per table in order of first appearance, and the messages.
@@ -351,20 +367,36 @@ def plan_batch(
             key column missing), a column name collides
             with a metadata column, or a value cannot be stored in its Delta type.
     """
-    planner = _Planner(
-        keys=keys or {},
-        reserved=frozenset(reserved_columns),
-        decoder=decoder or ValueDecoder(),
-        primary_key=primary_key,
-        on_missing_key=on_missing_key,
-        generic_values=generic_values,
-        column_names=column_names,
-        history=history,
-    )
-    messages: list[MessageChange] = []
-    for change in batch.changes:
-        planner.add(change, messages)
-    return BatchPlan(tables=planner.plans(), messages=tuple(messages))
+
+    def plan(with_columns: bool) -> BatchPlan:
+        planner = _Planner(
+            keys=keys or {},
+            reserved=frozenset(reserved_columns),
+            decoder=decoder or ValueDecoder(),
+            primary_key=primary_key,
+            on_missing_key=on_missing_key,
+            generic_values=generic_values,
+            column_names=column_names,
+            history=history,
+            columnar=with_columns,
+        )
+        messages: list[MessageChange] = []
+        for change in batch.changes:
+            planner.add(change, messages)
+        return BatchPlan(tables=planner.plans(), messages=tuple(messages))
+
+    if columnar:
+        try:
+            return plan(with_columns=True)
+        except (SinkDataError, _ColumnarRefusedError):
+            # The row path plans the same batch value by value: it finds the same plan, or
+            # raises the exact error - the first in batch order - a row-path plan raises.
+            pass
+    return plan(with_columns=False)
+
+
+class _ColumnarRefusedError(Exception):
+    """Some value of a columnar row did not convert column by column (``_freeze_step``)."""
 
 
 # --- folding ---------------------------------------------------------------------------------
@@ -391,14 +423,18 @@ _NOTHING_KEPT: Final[frozenset[int]] = frozenset()
 @dataclass(slots=True)
 class _Row:
     delete: bool
-    values: list[object]
+    values: list[object] | None
+    """None for a row of the columnar path: ``change`` holds its bytes (``_Planner._values``)."""
     moved_from: MovedFrom | None
     lsn: Lsn
     commit_time: datetime
     ordinal: int
+    change: RowChange | None = None
+    """The change of a columnar row (kept when ``_Planner._values`` converts it)."""
 
     def freeze(self) -> PlannedRow:
         values = self.values
+        assert values is not None, "columnar rows are converted before they freeze"
         # ``in`` tests identity first, and the marker equals nothing but itself.
         if UNCHANGED_TOAST in values:
             keep = frozenset(i for i, v in enumerate(values) if v is UNCHANGED_TOAST)
@@ -431,14 +467,21 @@ class _OpenStep:
     first_lsn: Lsn
     rows: dict[tuple[object, ...], _Row] = field(default_factory=dict)
     relation: Relation | None = None
+    columnar_rows: list[_Row] = field(default_factory=list)
+    """Every columnar row the step folded, in batch order, the replaced ones too: their
+    values are converted like any other change's, so a value that cannot be stored is an
+    error whether or not a later change replaced its row in the batch."""
 
-    def freeze(self) -> MergeStep:
+    def freeze(self, columnar: ColumnarRows | None = None) -> MergeStep:
+        """The step; ``columnar`` holds the rows that have no values (``_Row.values``)."""
+        rows = [row for row in self.rows.values() if columnar is None or row.values is not None]
         return MergeStep(
             columns=self.shape.columns,
             identity=self.shape.identity,
             match_indexes=self.shape.match_indexes,
-            rows=tuple([row.freeze() for row in self.rows.values()]),
+            rows=tuple([row.freeze() for row in rows]),
             first_lsn=self.first_lsn,
+            columnar=columnar,
         )
 
 
@@ -484,9 +527,14 @@ class _TablePlan:
         self.steps.append(step)
         return step.changes
 
-    def freeze(self) -> MergePlan:
+    def freeze(self, freeze_step: Callable[[_OpenStep], MergeStep]) -> MergePlan:
         steps = tuple(
-            s.freeze() if isinstance(s, _OpenStep | _OpenKeylessStep) else s for s in self.steps
+            freeze_step(s)
+            if isinstance(s, _OpenStep)
+            else s.freeze()
+            if isinstance(s, _OpenKeylessStep)
+            else s
+            for s in self.steps
         )
         # A table whose batch only truncates it is still created with its columns.
         columns: dict[str, PlanColumn] = {c.name: c for c in self.truncated_columns}
@@ -522,8 +570,10 @@ class _Planner:
         generic_values: bool = False,
         column_names: ColumnNamePolicy = "error",
         history: HistoryScope = False,
+        columnar: bool = False,
     ) -> None:
         self._history = history
+        self._columnar = columnar and not generic_values
         self._keys = keys
         self._column_names: ColumnNamePolicy = column_names
         self._reserved = reserved
@@ -540,7 +590,42 @@ class _Planner:
         self._last_commit_time = pg_timestamp_to_datetime(0)
 
     def plans(self) -> tuple[MergePlan, ...]:
-        return tuple(table.freeze() for table in self._tables.values())
+        return tuple(table.freeze(self._freeze_step) for table in self._tables.values())
+
+    def _freeze_step(self, step: _OpenStep) -> MergeStep:
+        """Freeze ``step``, its columnar rows converted column by column (``columnar.py``)."""
+        folded = step.columnar_rows
+        if not folded:
+            return step.freeze()
+        shape = step.shape
+        parts = [_wire_of(row) for row in folded]
+        arrays = column_arrays([c.delta for c in shape.columns], shape.text, parts)
+        if arrays is None:
+            raise _ColumnarRefusedError
+        live = {id(row) for row in step.rows.values() if row.values is None}
+        chosen = [i for i, row in enumerate(folded) if id(row) in live]
+        if not chosen:
+            return step.freeze()
+        if len(chosen) != len(folded):
+            indexes = pa.array(chosen, pa.int64())
+            arrays = tuple(array.take(indexes) for array in arrays)
+        rows = [folded[i] for i in chosen]
+        return step.freeze(
+            ColumnarRows(
+                arrays,
+                tuple([row.lsn for row in rows]),
+                tuple([row.commit_time for row in rows]),
+                tuple([row.ordinal for row in rows]),
+            )
+        )
+
+    def _values(self, row: _Row, shape: _Shape) -> list[object]:
+        """The values of ``row``, converted now when it is a columnar row."""
+        if row.values is None:
+            change = row.change
+            assert change is not None, "a columnar row keeps its change"
+            row.values = self._decode(change, shape, _required(change.new, change, "new"))
+        return row.values
 
     def _table(self, relation: Relation) -> _TablePlan:
         name = (relation.schema_name, relation.relation_name)
@@ -748,6 +833,15 @@ class _Planner:
             self._add_keyless_row(change, table, shape, commit_time)
             return
         step = table.open_step(shape, change.commit_lsn, relation)
+        if (
+            self._columnar
+            and change.old is None
+            and change.op != "delete"
+            and shape.identity == "key"
+            and table.changes is None
+            and self._add_columnar_row(change, step, commit_time)
+        ):
+            return
         if change.op == "insert":
             new = self._decode(change, shape, _required(change.new, change, "new"))
             identity = self._identity(change, shape, new)
@@ -788,9 +882,11 @@ class _Planner:
         moved_from: MovedFrom | None = None
         if prior is not None and not prior.delete:
             # An earlier change of this row in the step fills what this one did not send.
-            for i, value in enumerate(new):
-                if value is UNCHANGED_TOAST:
-                    new[i] = prior.values[i]
+            if UNCHANGED_TOAST in new:
+                prior_values = self._values(prior, shape)
+                for i, value in enumerate(new):
+                    if value is UNCHANGED_TOAST:
+                        new[i] = prior_values[i]
             moved_from = prior.moved_from
         if table.changes is not None:
             _record(table.changes, change, commit_time, shape, new, old)
@@ -812,6 +908,33 @@ class _Planner:
         step.rows[new_identity] = _Row(
             False, new, moved_from, change.commit_lsn, commit_time, change.ordinal
         )
+
+    def _add_columnar_row(self, change: RowChange, step: _OpenStep, commit_time: datetime) -> bool:
+        """Fold an insert, or an update that keeps its identity, without its values.
+
+        Only the identity is converted; the row's values stay in its message until the
+        step freezes (``_freeze_step``). False, having done nothing, when the new tuple is
+        not all text values and NULLs (unchanged TOAST must be filled or kept, binary
+        values take the row path) or its identity is not of a plainly hashable type.
+        """
+        new = change.new
+        wire = None if new is None else new.wire
+        if wire is None:
+            return False
+        identity = pick_text_values(wire[0], wire[1], step.shape.match_indexes, step.shape.text)
+        if identity is None:
+            return False
+        for value in identity:
+            if type(value) not in _PLAIN_HASHABLE:
+                return False
+        # As the row path: an insert takes the identity's place, an update moves it last;
+        # no value is unchanged TOAST, so nothing is kept and nothing moves.
+        if change.op != "insert":
+            step.rows.pop(identity, None)
+        row = _Row(False, None, None, change.commit_lsn, commit_time, change.ordinal, change)
+        step.rows[identity] = row
+        step.columnar_rows.append(row)
+        return True
 
     def _add_keyless_row(
         self, change: RowChange, table: _TablePlan, shape: _Shape, commit_time: datetime
@@ -904,6 +1027,14 @@ def _record(  # noqa: PLR0917 - positional on purpose: one call per recorded cha
             change.xid,
         )
     )
+
+
+def _wire_of(row: _Row) -> tuple[bytes, int]:
+    """The new tuple's bytes of a columnar row."""
+    change = row.change
+    wire = None if change is None or change.new is None else change.new.wire
+    assert wire is not None, "a columnar row keeps a change with the new tuple's bytes"
+    return wire
 
 
 def _value_error(change: RowChange, column: PlanColumn, exc: Exception) -> SinkDataError:

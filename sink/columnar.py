@@ -1,0 +1,109 @@
+"""Merge-step rows converted column by column: the streaming planner's fast path.
+
+Theory of operation
+-------------------
+Most changes a batch folds are inserts, and updates that send every column and keep their
+identity. The row path (``plan``) turns each of their values into a Python object, freezes
+one ``PlannedRow`` per row, and ``arrow.source_table`` turns the rows back into columns.
+For these rows the planner converts only the identity (``decoder.pick_text_values``, what
+the fold's dictionary needs) and keeps the message bytes. When the step is frozen,
+``column_arrays`` gathers the text values of the rows the fold kept into one Arrow array
+per column in C (``decoder.gather_text_columns``) and reads each with the exact vectorised
+casts of ``textcast``; a column whose type has no exact cast, or holds a value Arrow's
+strict parser refuses, is converted value by value with the row path's own converter.
+
+The result equals the row path's MERGE source for the same rows, value for value: the row
+path stays the reference (``tests/unit/sink/test_columnar.py`` compares both on generated
+batches). Anything unusual - a binary or unchanged-TOAST value, a value the converter
+refuses, a value Arrow cannot hold - gives None, and the planner converts those rows one
+by one, where the row path raises its precise error. Without the compiled kernel
+(``decoder.native``) no row takes this path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import pyarrow as pa
+
+from decoder import gather_text_columns
+from sink.convert import Converter
+from sink.textcast import vectorised_reader
+from sink.typemap import DeltaType
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnarRows:
+    """Upserted rows of a merge step held as columns: none deleted, none keeping a column.
+
+    Attributes:
+        values: one array per step column, of the column's Delta (Arrow) type.
+        lsns: commit LSN of each row's last change.
+        commit_times: commit time of that change (UTC).
+        ordinals: ordinal of that change in its transaction.
+    """
+
+    values: tuple[pa.Array, ...]
+    lsns: tuple[int, ...]
+    commit_times: tuple[datetime, ...]
+    ordinals: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.lsns)
+
+
+def column_arrays(
+    types: Sequence[DeltaType],
+    converters: Sequence[Converter],
+    parts: list[tuple[bytes, int]],
+) -> tuple[pa.Array, ...] | None:
+    """The values of text-only TupleData parts as one array per column; None on anything else.
+
+    Args:
+        types: each column's Delta type.
+        converters: each column's text converter (``convert.column_converter``).
+        parts: ``TupleData.wire`` of each row.
+    """
+    gathered = gather_text_columns(parts, len(types))
+    if gathered is None:
+        return None
+    rows = len(parts)
+    out: list[pa.Array] = []
+    for delta, convert, (offsets, data, validity, nulls) in zip(
+        types, converters, gathered, strict=True
+    ):
+        raw = pa.Array.from_buffers(
+            pa.binary(),
+            rows,
+            [
+                None if validity is None else pa.py_buffer(validity),
+                pa.py_buffer(offsets),
+                pa.py_buffer(data),
+            ],
+            null_count=nulls,
+        )
+        array = _read(delta, convert, raw)
+        if array is None:
+            return None
+        out.append(array)
+    return tuple(out)
+
+
+def _read(delta: DeltaType, convert: Converter, raw: pa.Array) -> pa.Array | None:
+    """One column's text forms as ``delta`` values: vectorised where exact, else per value."""
+    cast = vectorised_reader(delta)
+    if cast is not None:
+        try:
+            # Arrow checks the UTF-8 here, as the per-value converter's decode does.
+            return cast(raw.cast(pa.string())).cast(delta.arrow)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass  # a value Arrow's strict parser refuses: the converter decides
+    try:
+        return pa.array(
+            [None if value is None else convert(value) for value in raw.to_pylist()],
+            type=delta.arrow,
+        )
+    except Exception:  # the row path converts again and raises the precise error
+        return None

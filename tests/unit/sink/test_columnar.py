@@ -1,0 +1,325 @@
+"""The columnar planner builds the MERGE source the row planner builds, value for value.
+
+``plan_batch(columnar=True)`` (what the sink runs) holds inserts and identity-keeping
+updates of keyed tables as Arrow columns (``sink.columnar``); the row planner
+(``columnar=False``) is the reference. For the same batch both give the same Arrow source
+per merge step (rows sorted by identity: a MERGE source has no order), the same counts and
+the same errors - on generated batches with NULLs, unchanged TOAST, key changes, deletes
+and values the converters refuse, and on the text forms of every Delta type, edges
+included. The kernel's ``pick`` and ``gather`` are pinned on golden and damaged parts.
+"""
+
+from __future__ import annotations
+
+import struct
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from decoder import RowChange, TupleData, gather_text_columns, pick_text_values
+from sink import Batch, SinkDataError, SinkSettings
+from sink.arrow import source_table
+from sink.plan import MergeStep, plan_batch
+from sink.sql import MetadataColumns
+from tests.support.pgoutput_builder import encode_tuple
+from tests.support.sink_changes import U, Value, batch, col, delete, insert, rel, tup, update
+from tests.unit.sink.test_bulk import CASES
+from tests.unit.sink.test_converters import (
+    TYPED,
+    _float_text,
+    as_wire,
+    doubles,
+    ints,
+    ipc_bytes,
+    timestamptz_text,
+    typed_batches,
+)
+
+META = MetadataColumns.from_settings(SinkSettings(path="unused"))
+
+
+def _sources(changes: Batch, *, columnar: bool) -> tuple[str, object]:
+    """Per table: counts and each merge step's source sorted by identity; or the error."""
+    try:
+        plan = plan_batch(changes, columnar=columnar)
+        out = []
+        for table in plan.tables:
+            steps = []
+            for step in table.steps:
+                if isinstance(step, MergeStep):
+                    _, arrow = source_table(table.qualified_name, step, META)
+                    keys = [(c.name, "ascending") for c in step.match_columns]
+                    steps.append(ipc_bytes(arrow.sort_by(keys)))
+            out.append((table.qualified_name, dict(table.counts), steps))
+        return ("plan", out)
+    except SinkDataError as exc:
+        return ("error", (str(exc), type(exc.__cause__)))
+
+
+def assert_columnar_equals_rows(changes: Batch) -> None:
+    assert _sources(changes, columnar=True) == _sources(changes, columnar=False)
+
+
+def _columnar_rows(changes: Batch) -> int:
+    plan = plan_batch(changes, columnar=True)
+    return sum(
+        len(step.columnar)
+        for table in plan.tables
+        for step in table.steps
+        if isinstance(step, MergeStep) and step.columnar is not None
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(changes=typed_batches())
+def test_columnar_sources_equal_row_sources(changes: Batch) -> None:
+    assert_columnar_equals_rows(as_wire(changes))
+
+
+_GOOD_VALUES: list[st.SearchStrategy[Value]] = [
+    ints.map(str),
+    st.integers(-(10**10) + 1, 10**10 - 1).map(lambda u: format(Decimal(u).scaleb(-2), "f")),
+    timestamptz_text().map(bytes.decode),
+    st.text(max_size=8),
+    doubles.map(lambda f: _float_text(f).decode()),
+]
+
+
+@st.composite
+def mostly_clean_batches(draw: st.DrawFn) -> Batch:
+    """TYPED changes over a few keys: values valid but for a rare one, some NULL or TOAST."""
+    changes: list[RowChange] = []
+    for ordinal in range(draw(st.integers(1, 12))):
+        lsn = 10 + ordinal // 4
+        values: list[Value] = [str(draw(st.integers(0, 4)))]
+        for good in _GOOD_VALUES:
+            roll = draw(st.integers(0, 199))  # 1 in 200 values is one no reader accepts
+            values.append(
+                draw(good)
+                if roll < 160
+                else None
+                if roll < 180
+                else U
+                if roll < 199
+                else "not a value"
+            )
+        op = draw(st.sampled_from(["insert", "insert", "update", "update", "delete"]))
+        if op == "insert":
+            changes.append(insert(TYPED, *values, lsn=lsn, ordinal=ordinal))
+        elif op == "update":
+            moved = draw(st.booleans()) and draw(st.booleans())
+            old = [str(draw(st.integers(0, 4)))] + [None] * 5 if moved else None
+            changes.append(
+                update(
+                    TYPED, *values, lsn=lsn, ordinal=ordinal, old=old, old_kind="K" if old else None
+                )
+            )
+        else:
+            changes.append(delete(TYPED, values[0], *[None] * 5, lsn=lsn, ordinal=ordinal))
+    return batch(*changes)
+
+
+@settings(max_examples=400, deadline=None)
+@given(changes=mostly_clean_batches())
+def test_columnar_sources_equal_row_sources_on_mostly_clean_batches(changes: Batch) -> None:
+    assert_columnar_equals_rows(as_wire(changes))
+
+
+@pytest.mark.parametrize(("type_oid", "modifier", "texts"), CASES)
+def test_every_delta_type_reads_alike_columnar_or_row_by_row(
+    type_oid: int, modifier: int, texts: list[str | None]
+) -> None:
+    relation = rel("public.t", col("id", 20, key=True), col("c", type_oid, typmod=modifier))
+    for text in texts:
+        # One value per batch, so a refused value cannot hide another column's fallback.
+        changes = as_wire(batch(insert(relation, "1", text, lsn=10)))
+        assert_columnar_equals_rows(changes)
+    many = as_wire(
+        batch(*[insert(relation, str(i), text, lsn=10, ordinal=i) for i, text in enumerate(texts)])
+    )
+    assert_columnar_equals_rows(many)
+
+
+def test_plain_inserts_and_updates_take_the_columnar_path() -> None:
+    relation = rel("public.t", col("id", 20, key=True), col("n", 23), col("note"))
+    changes = as_wire(
+        batch(
+            insert(relation, "1", "10", "a", lsn=10, ordinal=0),
+            insert(relation, "2", None, "b", lsn=10, ordinal=1),
+            update(relation, "1", "11", "c", lsn=11, ordinal=0),
+            insert(relation, "3", "30", None, lsn=11, ordinal=1),
+            delete(relation, "3", None, None, lsn=12, ordinal=0),
+        )
+    )
+    assert _columnar_rows(changes) == 2  # ids 1 and 2; 3 was deleted, a row-path row
+    (table,) = plan_batch(changes, columnar=True).tables
+    (step,) = table.steps
+    assert isinstance(step, MergeStep)
+    assert [row.delete for row in step.rows] == [True]
+    assert step.row_count == 3
+    assert_columnar_equals_rows(changes)
+
+
+def test_unchanged_toast_after_a_columnar_insert_is_filled_from_it() -> None:
+    relation = rel("public.t", col("id", 20, key=True), col("n", 23), col("doc"))
+    changes = as_wire(
+        batch(
+            insert(relation, "1", "10", "long text", lsn=10, ordinal=0),
+            update(relation, "1", "11", U, lsn=11, ordinal=0),
+        )
+    )
+    (table,) = plan_batch(changes, columnar=True).tables
+    (step,) = table.steps
+    assert isinstance(step, MergeStep)
+    assert step.columnar is None
+    (row,) = step.rows
+    assert row.values == (1, 11, "long text")
+    assert row.keep == frozenset()
+    assert_columnar_equals_rows(changes)
+
+
+def test_binary_tuples_and_history_tables_stay_on_the_row_path() -> None:
+    relation = rel("public.t", col("id", 20, key=True), col("note"))
+    binary = RowChange(
+        op="insert",
+        relation=relation,
+        new=TupleData.from_wire(
+            b"??" + encode_tuple(tup([struct.pack(">q", 7), b"x"], binary=True)), 2
+        ),
+        old=None,
+        old_kind=None,
+        commit_lsn=insert(relation, "1", "x", lsn=10).commit_lsn,
+        commit_time=0,
+        ordinal=0,
+    )
+    assert _columnar_rows(batch(binary)) == 0
+    assert_columnar_equals_rows(batch(binary))
+    text = as_wire(batch(insert(relation, "1", "x", lsn=10)))
+    assert _columnar_rows(text) == 1
+    plan = plan_batch(text, columnar=True, history=True)
+    (step,) = plan.tables[0].steps
+    assert isinstance(step, MergeStep)
+    assert step.columnar is None
+    assert len(step.rows) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        (b"\xff\xfe", UnicodeDecodeError),  # not UTF-8
+        (b"12.5", None),  # fine: the control
+    ],
+)
+def test_a_value_the_converter_refuses_raises_the_row_paths_error(
+    text: bytes, cause: type[BaseException] | None
+) -> None:
+    relation = rel("public.t", col("id", 20, key=True), col("note"))
+    changes = as_wire(batch(insert(relation, "1", text, lsn=10)))
+    got = _sources(changes, columnar=True)
+    assert got == _sources(changes, columnar=False)
+    if cause is None:
+        assert got[0] == "plan"
+    else:
+        assert got[0] == "error"
+        message, chained = got[1]  # type: ignore[misc]
+        assert chained is cause
+        assert "column 'note' of public.t" in message
+
+
+# --- the kernel's two functions ------------------------------------------------------------
+
+
+def _part(*values: object) -> tuple[bytes, int]:
+    return b"??" + encode_tuple(tup(list(values))), 2  # type: ignore[arg-type]
+
+
+def test_pick_converts_only_the_columns_asked_for() -> None:
+    calls: list[bytes] = []
+
+    def counting(data: bytes) -> object:
+        calls.append(data)
+        return int(data)
+
+    def refuse(data: bytes) -> object:
+        raise AssertionError("not a key column")
+
+    buf, start = _part("12", "x", None, "7")
+    assert pick_text_values(buf, start, (3, 0), [counting, refuse, refuse, counting]) == (7, 12)
+    assert calls == [b"7", b"12"]
+    assert pick_text_values(buf, start, (2,), [refuse] * 4) == (None,)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "unchanged",
+        "binary",
+        "count",
+        "short",
+        "index",
+        "raises",
+    ],
+)
+def test_pick_answers_none_for_anything_but_text_and_nulls(damage: str) -> None:
+    loaders = [int, bytes.decode]
+    buf, start = _part("1", "x")
+    indexes: tuple[int, ...] = (0,)
+    if damage == "unchanged":
+        buf, start = _part("1", U)
+    elif damage == "binary":
+        buf = b"??" + encode_tuple(tup([struct.pack(">q", 1), b"x"], binary=True))
+    elif damage == "count":
+        loaders = [int, bytes.decode, bytes.decode]
+    elif damage == "short":
+        buf = buf[:-1]
+    elif damage == "index":
+        indexes = (2,)
+    else:
+        buf, start = _part("one", "x")
+    assert pick_text_values(buf, start, indexes, loaders) is None
+
+
+def test_gather_lays_columns_out_as_arrow_binary_arrays() -> None:
+    parts = [_part("1", "ab", None), _part("22", None, ""), _part("", "c", "d")]
+    gathered = gather_text_columns(parts, 3)
+    assert gathered is not None
+    arrays = [
+        pa.Array.from_buffers(
+            pa.binary(),
+            len(parts),
+            [None if v is None else pa.py_buffer(v), pa.py_buffer(o), pa.py_buffer(d)],
+            null_count=n,
+        ).to_pylist()
+        for o, d, v, n in gathered
+    ]
+    assert arrays == [[b"1", b"22", b""], [b"ab", None, b"c"], [None, b"", b"d"]]
+    assert [n for *_, n in gathered] == [0, 1, 1]
+    assert gathered[0][2] is None
+
+
+def test_gather_answers_none_for_anything_but_text_and_nulls() -> None:
+    good = _part("1", "x")
+    assert gather_text_columns([good, _part("2", U)], 2) is None
+    assert gather_text_columns([good], 3) is None
+    assert gather_text_columns([good, (good[0][:-1], 2)], 2) is None
+    assert gather_text_columns([good, [good[0], 2]], 2) is None  # type: ignore[list-item]
+    assert gather_text_columns([], 2) is not None
+
+
+def test_a_bad_value_in_a_row_replaced_later_in_the_batch_is_still_an_error() -> None:
+    # The row path converts every change's values as it folds; the columnar path converts
+    # the replaced rows too, so whether a batch fails never depends on where it was cut.
+    relation = rel("public.t", col("id", 20, key=True), col("at", 1184))
+    changes = as_wire(
+        batch(
+            insert(relation, "1", "infinity", lsn=10, ordinal=0),
+            update(relation, "1", "2024-01-01 00:00:00+00", lsn=11, ordinal=0),
+        )
+    )
+    got = _sources(changes, columnar=True)
+    assert got == _sources(changes, columnar=False)
+    assert got[0] == "error"
+    assert "column 'at' of public.t" in got[1][0]  # type: ignore[index]
