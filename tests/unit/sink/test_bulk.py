@@ -23,34 +23,7 @@ from sink.convert import column_converter
 from sink.partitioning import bucket_of
 from sink.plan import PlanColumn
 from sink.typemap import BIGINT, BOOLEAN, TIMESTAMP, delta_type
-
-# type OID, type modifier, text forms (None: NULL)
-CASES: list[tuple[int, int, list[str | None]]] = [
-    (16, -1, ["t", "f", None]),
-    (21, -1, ["-32768", "32767", "0", None]),
-    (23, -1, ["-2147483648", "2147483647", None]),
-    (20, -1, ["-9223372036854775808", "9223372036854775807", None]),
-    (26, -1, ["4294967295", "0"]),
-    (700, -1, ["1.1", "NaN", "Infinity", "-Infinity", "-0", "1e-45", "3.4028235e+38", None]),
-    (701, -1, ["0.1", "NaN", "-Infinity", "5e-324", "1.7976931348623157e+308", "-0", None]),
-    (1700, (10 << 16 | 2) + 4, ["12345678.91", "-0.01", "0.00", None]),
-    (1700, (3 << 16 | (-2 & 0x7FF)) + 4, ["99900", "-100", "0"]),
-    (25, -1, ["", "NULL", 'quote " comma , newline \n', "ü€", None]),
-    (1042, 9, ["ab   ", "     "]),
-    (1082, -1, ["2024-02-29", "0001-01-01", "9999-12-31", "2000-01-01 BC", None]),
-    (1114, -1, ["2024-02-29 23:59:59.999999", "0001-01-01 00:00:00", "1970-01-01 00:00:00.5"]),
-    (
-        1184,
-        -1,
-        [
-            "2024-02-29 23:59:59.999999+05:30",
-            "1900-06-30 12:00:00-03",
-            "2000-01-01 00:00:00+00",
-            "1850-01-01 00:00:00+00:19:32",  # a local mean time offset: Arrow refuses it
-            None,
-        ],
-    ),
-]
+from tests.support.pg_text_forms import TEXT_FORM_CASES
 
 
 def _column(type_oid: int, modifier: int) -> PlanColumn:
@@ -91,7 +64,7 @@ def _same(value: object) -> object:
     return value
 
 
-@pytest.mark.parametrize(("type_oid", "modifier", "texts"), CASES)
+@pytest.mark.parametrize(("type_oid", "modifier", "texts"), TEXT_FORM_CASES)
 def test_bulk_values_equal_the_per_value_converter(
     type_oid: int, modifier: int, texts: list[str | None]
 ) -> None:

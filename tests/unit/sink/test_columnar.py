@@ -24,19 +24,19 @@ from sink import Batch, SinkDataError, SinkSettings
 from sink.arrow import source_table
 from sink.plan import MergeStep, plan_batch
 from sink.sql import MetadataColumns
-from tests.support.pgoutput_builder import encode_tuple
-from tests.support.sink_changes import U, Value, batch, col, delete, insert, rel, tup, update
-from tests.unit.sink.test_bulk import CASES
-from tests.unit.sink.test_converters import (
+from tests.support.pg_text_forms import (
+    TEXT_FORM_CASES,
     TYPED,
-    _float_text,
     as_wire,
     doubles,
+    float_text,
     ints,
     ipc_bytes,
     timestamptz_text,
     typed_batches,
 )
+from tests.support.pgoutput_builder import encode_tuple
+from tests.support.sink_changes import U, Value, batch, col, delete, insert, rel, tup, update
 
 META = MetadataColumns.from_settings(SinkSettings(path="unused"))
 
@@ -84,7 +84,7 @@ _GOOD_VALUES: list[st.SearchStrategy[Value]] = [
     st.integers(-(10**10) + 1, 10**10 - 1).map(lambda u: format(Decimal(u).scaleb(-2), "f")),
     timestamptz_text().map(bytes.decode),
     st.text(max_size=8),
-    doubles.map(lambda f: _float_text(f).decode()),
+    doubles.map(lambda f: float_text(f).decode()),
 ]
 
 
@@ -128,7 +128,7 @@ def test_columnar_sources_equal_row_sources_on_mostly_clean_batches(changes: Bat
     assert_columnar_equals_rows(as_wire(changes))
 
 
-@pytest.mark.parametrize(("type_oid", "modifier", "texts"), CASES)
+@pytest.mark.parametrize(("type_oid", "modifier", "texts"), TEXT_FORM_CASES)
 def test_every_delta_type_reads_alike_columnar_or_row_by_row(
     type_oid: int, modifier: int, texts: list[str | None]
 ) -> None:

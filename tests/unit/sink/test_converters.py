@@ -38,7 +38,7 @@ from decoder import (
 from sink import Batch, SinkDataError, SinkSettings
 from sink.arrow import commit_time_array as _commit_time_array
 from sink.arrow import source_table
-from sink.convert import column_converter, convert_value, pg_text_form
+from sink.convert import column_converter, convert_value
 from sink.plan import (
     BatchPlan,
     MergeStep,
@@ -49,22 +49,31 @@ from sink.plan import (
 )
 from sink.sql import MetadataColumns
 from sink.typemap import ValueForm, delta_type
+from tests.support.pg_text_forms import (
+    NUMERIC_5_0,
+    NUMERIC_10_2,
+    TYPED,
+    TYPED_FULL,
+    as_wire,
+    doubles,
+    instants,
+    ints,
+    ipc_bytes,
+    numeric_text,
+    numerics,
+    timestamptz_text,
+    typed_batches,
+)
+from tests.support.pg_text_forms import float_text as _float_text
+from tests.support.pg_text_forms import wall as _wall
 from tests.support.pgoutput_builder import encode_tuple
-from tests.support.sink_changes import U, Value, batch, col, delete, insert, rel, tup, update
+from tests.support.sink_changes import U, Value, batch, insert, tup, update
 
 PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 PG_DATE_EPOCH = dt.date(2000, 1, 1)
 DECODER = ValueDecoder()
 META = MetadataColumns.from_settings(SinkSettings(path="unused"))
 Sent = tuple[ColumnKind, bytes]
-
-
-def typmod_numeric(precision: int, scale: int) -> int:
-    return ((precision << 16) | (scale & 0x7FF)) + 4
-
-
-NUMERIC_10_2 = typmod_numeric(10, 2)
-NUMERIC_5_0 = typmod_numeric(5, 0)
 
 
 def column(type_oid: int, typmod: int = -1) -> PlanColumn:
@@ -75,32 +84,9 @@ def column(type_oid: int, typmod: int = -1) -> PlanColumn:
 
 TEXT, BINARY = ColumnKind.TEXT, ColumnKind.BINARY
 small_ints = st.integers(-(2**15), 2**15 - 1)
-ints = st.integers(-(2**31), 2**31 - 1)
 big_ints = st.integers(-(2**63), 2**63 - 1)
-doubles = st.floats(allow_nan=True, allow_infinity=True)
 singles = st.floats(allow_nan=True, allow_infinity=True, width=32)
-# Up to year 9999, as both PostgreSQL's output and Python's datetime can hold.
-instants = st.datetimes(
-    min_value=dt.datetime(1, 1, 2), max_value=dt.datetime(9999, 12, 30), timezones=st.just(dt.UTC)
-)
 wall_clocks = st.datetimes(min_value=dt.datetime(1, 1, 1), max_value=dt.datetime(9999, 12, 31))
-offsets = st.integers(-15 * 60, 15 * 60).map(lambda minutes: dt.timedelta(minutes=minutes))
-
-
-def _fraction(microseconds: int) -> str:
-    return f".{microseconds:06d}".rstrip("0") if microseconds else ""
-
-
-def _wall(value: dt.datetime) -> str:
-    # timestamp_out with DateStyle ISO.
-    return f"{value:%Y-%m-%d %H:%M:%S}{_fraction(value.microsecond)}".zfill(19)
-
-
-def _zone(offset: dt.timedelta) -> str:
-    minutes = int(offset.total_seconds()) // 60
-    sign = "-" if minutes < 0 else "+"
-    hours, rest = divmod(abs(minutes), 60)
-    return f"{sign}{hours:02d}" + (f":{rest:02d}" if rest else "")
 
 
 def _pg_micros(value: dt.datetime) -> int:
@@ -111,35 +97,6 @@ def _pg_micros(value: dt.datetime) -> int:
 
 def _numeric_binary(value: Decimal) -> bytes:
     return bytes(DecimalBinaryDumper(Decimal).dump(value))
-
-
-def _float_text(value: float) -> bytes:
-    return pg_text_form(value).encode()
-
-
-@st.composite
-def timestamptz_text(draw: st.DrawFn) -> bytes:
-    instant = draw(instants)
-    offset = draw(offsets)
-    local = instant + offset
-    if not dt.datetime(1, 1, 1, tzinfo=dt.UTC) <= local <= dt.datetime(9999, 12, 31, tzinfo=dt.UTC):
-        offset, local = dt.timedelta(0), instant
-    return f"{_wall(local.replace(tzinfo=None))}{_zone(offset)}".encode()
-
-
-@st.composite
-def numerics(draw: st.DrawFn, precision: int, scale: int) -> Decimal:
-    """A numeric value, mostly fitting (precision, scale), sometimes not, or special."""
-    special = draw(st.sampled_from(["", "", "", "", "NaN", "Infinity", "-Infinity"]))
-    if special:
-        return Decimal(special)
-    digits = draw(st.integers(1, precision + draw(st.sampled_from([0, 0, 0, 3, 30]))))
-    unscaled = draw(st.integers(-(10**digits) + 1, 10**digits - 1))
-    return Decimal(unscaled).scaleb(-scale)
-
-
-def numeric_text(value: Decimal) -> bytes:
-    return (str(value) if not value.is_finite() else format(value, "f")).encode()
 
 
 def _int_array_binary(items: list[int | None], element_oid: int = 23) -> bytes:
@@ -353,105 +310,6 @@ def test_special_values_convert_alike() -> None:
 
 # --- whole batches: NULL, unchanged TOAST, errors, wire and split tuples ------------------
 
-TYPED = rel(
-    "public.typed",
-    col("id", 20, key=True),
-    col("n", 23),
-    col("amount", 1700, typmod=NUMERIC_10_2),
-    col("at", 1184),
-    col("note"),
-    col("f", 701),
-)
-TYPED_FULL = rel(
-    "public.typed_full",
-    col("id", 20),
-    col("amount", 1700, typmod=NUMERIC_5_0),
-    col("note"),
-    identity="f",
-)
-
-
-@st.composite
-def text_rows(draw: st.DrawFn, relation_columns: int) -> list[Value]:
-    """Text values for a TYPED row; any column may be NULL, unchanged TOAST or unusual."""
-    key = draw(st.integers(0, 5))
-    values: list[Value] = [str(key)]
-    for position in range(1, relation_columns):
-        shape = draw(st.sampled_from(["value", "value", "value", "null", "toast", "bad"]))
-        if shape == "null":
-            values.append(None)
-        elif shape == "toast":
-            values.append(U)
-        else:
-            values.append(draw(_TYPED_VALUES[position]))
-    return values
-
-
-_TYPED_VALUES: dict[int, st.SearchStrategy[str]] = {
-    1: st.one_of(ints.map(str), st.just("x")),
-    2: st.one_of(
-        numerics(10, 2).map(lambda d: numeric_text(d).decode()), st.just("1e400"), st.just("")
-    ),
-    3: st.one_of(timestamptz_text().map(bytes.decode), st.just("infinity")),
-    4: st.one_of(st.text(max_size=8), st.sampled_from([" padded ", "\t", "é ü\n", ""])),
-    5: st.one_of(doubles.map(lambda f: _float_text(f).decode()), st.just("nan!")),
-}
-
-
-@st.composite
-def typed_batches(draw: st.DrawFn) -> Batch:
-    changes: list[RowChange] = []
-    for ordinal in range(draw(st.integers(1, 8))):
-        lsn = 10 + ordinal // 3
-        op = draw(st.sampled_from(["insert", "insert", "update", "delete"]))
-        values = draw(text_rows(len(TYPED.columns)))
-        if op == "insert":
-            changes.append(insert(TYPED, *values, lsn=lsn, ordinal=ordinal))
-        elif op == "update":
-            old = draw(st.none() | text_rows(len(TYPED.columns)))
-            changes.append(
-                update(
-                    TYPED,
-                    *values,
-                    lsn=lsn,
-                    ordinal=ordinal,
-                    old=old,
-                    old_kind=None if old is None else "K",
-                )
-            )
-        else:
-            changes.append(delete(TYPED, values[0], *[None] * 5, lsn=lsn, ordinal=ordinal))
-    return batch(*changes)
-
-
-def wire(data: TupleData | None) -> TupleData | None:
-    """The same tuple as the decoder hands it over: unsplit message bytes."""
-    return None if data is None else TupleData.from_wire(b"??" + encode_tuple(data), 2)
-
-
-def as_wire(changes_batch: Batch) -> Batch:
-    changes = []
-    for change in changes_batch.changes:
-        assert isinstance(change, RowChange)
-        changes.append(
-            RowChange(
-                op=change.op,
-                relation=change.relation,
-                new=wire(change.new),
-                old=wire(change.old),
-                old_kind=change.old_kind,
-                commit_lsn=change.commit_lsn,
-                commit_time=change.commit_time,
-                ordinal=change.ordinal,
-            )
-        )
-    return Batch(
-        changes=tuple(changes),
-        durable_lsn=changes_batch.durable_lsn,
-        transaction_count=changes_batch.transaction_count,
-        last_commit_time=changes_batch.last_commit_time,
-    )
-
 
 def planned(changes_batch: Batch, *, generic: bool) -> tuple[str, object]:
     """The plan and its Arrow source tables, or the error (message and cause class)."""
@@ -489,14 +347,6 @@ def assert_same_plans(changes_batch: Batch, *, wire_too: bool = True) -> None:
             assert tables == expected_tables
         else:
             assert [ipc_bytes(t) for t in tables] == [ipc_bytes(t) for t in expected_tables]
-
-
-def ipc_bytes(table: pa.Table) -> bytes:
-    """The table as Arrow IPC bytes: equal bytes, equal tables (NaN included)."""
-    out = pa.BufferOutputStream()
-    with pa.ipc.new_stream(out, table.schema) as writer:
-        writer.write_table(table)
-    return bytes(out.getvalue().to_pybytes())
 
 
 def _nan_safe(plan: BatchPlan) -> str:
