@@ -286,25 +286,32 @@ TextColumn = tuple[bytes, bytes, bytes | None, int]
 """One column of ``gather_text_columns``: int32 offsets, data, validity bitmap, NULL count."""
 
 
-def pick_text_values(
+def pick_text_values_without_kernel(
     buf: bytes,
     start: int,
     indexes: tuple[int, ...],
     text_loaders: Sequence[Callable[[bytes], object]],
 ) -> tuple[object, ...] | None:
-    """The values of a few columns of a TupleData part, when it holds only text and NULLs.
+    """``pick_text_values`` without the compiled kernel: always None (the general path)."""
+    return None
 
-    Columns ``indexes`` are converted by their text loaders (None for NULL); the others
-    are walked over, not converted. This is how the sink's columnar planner reads a row's
-    identity. None means "take the general path" (``load_tuple_wire``), which raises the
-    precise error where there is one: the part has a binary or unchanged-TOAST column,
-    does not fit ``buf``, has another column count than ``text_loaders``, or a loader
-    raised - and always when the compiled kernel is not built (``decoder.native``).
-    """
-    if COMPILED is None:
-        return None
-    picked: tuple[object, ...] | None = COMPILED.pick(buf, start, indexes, text_loaders)
-    return picked
+
+pick_text_values: Final[
+    Callable[
+        [bytes, int, tuple[int, ...], Sequence[Callable[[bytes], object]]],
+        tuple[object, ...] | None,
+    ]
+] = pick_text_values_without_kernel if COMPILED is None else COMPILED.pick
+"""The values of a few columns of a TupleData part, when it holds only text and NULLs.
+
+Columns ``indexes`` are converted by their text loaders (None for NULL); the others
+are walked over, not converted. This is how the sink's columnar planner reads a row's
+identity. None means "take the general path" (``load_tuple_wire``), which raises the
+precise error where there is one: the part has a binary or unchanged-TOAST column,
+does not fit ``buf``, has another column count than ``text_loaders``, or a loader
+raised - and always when the compiled kernel is not built (``decoder.native``). It is
+the kernel's ``pick`` itself, called once per row: no Python frame in between.
+"""
 
 
 def gather_text_columns(parts: list[tuple[bytes, int]], count: int) -> list[TextColumn] | None:

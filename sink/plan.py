@@ -471,6 +471,8 @@ class _OpenStep:
     """Every columnar row the step folded, in batch order, the replaced ones too: their
     values are converted like any other change's, so a value that cannot be stored is an
     error whether or not a later change replaced its row in the batch."""
+    columnar_parts: list[tuple[bytes, int]] = field(default_factory=list)
+    """The new tuple's bytes (``TupleData.wire``) of each of ``columnar_rows``."""
 
     def freeze(self, columnar: ColumnarRows | None = None) -> MergeStep:
         """The step; ``columnar`` holds the rows that have no values (``_Row.values``)."""
@@ -598,18 +600,20 @@ class _Planner:
         if not folded:
             return step.freeze()
         shape = step.shape
-        parts = [_wire_of(row) for row in folded]
-        arrays = column_arrays([c.delta for c in shape.columns], shape.text, parts)
+        arrays = column_arrays([c.delta for c in shape.columns], shape.text, step.columnar_parts)
         if arrays is None:
             raise _ColumnarRefusedError
-        live = {id(row) for row in step.rows.values() if row.values is None}
-        chosen = [i for i, row in enumerate(folded) if id(row) in live]
-        if not chosen:
-            return step.freeze()
-        if len(chosen) != len(folded):
+        live = [row for row in step.rows.values() if row.values is None]
+        rows = folded
+        if len(live) != len(folded):
+            # Some were replaced by later changes (or converted for one): keep the others.
+            kept = {id(row) for row in live}
+            chosen = [i for i, row in enumerate(folded) if id(row) in kept]
+            if not chosen:
+                return step.freeze()
             indexes = pa.array(chosen, pa.int64())
             arrays = tuple(array.take(indexes) for array in arrays)
-        rows = [folded[i] for i in chosen]
+            rows = [folded[i] for i in chosen]
         return step.freeze(
             ColumnarRows(
                 arrays,
@@ -921,12 +925,15 @@ class _Planner:
         wire = None if new is None else new.wire
         if wire is None:
             return False
-        identity = pick_text_values(wire[0], wire[1], step.shape.match_indexes, step.shape.text)
+        shape = step.shape
+        identity = pick_text_values(wire[0], wire[1], shape.match_indexes, shape.text)
         if identity is None:
             return False
-        for value in identity:
-            if type(value) not in _PLAIN_HASHABLE:
+        if len(identity) == 1:
+            if type(identity[0]) not in _PLAIN_HASHABLE:
                 return False
+        elif any(type(value) not in _PLAIN_HASHABLE for value in identity):
+            return False
         # As the row path: an insert takes the identity's place, an update moves it last;
         # no value is unchanged TOAST, so nothing is kept and nothing moves.
         if change.op != "insert":
@@ -934,6 +941,7 @@ class _Planner:
         row = _Row(False, None, None, change.commit_lsn, commit_time, change.ordinal, change)
         step.rows[identity] = row
         step.columnar_rows.append(row)
+        step.columnar_parts.append(wire)
         return True
 
     def _add_keyless_row(
@@ -1027,14 +1035,6 @@ def _record(  # noqa: PLR0917 - positional on purpose: one call per recorded cha
             change.xid,
         )
     )
-
-
-def _wire_of(row: _Row) -> tuple[bytes, int]:
-    """The new tuple's bytes of a columnar row."""
-    change = row.change
-    wire = None if change is None or change.new is None else change.new.wire
-    assert wire is not None, "a columnar row keeps a change with the new tuple's bytes"
-    return wire
 
 
 def _value_error(change: RowChange, column: PlanColumn, exc: Exception) -> SinkDataError:
