@@ -1,4 +1,4 @@
-"""Planning benchmark: the sink's CPU path of one batch, per-column converters vs generic.
+"""Planning benchmark: the sink's CPU path of one batch: columnar, per-column converters, generic.
 
 Run: ``python -m bench.plan`` (``python -m bench plan``; ``--help`` for the knobs). Needs
 neither PostgreSQL nor Spark and takes well under a minute.
@@ -13,15 +13,19 @@ Method
    ``TupleData.from_wire`` over the TupleData bytes pgoutput sends, as a replayed
    transaction's are, once in the text protocol and once in the binary one.
 2. Check that both paths plan the batch and build its Arrow source tables identically
-   (``BatchPlan`` equality, Arrow IPC bytes); a difference exits non-zero.
+   (``BatchPlan`` equality, Arrow IPC bytes), and that the columnar planner (what the
+   sink runs, ``plan_batch(columnar=True)``) builds the same sources in key order; a
+   difference exits non-zero.
 3. Time ``plan_batch`` followed by ``sink.arrow.source_table`` for every merge step -
    the CPU work ``DeltaSink.apply`` does before its first Spark call - with the
-   converters resolved once per relation (the sink's path) and with ``generic_values``,
-   which converts every value through ``convert_value`` (the path before them). Both run
+   converters resolved once per relation (the row planner) and with ``generic_values``,
+   which converts every value through ``convert_value`` (the path before them), and the
+   columnar planner. All three run
    alternately, ``--repeat`` times each on a freshly built batch (``plan_batch`` splits a
    tuple's bytes only once), with the garbage collector on as in the daemon and collected
    before each run.
-4. Print the median microseconds per change of each, and the speed-up (generic / fast).
+4. Print the median microseconds per change of each, the speed-up (generic / fast), and
+   the columnar planner's speed-up over the row planner with per-column converters.
 
 The generic path shares the folding code, so the ratio measures value conversion and
 tuple decoding only; improvements to folding and Arrow building speed up both.
@@ -153,18 +157,29 @@ def make_batch(changes: int, protocol: Protocol) -> Batch:
 _META: Final = MetadataColumns.from_settings(SinkSettings(path="unused"))
 
 
-def run(batch: Batch, *, generic: bool, decoder: ValueDecoder) -> tuple[BatchPlan, list[pa.Table]]:
+def run(
+    batch: Batch, *, generic: bool, decoder: ValueDecoder, columnar: bool = False
+) -> tuple[BatchPlan, list[pa.Table]]:
     """What ``DeltaSink.apply`` computes before Spark: the plan and every step's Arrow."""
     plan = plan_batch(
-        batch, reserved_columns=_META.reserved, decoder=decoder, generic_values=generic
+        batch,
+        reserved_columns=_META.reserved,
+        decoder=decoder,
+        generic_values=generic,
+        columnar=columnar,
     )
     tables = [
         source_table(table.qualified_name, step, _META)[1]
         for table in plan.tables
         for step in table.steps
-        if isinstance(step, MergeStep) and step.rows
+        if isinstance(step, MergeStep) and step.row_count
     ]
     return plan, tables
+
+
+def _by_key(table: pa.Table) -> pa.Table:
+    """A MERGE source in key order (the columnar planner orders its rows otherwise)."""
+    return table.sort_by([("id", "ascending")])
 
 
 def _ipc_bytes(table: pa.Table) -> bytes:
@@ -175,30 +190,51 @@ def _ipc_bytes(table: pa.Table) -> bytes:
     return bytes(out.getvalue().to_pybytes())
 
 
-def _timed(build: Callable[[], Batch], *, generic: bool, decoder: ValueDecoder) -> float:
+def _timed(
+    build: Callable[[], Batch], *, generic: bool, decoder: ValueDecoder, columnar: bool = False
+) -> float:
     """Microseconds per change of one ``run`` over a freshly built batch."""
     batch = build()
     gc.collect()
     started = time.perf_counter()
-    run(batch, generic=generic, decoder=decoder)
+    run(batch, generic=generic, decoder=decoder, columnar=columnar)
     return (time.perf_counter() - started) / len(batch.changes) * 1e6
 
 
-def measure(protocol: Protocol, changes: int, repeat: int) -> tuple[list[float], list[float]] | str:
-    """Fast and generic µs per change, ``repeat`` runs each; a string when they differ."""
+def measure(
+    protocol: Protocol, changes: int, repeat: int
+) -> tuple[list[float], list[float], list[float]] | str:
+    """Row-planner, generic and columnar µs per change, ``repeat`` runs each; a string
+    when their results differ."""
     decoder = ValueDecoder()
     fast_plan, fast_tables = run(make_batch(changes, protocol), generic=False, decoder=decoder)
     generic_plan, generic_tables = run(make_batch(changes, protocol), generic=True, decoder=decoder)
+    _, columnar_tables = run(
+        make_batch(changes, protocol), generic=False, decoder=decoder, columnar=True
+    )
     if fast_plan != generic_plan:
         return f"{protocol} protocol: the plans differ"
     if [_ipc_bytes(t) for t in fast_tables] != [_ipc_bytes(t) for t in generic_tables]:
         return f"{protocol} protocol: the Arrow source tables differ"
+    if [_ipc_bytes(_by_key(t)) for t in fast_tables] != [
+        _ipc_bytes(_by_key(t)) for t in columnar_tables
+    ]:
+        return f"{protocol} protocol: the columnar planner's Arrow source tables differ"
     fast: list[float] = []
     generic: list[float] = []
+    columnar: list[float] = []
     for _ in range(repeat):
         fast.append(_timed(lambda: make_batch(changes, protocol), generic=False, decoder=decoder))
         generic.append(_timed(lambda: make_batch(changes, protocol), generic=True, decoder=decoder))
-    return fast, generic
+        columnar.append(
+            _timed(
+                lambda: make_batch(changes, protocol),
+                generic=False,
+                decoder=decoder,
+                columnar=True,
+            )
+        )
+    return fast, generic, columnar
 
 
 def _reference_walk_figure(protocol: Protocol, changes: int, repeat: int) -> Figure:
@@ -246,11 +282,18 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(measured, str):
             print(f"cannot compare: {measured}", file=sys.stderr)
             return 1
-        fast_runs, generic_runs = measured
+        fast_runs, generic_runs, columnar_runs = measured
         fast = median_figure(f"{protocol}: per-column converters", fast_runs, "µs/change")
         generic = median_figure(f"{protocol}: generic convert_value", generic_runs, "µs/change")
-        figures += [generic, fast]
+        columnar = median_figure(f"{protocol}: columnar planner", columnar_runs, "µs/change")
+        figures += [generic, fast, columnar]
         ratios.append(Ratio(f"{protocol}: speed-up (generic / fast)", generic.value / fast.value))
+        ratios.append(
+            Ratio(
+                f"{protocol}: columnar speed-up (per-column converters / columnar)",
+                fast.value / columnar.value,
+            )
+        )
     if DECODER_KERNEL == "compiled" and not args.no_reference_walk:
         # The same run with the Python reference walk (decoder.native), in a child process:
         # the form is chosen once, at import.
@@ -270,7 +313,9 @@ def main(argv: list[str] | None = None) -> int:
         "measured": "plan_batch + Arrow source tables (sink.arrow.source_table), "
         "identical results checked",
         "baseline": "the same code with generic_values=True (it shares the folding and "
-        "Arrow speed-ups, so the ratio understates the gain over the code before them)",
+        "Arrow speed-ups, so the ratio understates the gain over the code before them); "
+        "the columnar planner (what the sink runs: plan_batch(columnar=True)) against the "
+        "row planner with per-column converters, its reference",
     }
     print_report(
         "Planning: per-column converters vs generic convert_value (no Spark)",

@@ -473,6 +473,8 @@ class _OpenStep:
     error whether or not a later change replaced its row in the batch."""
     columnar_parts: list[tuple[bytes, int]] = field(default_factory=list)
     """The new tuple's bytes (``TupleData.wire``) of each of ``columnar_rows``."""
+    columnar_misses: int = 0
+    """Rows the columnar path declined while it had taken none (binary mode declines all)."""
 
     def freeze(self, columnar: ColumnarRows | None = None) -> MergeStep:
         """The step; ``columnar`` holds the rows that have no values (``_Row.values``)."""
@@ -843,6 +845,7 @@ class _Planner:
             and change.op != "delete"
             and shape.identity == "key"
             and table.changes is None
+            and step.columnar_misses < _COLUMNAR_TRIES
             and self._add_columnar_row(change, step, commit_time)
         ):
             return
@@ -928,6 +931,8 @@ class _Planner:
         shape = step.shape
         identity = pick_text_values(wire[0], wire[1], shape.match_indexes, shape.text)
         if identity is None:
+            if not step.columnar_rows:
+                step.columnar_misses += 1
             return False
         if len(identity) == 1:
             if type(identity[0]) not in _PLAIN_HASHABLE:
@@ -1007,6 +1012,10 @@ class _Planner:
             out.append(hashable(value))
         return tuple(out)
 
+
+_COLUMNAR_TRIES: Final = 64
+"""A step whose first 64 candidate rows all declined the columnar path stops trying it: a
+binary-mode stream, whose values the kernel does not gather, would pay for the attempt."""
 
 _IDENTITY_NAMES: Final = {"d": "DEFAULT", "n": "NOTHING", "f": "FULL", "i": "USING INDEX"}
 _PLAIN_HASHABLE: Final = frozenset({int, str, bytes, bool, Decimal, date, datetime, type(None)})

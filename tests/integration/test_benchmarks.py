@@ -46,7 +46,9 @@ def test_the_planning_benchmark_checks_both_paths_agree_and_reports_their_ratio(
     report = run_benchmark("plan", "--changes", "1000", "--repeat", "1")
     assert ratio_names(report) == [
         "text: speed-up (generic / fast)",
+        "text: columnar speed-up (per-column converters / columnar)",
         "binary: speed-up (generic / fast)",
+        "binary: columnar speed-up (per-column converters / columnar)",
         # The same run with the Python reference walk, in a child process.
         "text: compiled walk speed-up (Python walk / compiled)",
         "binary: compiled walk speed-up (Python walk / compiled)",

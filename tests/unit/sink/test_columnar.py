@@ -323,3 +323,26 @@ def test_a_bad_value_in_a_row_replaced_later_in_the_batch_is_still_an_error() ->
     assert got == _sources(changes, columnar=False)
     assert got[0] == "error"
     assert "column 'at' of public.t" in got[1][0]  # type: ignore[index]
+
+
+def test_a_step_of_binary_rows_stops_trying_the_columnar_path() -> None:
+    relation = rel("public.t", col("id", 20, key=True), col("note"))
+    binary = [
+        RowChange(
+            op="insert",
+            relation=relation,
+            new=TupleData.from_wire(
+                b"??" + encode_tuple(tup([struct.pack(">q", key), b"x"], binary=True)), 2
+            ),
+            old=None,
+            old_kind=None,
+            commit_lsn=insert(relation, "1", "x", lsn=10).commit_lsn,
+            commit_time=0,
+            ordinal=key,
+        )
+        for key in range(100)
+    ]
+    text = as_wire(batch(insert(relation, "500", "y", lsn=10, ordinal=100))).changes
+    changes = batch(*binary, *text)  # type: ignore[arg-type]
+    assert _columnar_rows(changes) == 0
+    assert_columnar_equals_rows(changes)
