@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from decoder import RowChange, TupleData, gather_text_columns, pick_text_values
 from sink import Batch, SinkDataError, SinkSettings
 from sink.arrow import source_table
+from sink.partitioning import bucket_of, bucket_values
 from sink.plan import MergeStep, plan_batch
 from sink.sql import MetadataColumns
 from tests.support.pg_text_forms import (
@@ -346,3 +347,22 @@ def test_a_step_of_binary_rows_stops_trying_the_columnar_path() -> None:
     changes = batch(*binary, *text)  # type: ignore[arg-type]
     assert _columnar_rows(changes) == 0
     assert_columnar_equals_rows(changes)
+
+
+def test_key_buckets_of_columnar_rows_follow_the_source_row_order() -> None:
+    relation = rel("public.t", col("id", 20, key=True), col("note"))
+    changes = as_wire(
+        batch(
+            insert(relation, "250", "a", lsn=10, ordinal=0),
+            insert(relation, "7", "b", lsn=10, ordinal=1),
+            delete(relation, "130", None, lsn=10, ordinal=2),
+        )
+    )
+    (table,) = plan_batch(changes, columnar=True).tables
+    (step,) = table.steps
+    assert isinstance(step, MergeStep)
+    assert step.columnar is not None
+    _, source = source_table(table.qualified_name, step, META)
+    keys = source.column("id").to_pylist()
+    assert bucket_values(step, 0, 100) == [bucket_of(key, 100) for key in keys]
+    assert sorted(keys) == [7, 130, 250]
