@@ -176,10 +176,7 @@ class Session:
                 raise fatal
             self.state.last_loop_at = clock()
             frames = self.stream.read_frames()
-            for frame in frames:
-                self._on_frame(frame)
-                if self.endpos_reached:
-                    break
+            self._on_frames(frames)
             if frames:
                 self._update_gauges()
             self._collect_reports()
@@ -286,6 +283,27 @@ class Session:
         )
 
     # ------------------------------------------------------------------ frames
+
+    def _on_frames(self, frames: list[bytes]) -> None:
+        """Feed a read burst: runs of row messages in one pass, anything else frame by frame."""
+        take_rows = self.assembler.take_row_frames if self.frame_tap is None else None
+        tags = self._burst_tags
+        index, count = 0, len(frames)
+        while index < count:
+            taken = take_rows(frames, index) if take_rows is not None else None
+            if taken is not None:
+                # Inside a transaction: nothing completes, only the burst counts move.
+                self._burst_bytes += taken.payload_bytes
+                tags[0x49] += taken.inserts
+                tags[0x55] += taken.updates
+                tags[0x44] += taken.deletes
+                self._burst_wal_start = taken.wal_start
+                index += taken.frames
+                continue
+            self._on_frame(frames[index])
+            index += 1
+            if self.endpos_reached:
+                break
 
     def _on_frame(self, frame: bytes) -> None:
         xlog = read_xlog_data(frame)
