@@ -31,9 +31,6 @@
 
 static Py_ssize_t tuple_end_at(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos);
 
-/* Bytes of an XLogData frame before its payload: the tag, walStart, walEnd, sendTime. */
-#define XLOG_HEADER 25
-
 /* The same verdict as parser.row_message_is_valid (see there). */
 static int
 row_message_valid(const unsigned char *buf, Py_ssize_t len, int in_stream)
@@ -540,78 +537,6 @@ none:
     Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(take_rows_doc,
-"take_rows(frames, index, room, out, /)\n--\n\n"
-"The row messages of XLogData frames[index:], in one pass: while a frame is an XLogData\n"
-"frame (bytes) whose payload is an INSERT, UPDATE or DELETE that row_message_is_valid\n"
-"accepts outside a stream block, and the records so far plus this one (4 bytes each\n"
-"besides the payload) fit room, its payload is appended to out as bytes. Returns\n"
-"(frames taken, their record bytes, their payload bytes, inserts, updates, deletes,\n"
-"wal_start of the last frame taken); it stops at the first frame it does not take,\n"
-"which the caller hands to the general path.");
-
-static PyObject *
-take_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "take_rows takes exactly 4 arguments");
-        return NULL;
-    }
-    PyObject *frames = args[0];
-    PyObject *out = args[3];
-    Py_ssize_t index = PyLong_AsSsize_t(args[1]);
-    if (index == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    long long room = PyLong_AsLongLong(args[2]);
-    if (room == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    long long record_bytes = 0, payload_bytes = 0;
-    Py_ssize_t taken = 0, inserts = 0, updates = 0, deletes = 0;
-    unsigned long long wal_start = 0;
-    if (PyList_CheckExact(frames) && PyList_CheckExact(out) && index >= 0) {
-        for (Py_ssize_t i = index; i < PyList_GET_SIZE(frames); i++) {
-            PyObject *frame = PyList_GET_ITEM(frames, i);
-            if (!PyBytes_CheckExact(frame)) {
-                break;
-            }
-            const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(frame);
-            Py_ssize_t len = PyBytes_GET_SIZE(frame);
-            /* 'w', walStart, walEnd and sendTime (Int64 each), then the payload */
-            if (len <= XLOG_HEADER || buf[0] != 'w') {
-                break;
-            }
-            const unsigned char *payload = buf + XLOG_HEADER;
-            Py_ssize_t size = len - XLOG_HEADER;
-            if (record_bytes + 4 + size > room || !row_message_valid(payload, size, 0)) {
-                break;
-            }
-            PyObject *record = PyBytes_FromStringAndSize((const char *)payload, size);
-            if (record == NULL) {
-                return NULL;
-            }
-            int appended = PyList_Append(out, record);
-            Py_DECREF(record);
-            if (appended < 0) {
-                return NULL;
-            }
-            record_bytes += 4 + size;
-            payload_bytes += size;
-            inserts += payload[0] == 'I';
-            updates += payload[0] == 'U';
-            deletes += payload[0] == 'D';
-            wal_start = 0;
-            for (int b = 1; b <= 8; b++) {
-                wal_start = (wal_start << 8) | buf[b];
-            }
-            taken++;
-        }
-    }
-    return Py_BuildValue("(nLLnnnK)", taken, record_bytes, payload_bytes, inserts, updates,
-                         deletes, wal_start);
-}
-
 PyDoc_STRVAR(row_message_is_valid_doc,
 "row_message_is_valid(buf, in_stream, /)\n--\n\n"
 "True when buf is an INSERT, UPDATE or DELETE that scan_row_message accepts; False means\n"
@@ -644,7 +569,6 @@ static PyMethodDef methods[] = {
     {"load", (PyCFunction)(void (*)(void))load, METH_FASTCALL, load_doc},
     {"pick", (PyCFunction)(void (*)(void))pick, METH_FASTCALL, pick_doc},
     {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL, gather_doc},
-    {"take_rows", (PyCFunction)(void (*)(void))take_rows, METH_FASTCALL, take_rows_doc},
     {"row_message_is_valid", (PyCFunction)(void (*)(void))row_message_is_valid, METH_FASTCALL,
      row_message_is_valid_doc},
     {NULL, NULL, 0, NULL},

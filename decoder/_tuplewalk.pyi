@@ -32,6 +32,3 @@ def pick(
 def gather(
     parts: list[tuple[bytes, int]], count: int, /
 ) -> list[tuple[bytes, bytes, bytes | None, int]] | None: ...
-def take_rows(
-    frames: list[bytes], index: int, room: int, out: list[bytes], /
-) -> tuple[int, int, int, int, int, int, int]: ...

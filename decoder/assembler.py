@@ -101,7 +101,6 @@ from decoder.messages import (
     Type,
     Update,
 )
-from decoder.native import COMPILED
 from decoder.options import ProtocolOptions
 from decoder.outputs import (
     AssemblerOutput,
@@ -132,27 +131,6 @@ from decoder.transitions import (
 def _row_xid(data: bytes, in_stream: bool) -> Xid | None:
     """The xid prefix of a valid row message inside a stream block."""
     return Xid(int.from_bytes(data[1:5], "big")) if in_stream else None
-
-
-@dataclass(frozen=True, slots=True)
-class TakenRows:
-    """What ``Assembler.take_row_frames`` buffered in one pass.
-
-    Attributes:
-        frames: frames taken, from the index given.
-        payload_bytes: their payloads' bytes.
-        inserts: INSERT messages among them.
-        updates: UPDATE messages.
-        deletes: DELETE messages.
-        wal_start: the last frame's start LSN.
-    """
-
-    frames: int
-    payload_bytes: int
-    inserts: int
-    updates: int
-    deletes: int
-    wal_start: Lsn
 
 
 @dataclass(slots=True)
@@ -231,38 +209,6 @@ class Assembler:
         return self._replays.relations
 
     # ------------------------------------------------------------------------- input
-
-    def take_row_frames(self, frames: list[bytes], index: int) -> TakenRows | None:
-        """``feed`` for a run of XLogData frames of row messages inside a transaction.
-
-        The bulk of any stream in one call of the compiled kernel: from ``frames[index]``
-        on, every XLogData frame whose payload is a valid INSERT, UPDATE or DELETE goes
-        into the open transaction's buffer exactly as ``feed`` puts it, while the buffer's
-        memory has room. Row messages inside BEGIN ... COMMIT complete nothing, so this
-        produces no output.
-
-        Returns:
-            What was taken; None when nothing was (no compiled kernel, no transaction
-            open outside a stream block, the buffer must spill first, or the first frame
-            is something else): the caller feeds that frame through ``feed``.
-        """
-        if COMPILED is None or self._state is not AssemblerState.IN_TRANSACTION:
-            return None
-        txn = self._current
-        assert txn is not None
-        buffer = txn.buffer
-        room = buffer.memory_room()
-        if room <= 0:
-            return None
-        records: list[bytes] = []
-        taken, record_bytes, payload_bytes, inserts, updates, deletes, wal_start = (
-            COMPILED.take_rows(frames, index, room, records)
-        )
-        if not taken:
-            return None
-        buffer.extend_memory(records, record_bytes)
-        txn.change_count += taken
-        return TakenRows(taken, payload_bytes, inserts, updates, deletes, Lsn(wal_start))
 
     def feed(self, wal_start: int, payload: bytes | memoryview) -> list[AssemblerOutput]:
         """Process one pgoutput message.

@@ -46,14 +46,6 @@ class ChangeBuffer(Protocol):
         """Add a record at the end."""
         ...
 
-    def memory_room(self) -> int:
-        """Bytes (records plus 4 each) ``extend_memory`` may add now without spilling."""
-        ...
-
-    def extend_memory(self, records: list[bytes], size: int) -> None:
-        """Add records that fit ``memory_room``; ``size`` is their bytes plus 4 each."""
-        ...
-
     def mark(self) -> int:
         """Return a token for the current end, for a later ``truncate``."""
         ...
@@ -83,9 +75,6 @@ class ChangeBuffer(Protocol):
 
 ChangeBufferFactory = Callable[[], ChangeBuffer]
 
-_UNBOUNDED: Final = 1 << 62
-"""``memory_room`` of a buffer without a memory bound."""
-
 
 class MemoryChangeBuffer:
     """A ``ChangeBuffer`` in a Python list; marks are record counts."""
@@ -98,15 +87,6 @@ class MemoryChangeBuffer:
         """Add a record at the end."""
         self._records.append(record)
         self._size += _LENGTH.size + len(record)
-
-    def memory_room(self) -> int:
-        """Unbounded: this buffer never spills."""
-        return _UNBOUNDED
-
-    def extend_memory(self, records: list[bytes], size: int) -> None:
-        """Add records at the end; ``size`` is their bytes plus 4 each."""
-        self._records.extend(records)
-        self._size += size
 
     def mark(self) -> int:
         """Return the current record count."""
@@ -226,27 +206,6 @@ class FileChangeBuffer:
     def memory_bytes(self) -> int:
         """Bytes this buffer holds in memory (0 once spilled)."""
         return self._memory_bytes
-
-    def memory_room(self) -> int:
-        """Bytes (records plus 4 each) the shared budget has left; 0 once spilled."""
-        if self._file is not None:
-            return 0
-        budget = self._budget
-        return max(0, budget.limit_bytes - budget.used_bytes)
-
-    def extend_memory(self, records: list[bytes], size: int) -> None:
-        """Add records known to fit ``memory_room``; ``size`` is their bytes plus 4 each.
-
-        ``append`` for a run of records, without the per-record budget check.
-        """
-        if not records:
-            return
-        assert self._file is None, "a spilled buffer has no memory room"
-        if not self._memory:
-            self._budget.hold(self)
-        self._memory.extend(records)
-        self._memory_bytes += size
-        self._budget.used_bytes += size
 
     def append(self, record: bytes) -> None:
         """Add a record at the end, spilling to disk when the memory budget is reached."""
