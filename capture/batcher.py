@@ -137,11 +137,6 @@ class Batcher:
             return True
         return now - self._opened_at >= self.max_age
 
-    @property
-    def is_open(self) -> bool:
-        """A batch holds something (``due`` and ``take`` have work)."""
-        return self._opened_at is not None
-
     def next_deadline(self) -> float | None:
         return None if self._opened_at is None else self._opened_at + self.max_age
 

@@ -108,20 +108,16 @@ class FlushTracker:
 
     def positions(self, *, decoder_idle: bool) -> Positions:
         """Return the positions to report; ``decoder_idle`` means no transaction is open."""
-        flush = self.flush_position(decoder_idle=decoder_idle)
-        self._reported_flush = flush
-        write = max(self._received, flush)
-        return Positions(write=write, flush=flush, apply=flush)
-
-    def flush_position(self, *, decoder_idle: bool) -> int:
-        """The flush position ``positions`` would report now, without reporting it."""
         flush = self._durable
         holds = self._holds()
         if decoder_idle and not self._pending and not holds:
             flush = max(flush, self._keepalive_end)
         if holds:
             flush = min(flush, *holds)
-        return max(flush, self._reported_flush)
+        flush = max(flush, self._reported_flush)
+        self._reported_flush = flush
+        write = max(self._received, flush)
+        return Positions(write=write, flush=flush, apply=flush)
 
 
 class FeedbackPolicy:

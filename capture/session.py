@@ -166,34 +166,29 @@ class Session:
         self._burst_bytes = 0
         self._burst_tags = [0] * 256
         self._burst_wal_start = 0
-        self._metrics_pending = False
-        self._metrics_due = 0.0
 
     def loop(self) -> None:
         clock = self.clock
         stop = self.stop_event
-        try:
-            while not stop.is_set() and not self.endpos_reached:
-                fatal = self._fatal()
-                if fatal is not None:
-                    raise fatal
-                self.state.last_loop_at = clock()
-                frames = self.stream.read_frames()
-                self._on_frames(frames)
-                if frames:
-                    self.tracker.on_data(self._burst_wal_start)
-                    self._metrics_pending = True
-                self._collect_reports()
-                now = clock()
-                if self._metrics_pending and now >= self._metrics_due:
-                    self._publish_metrics(now)
-                if self.batcher.is_open and self.batcher.due(now, backlog=self._sink_busy()):
-                    self._hand_off(self.batcher.take())
-                self._send_feedback_if_due(now)
-                if not frames:
-                    self.stream.wait_readable(self._sleep_time(clock()))
-        finally:
-            self._publish_metrics(clock())
+        while not stop.is_set() and not self.endpos_reached:
+            fatal = self._fatal()
+            if fatal is not None:
+                raise fatal
+            self.state.last_loop_at = clock()
+            frames = self.stream.read_frames()
+            for frame in frames:
+                self._on_frame(frame)
+                if self.endpos_reached:
+                    break
+            if frames:
+                self._update_gauges()
+            self._collect_reports()
+            now = clock()
+            if self.batcher.due(now, backlog=self._sink_busy()):
+                self._hand_off(self.batcher.take())
+            self._send_feedback_if_due(now)
+            if not frames:
+                self.stream.wait_readable(self._sleep_time(clock()))
         self._finish()
 
     def _sleep_time(self, now: float) -> float:
@@ -292,12 +287,6 @@ class Session:
 
     # ------------------------------------------------------------------ frames
 
-    def _on_frames(self, frames: list[bytes]) -> None:
-        for frame in frames:
-            self._on_frame(frame)
-            if self.endpos_reached:
-                break
-
     def _on_frame(self, frame: bytes) -> None:
         xlog = read_xlog_data(frame)
         if xlog is None:
@@ -306,7 +295,7 @@ class Session:
         wal_start, payload = xlog
         if self.frame_tap is not None:
             self.frame_tap(wal_start, payload)
-        # Counted in plain integers; ``_publish_metrics`` adds them to the Prometheus
+        # Counted in plain integers; ``_update_gauges`` adds them to the Prometheus
         # counters once per read burst (a counter increment takes a lock).
         self._burst_bytes += len(payload)
         if payload:
@@ -361,14 +350,9 @@ class Session:
         assert self.worker is not None
         return self.worker.busy
 
-    def _publish_metrics(self, now: float) -> None:
-        """Received bytes and messages, and the receive gauges, into Prometheus.
-
-        At most every ``METRICS_INTERVAL_SECONDS`` while frames arrive, and when the loop
-        ends: per read burst it cost as much as receiving a burst of small transactions.
-        """
-        self._metrics_pending = False
-        self._metrics_due = now + METRICS_INTERVAL_SECONDS
+    def _update_gauges(self) -> None:
+        """Once per read burst, not per message (hot path): gauges and burst counts."""
+        self.tracker.on_data(self._burst_wal_start)
         if self._burst_bytes:
             self.metrics.bytes_received.inc(self._burst_bytes)
             self._burst_bytes = 0
@@ -464,8 +448,8 @@ class Session:
     # ------------------------------------------------------------------ feedback
 
     def _send_feedback_if_due(self, now: float) -> None:
-        # Once per loop iteration: only the flush position, no Positions object.
-        if self.policy.due(now, self.tracker.flush_position(decoder_idle=self.assembler.idle)):
+        positions = self.tracker.positions(decoder_idle=self.assembler.idle)
+        if self.policy.due(now, positions.flush):
             self._send_status(reason="periodic", reply_requested=self._want_reply())
 
     def _want_reply(self) -> bool:
@@ -494,9 +478,6 @@ class Session:
 
 _HAND_OFF_SLICE = 512
 """Most changes handed to the batcher between two sink-busy checks."""
-
-METRICS_INTERVAL_SECONDS = 0.1
-"""How often the receive loop publishes its counts and gauges while frames arrive."""
 
 
 CHANGE_OVERHEAD_BYTES = 256

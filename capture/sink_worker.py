@@ -78,16 +78,13 @@ class SinkWorker:
     def reports(self) -> list[AppliedBatch | FailedBatch]:
         """Return the reports that arrived since the last call, without blocking."""
         out: list[AppliedBatch | FailedBatch] = []
-        # Every report answers a batch handed over: with none unreported, the queue (a lock
-        # and an exception when empty) is not asked at all - this runs once per read burst.
-        while self._in_flight:
+        while True:
             try:
                 report = self._outbox.get_nowait()
             except queue.Empty:
-                break
+                return out
             self._in_flight -= 1
             out.append(report)
-        return out
 
     def wait_report(self, timeout: float) -> AppliedBatch | FailedBatch | None:
         """Block up to ``timeout`` seconds for the next report."""
