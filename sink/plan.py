@@ -381,8 +381,13 @@ def plan_batch(
             columnar=with_columns,
         )
         messages: list[MessageChange] = []
+        add, add_row = planner.add, planner.add_row
         for change in batch.changes:
-            planner.add(change, messages)
+            # Nearly every change is a row change: straight to its method, no dispatch.
+            if type(change) is RowChange:
+                add_row(change)
+            else:
+                add(change, messages)
         return BatchPlan(tables=planner.plans(), messages=tuple(messages))
 
     if columnar:
@@ -655,7 +660,7 @@ class _Planner:
     def add(self, change: Change, messages: list[MessageChange]) -> None:
         match change:
             case RowChange():  # first: nearly every change is one
-                self._add_row(change)
+                self.add_row(change)
             case MessageChange():
                 messages.append(change)
             case TruncateChange():
@@ -823,7 +828,7 @@ class _Planner:
 
     # --- folding ---------------------------------------------------------------------------
 
-    def _add_row(self, change: RowChange) -> None:
+    def add_row(self, change: RowChange) -> None:
         relation = change.relation
         table, shape = self._row_target(relation)
         if change.op != "insert" and shape.identity == "ordinal" and self._skip_keyless:
