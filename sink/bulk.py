@@ -43,7 +43,7 @@ from sink.arrow import ArrowColumn
 from sink.base import SinkDataError
 from sink.convert import Converter, UnrepresentableValueError
 from sink.plan import PlanColumn
-from sink.textcast import vectorised_reader
+from sink.textcast import read_exactly
 from sink.typemap import TIMESTAMP
 
 RANGE_ORDINAL_STRIDE: Final = 1 << 40
@@ -151,12 +151,9 @@ def _column_array(table: str, column: PlanColumn, convert: Converter, text: pa.A
         # Read already decoded (the ADBC reader's native columns: integers, bool, float8,
         # text, bytea), exactly the per-value converter's values; only the width may differ.
         return _native(table, column, text)
-    cast = vectorised_reader(column.delta)
-    if cast is not None:
-        try:
-            return cast(text)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            pass  # a value Arrow's strict parser does not read: the per-value path decides
+    exact = read_exactly(column.delta, text)
+    if exact is not None:
+        return exact
     values: list[object] = []
     append = values.append
     try:

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from decoder import gather_text_columns
 from sink.convert import Converter
-from sink.textcast import vectorised_reader
+from sink.textcast import read_exactly
 from sink.typemap import DeltaType
 
 
@@ -93,13 +93,9 @@ def column_arrays(
 
 def _read(delta: DeltaType, convert: Converter, raw: pa.Array) -> pa.Array | None:
     """One column's text forms as ``delta`` values: vectorised where exact, else per value."""
-    cast = vectorised_reader(delta)
-    if cast is not None:
-        try:
-            # Arrow checks the UTF-8 here, as the per-value converter's decode does.
-            return cast(raw.cast(pa.string())).cast(delta.arrow)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            pass  # a value Arrow's strict parser refuses: the converter decides
+    exact = read_exactly(delta, raw)
+    if exact is not None:
+        return exact.cast(delta.arrow)
     try:
         return pa.array(
             [None if value is None else convert(value) for value in raw.to_pylist()],

@@ -5,10 +5,10 @@ stream (the type's output function). For the Delta types below, Arrow's casts re
 exactly as the per-value converter (``convert.column_converter``) does - integers, floats,
 booleans, ``DECIMAL(p,s)``, dates and timestamps in ISO form; text stays as it is - and
 Arrow's parsers are strict: a value they do not read (a BC date, ``infinity``, ``NaN`` in
-a DECIMAL, an offset with seconds) raises ``ArrowInvalid``, and the caller converts that
-column value by value instead. ``tests/unit/sink/test_bulk.py`` pins every reading to the
-per-value converter. Used by the initial snapshot's appends (``bulk``) and the streaming
-planner's columnar rows (``columnar``).
+a DECIMAL, an offset with seconds) makes ``read_exactly`` answer None, and the caller
+converts that column value by value instead. ``tests/unit/sink/test_bulk.py`` pins every
+reading to the per-value converter. Used by the initial snapshot's appends (``bulk``) and
+the streaming planner's columnar rows (``columnar``).
 """
 
 from __future__ import annotations
@@ -70,7 +70,31 @@ _NATIVE_READERS: Final[dict[DeltaType, TextReader]] = {
 """Natively stored types whose text forms Arrow reads exactly as psycopg's loaders do."""
 
 
-def vectorised_reader(delta: DeltaType) -> TextReader | None:
+def read_exactly(delta: DeltaType, text: pa.Array) -> pa.Array | None:
+    """``text``'s values read as ``delta`` by its exact vectorised reading.
+
+    Args:
+        delta: the Delta type.
+        text: text forms as a string array, or a binary array of UTF-8 (checked here, as
+            the per-value converter's decode does).
+
+    Returns:
+        The values; None when ``delta`` has no exact vectorised reading, a value is not
+        UTF-8, or Arrow's strict parser refuses a value - the caller then converts the
+        column value by value (``convert.column_converter``), which decides.
+    """
+    cast = _vectorised_reader(delta)
+    if cast is None:
+        return None
+    try:
+        if pa.types.is_binary(text.type):
+            text = text.cast(pa.string())
+        return cast(text)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
+def _vectorised_reader(delta: DeltaType) -> TextReader | None:
     """The exact vectorised reading of ``delta``'s text forms; None when there is none."""
     if delta.form is ValueForm.TEXT:
         return _same
