@@ -219,14 +219,25 @@ tuple_end_at(const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos)
     return walk_part(buf, len, pos, NULL, NULL, NULL, NULL, NULL);
 }
 
-/* The checks walk and load start with: ``nargs`` is
+/* Every entry point's first check: it was given ``expected`` arguments. 0, or -1 with a
+ * TypeError set. */
+static int
+argument_count(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
+{
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "%s takes exactly %zd arguments", name, expected);
+        return -1;
+    }
+    return 0;
+}
+
+/* The checks walk, load and pick start with: ``nargs`` is
  * ``expected``, args[1] is the start offset. 0, or -1 with an exception set. */
 static int
 start_argument(const char *name, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expected,
                Py_ssize_t *start)
 {
-    if (nargs != expected) {
-        PyErr_Format(PyExc_TypeError, "%s takes exactly %zd arguments", name, expected);
+    if (argument_count(name, nargs, expected) < 0) {
         return -1;
     }
     *start = PyLong_AsSsize_t(args[1]);
@@ -433,8 +444,7 @@ PyDoc_STRVAR(gather_doc,
 static PyObject *
 gather(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "gather takes exactly 2 arguments");
+    if (argument_count("gather", nargs, 2) < 0) {
         return NULL;
     }
     PyObject *parts = args[0];
@@ -551,8 +561,7 @@ PyDoc_STRVAR(row_message_is_valid_doc,
 static PyObject *
 row_message_is_valid(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "row_message_is_valid takes exactly 2 arguments");
+    if (argument_count("row_message_is_valid", nargs, 2) < 0) {
         return NULL;
     }
     int in_stream = PyObject_IsTrue(args[1]);
