@@ -53,7 +53,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.daemon import DaemonRun, bench_config, daemon_gc, run_daemon
+from bench.daemon import DaemonRun, bench_config, run_daemon
 from bench.postgres import bench_server
 from bench.report import Figure, Ratio, median_figure, print_report
 from bench.workload import (
@@ -69,6 +69,7 @@ from bench.workload import (
 from capture.negotiation import start_replication_options
 from capture.stream import ReplicationStream
 from config import AppConfig
+from daemon.gc_tuning import collector_paced_by_time
 from daemon.logging import configure_logging
 from daemon.recording import RecordingSink, StreamRecorder
 from daemon.supervisor import Supervisor
@@ -180,7 +181,7 @@ def run_recording(config: AppConfig, endpos: Lsn, output: Path) -> float:
         frame_tap=recorder.write,
         replay_changes=False,
     )
-    with daemon_gc(True):
+    with collector_paced_by_time():
         started = time.perf_counter()
         try:
             service.run()

@@ -13,12 +13,11 @@ import argparse
 import contextlib
 import gc
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from config import AppConfig, parse_config
-from daemon.gc_tuning import tune_garbage_collector
+from daemon.gc_tuning import collector_paced_by_time
 from daemon.logging import configure_logging
 from daemon.supervisor import Supervisor
 from decoder import Lsn, RowChange
@@ -114,7 +113,8 @@ def run_daemon(
         endpos: stop once everything committed up to here is durable in the sink.
         sink: where the changes go; a ``CountingSink`` when None. ``rows`` and
             ``batches`` of the result are counted only by a ``CountingSink``.
-        tune_gc: with the collector settings ``wal2delta run`` applies (``daemon_gc``).
+        tune_gc: with the collector settings ``wal2delta run`` applies
+            (``daemon.gc_tuning.collector_paced_by_time``).
 
     Logging is set to warnings only, as a production deployment at ``info`` logs one
     line per batch and nothing per change.
@@ -122,7 +122,8 @@ def run_daemon(
     configure_logging("console", "warning")
     counting = CountingSink()
     service = Supervisor(config, sink if sink is not None else counting, endpos=endpos)
-    with daemon_gc(tune_gc), _GcTimer() as gc_timer:
+    tuned = collector_paced_by_time() if tune_gc else contextlib.nullcontext()
+    with tuned, _GcTimer() as gc_timer:
         cpu_started = time.process_time()
         started = time.perf_counter()
         service.run()
@@ -135,20 +136,6 @@ def run_daemon(
         cpu_seconds=cpu,
         gc_seconds=gc_timer.seconds,
     )
-
-
-@contextlib.contextmanager
-def daemon_gc(enabled: bool) -> Iterator[None]:
-    """The daemon's collector settings (``daemon.gc_tuning``) for one run, then undone."""
-    thresholds = gc.get_threshold()
-    if enabled:
-        tune_garbage_collector()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.set_threshold(*thresholds)
-            gc.unfreeze()
 
 
 class _GcTimer:

@@ -45,12 +45,13 @@ import psycopg
 from psycopg import sql
 from psycopg.types.numeric import Int8
 
-from bench.daemon import add_delta_run_arguments, bench_config, daemon_gc
+from bench.daemon import add_delta_run_arguments, bench_config
 from bench.postgres import bench_server
 from bench.report import Ratio, median_figure, print_report
 from bench.sink_scaling import bucketed_settings, build_table, layout_description
 from bench.workload import PUBLICATION, TABLE, create_source_slot, create_table
 from capture.slots import current_wal_lsn
+from daemon.gc_tuning import collector_paced_by_time
 from daemon.logging import configure_logging
 from daemon.supervisor import Supervisor
 from decoder import Lsn, RowChange, pg_timestamp_to_datetime
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         sink = LagSink(DeltaSink(spark, settings))
         stop = threading.Event()
         # The collector settings of `wal2delta run`, as the other daemon benchmarks use.
-        stack.enter_context(daemon_gc(True))
+        stack.enter_context(collector_paced_by_time())
         service = Supervisor(config, sink, stop_event=stop)
         failures: list[BaseException] = []
 

@@ -6,7 +6,7 @@ only layer that reads ``config``; it hands ``capture`` and ``sink`` plain settin
 """
 
 from daemon.cut import Cut, CutError, render_cut, take_cut
-from daemon.gc_tuning import tune_garbage_collector
+from daemon.gc_tuning import collector_paced_by_time
 from daemon.logging import configure_engine_logging, configure_logging
 from daemon.process import install_stop_signals, run_service
 from daemon.supervisor import Supervisor
@@ -28,6 +28,7 @@ __all__ = [
     "Supervisor",
     "VerifyReport",
     "capture_settings",
+    "collector_paced_by_time",
     "configure_engine_logging",
     "configure_logging",
     "configured_keys",
@@ -42,6 +43,5 @@ __all__ = [
     "sink_settings",
     "spark_settings",
     "take_cut",
-    "tune_garbage_collector",
     "verify_source",
 ]

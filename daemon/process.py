@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import signal
 import threading
+from contextlib import nullcontext
 from types import FrameType
 
 import structlog
 
 from capture import EXIT_CONFIG, EXIT_FATAL, EXIT_OK, CaptureError, Metrics, PostgresCatalog
 from config import AppConfig, ConfigError, redact_dsn
-from daemon.gc_tuning import tune_garbage_collector
+from daemon.gc_tuning import collector_paced_by_time
 from daemon.health import HealthServer, loop_alive_check, readiness_check
 from daemon.supervisor import Supervisor
 from daemon.wiring import sink_settings, spark_settings
@@ -85,10 +86,9 @@ def run_service(
             ready=ready,
         )
         health.start()
-    if tune_gc:
-        tune_garbage_collector()
     try:
-        service.run()
+        with collector_paced_by_time() if tune_gc else nullcontext():
+            service.run()
     except Wal2DeltaError as exc:
         log.error("stopped by error", error=str(exc), error_type=type(exc).__name__)
         return exc.exit_code if isinstance(exc, CaptureError) else EXIT_FATAL
