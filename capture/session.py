@@ -256,7 +256,6 @@ class Session:
         if isinstance(report, FailedBatch):
             self.metrics.record_error("sink", report.error, time.time())
             raise report.error
-        batch = report.batch
         self.metrics.batches.inc()
         self.metrics.batch_apply_duration_seconds.observe(report.duration_seconds)
         result = report.result
@@ -268,20 +267,20 @@ class Session:
             self.metrics.toast_anomalies.labels(table=table).inc(count)
         if report.result.toast_anomalies:
             log.warning("toast anomalies in batch", count=report.result.toast_anomalies)
-        if batch.durable_lsn is not None:
-            self.tracker.on_durable(batch.durable_lsn)
-            self.state.on_durable(batch.durable_lsn)
-        if batch.last_commit_time is not None:
-            commit_seconds = pg_timestamp_to_datetime(batch.last_commit_time).timestamp()
+        if report.durable_lsn is not None:
+            self.tracker.on_durable(report.durable_lsn)
+            self.state.on_durable(report.durable_lsn)
+        if report.last_commit_time is not None:
+            commit_seconds = pg_timestamp_to_datetime(report.last_commit_time).timestamp()
             self.state.last_applied_commit_time = commit_seconds
             self.metrics.last_commit_timestamp_seconds.set(commit_seconds)
             lag = max(0.0, time.time() - commit_seconds)
             self.metrics.batch_apply_lag_seconds.observe(lag)
         log.info(
             "batch applied",
-            rows=len(batch.changes),
-            transactions=batch.transaction_count,
-            durable_lsn=format_lsn(batch.durable_lsn) if batch.durable_lsn is not None else None,
+            rows=report.row_count,
+            transactions=report.transaction_count,
+            durable_lsn=format_lsn(report.durable_lsn) if report.durable_lsn is not None else None,
             duration_seconds=round(report.duration_seconds, 3),
         )
 

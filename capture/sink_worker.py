@@ -5,6 +5,12 @@ walsender would time us out), so the loop hands batches to this thread through a
 queue and keeps replying to the server while the queue is full. The worker reports each
 applied batch - or the error that stopped it - back through a second queue. Batches are
 applied strictly in the order they were handed over.
+
+A batch is released as soon as it is applied: the report of an applied batch carries only
+the figures the loop needs (positions, counts, timings), and the worker drops its own
+reference before it waits for the next batch. A queue of one batch is enough to keep the
+sink busy - while it applies one batch, the next waits and a third is being built - so
+at most three batches are in memory, however long the backlog.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from decoder import format_lsn
+from decoder import Lsn, PgTimestamp, format_lsn
 from sink import Batch, BatchResult, Sink
 
 log = structlog.get_logger("wal2delta.sink_worker")
@@ -25,7 +31,12 @@ log = structlog.get_logger("wal2delta.sink_worker")
 
 @dataclass(frozen=True, slots=True)
 class AppliedBatch:
-    batch: Batch
+    """An applied batch, without its changes (see the module docstring)."""
+
+    durable_lsn: Lsn | None
+    last_commit_time: PgTimestamp | None
+    row_count: int
+    transaction_count: int
     result: BatchResult
     duration_seconds: float
 
@@ -39,7 +50,7 @@ class FailedBatch:
 class SinkWorker:
     """Runs ``sink.apply`` for each handed-over batch on its own thread."""
 
-    def __init__(self, sink: Sink, *, max_pending: int = 2) -> None:
+    def __init__(self, sink: Sink, *, max_pending: int = 1) -> None:
         self._sink = sink
         self._inbox: queue.Queue[Batch | None] = queue.Queue(maxsize=max_pending)
         self._outbox: queue.Queue[AppliedBatch | FailedBatch] = queue.Queue()
@@ -102,28 +113,38 @@ class SinkWorker:
                 # Batches queued behind a stop are not applied, hence never acknowledged:
                 # the server sends them again to the next run.
                 return
-            if self._failed:
-                # After a failure nothing later may be applied: order is an invariant.
-                self._done()
-                self._outbox.put(FailedBatch(batch, RuntimeError("an earlier batch failed")))
-                continue
-            started = time.monotonic()
-            try:
-                result = self._sink.apply(batch)
-            except BaseException as exc:  # reported to the loop, which decides
-                self._failed = True
-                self._done()
-                self._outbox.put(FailedBatch(batch, exc))
-                continue
+            report = self._apply(batch)
+            del batch  # not kept alive while the next one is awaited
+            self._outbox.put(report)
+
+    def _apply(self, batch: Batch) -> AppliedBatch | FailedBatch:
+        if self._failed:
+            # After a failure nothing later may be applied: order is an invariant.
             self._done()
-            duration = time.monotonic() - started
-            log.debug(
-                "batch durable",
-                rows=len(batch.changes),
-                durable_lsn=format_lsn(batch.durable_lsn) if batch.durable_lsn else None,
-                duration_seconds=round(duration, 3),
-            )
-            self._outbox.put(AppliedBatch(batch, result, duration))
+            return FailedBatch(batch, RuntimeError("an earlier batch failed"))
+        started = time.monotonic()
+        try:
+            result = self._sink.apply(batch)
+        except BaseException as exc:  # reported to the loop, which decides
+            self._failed = True
+            self._done()
+            return FailedBatch(batch, exc)
+        self._done()
+        duration = time.monotonic() - started
+        log.debug(
+            "batch durable",
+            rows=len(batch.changes),
+            durable_lsn=format_lsn(batch.durable_lsn) if batch.durable_lsn else None,
+            duration_seconds=round(duration, 3),
+        )
+        return AppliedBatch(
+            durable_lsn=batch.durable_lsn,
+            last_commit_time=batch.last_commit_time,
+            row_count=len(batch.changes),
+            transaction_count=batch.transaction_count,
+            result=result,
+            duration_seconds=duration,
+        )
 
     def _done(self) -> None:
         with self._busy_lock:

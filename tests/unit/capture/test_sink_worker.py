@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+import weakref
 
 import pytest
 
-from capture import SinkWorker
+from capture import AppliedBatch, SinkWorker
+from decoder import Lsn, PgTimestamp
 from sink import Batch, BatchResult
 
 
@@ -44,3 +46,51 @@ def test_stop_returns_while_a_batch_hangs_and_queued_batches_are_not_applied() -
     sink.release.set()
     assert worker.stop(timeout=10)
     assert sink.applied == 1, "batches queued behind the stop are never applied"
+
+
+class _Change:
+    """Stands in for a change; weakly referenceable, to see when the batch is released."""
+
+
+class _CountingSink:
+    def apply(self, batch: Batch) -> BatchResult:
+        return BatchResult(
+            rows_by_table={"public.t": {"insert": 1}}, toast_anomalies=0, duration_seconds=0.0
+        )
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.timeout(30)
+def test_an_applied_batch_is_released_while_the_worker_waits_for_the_next() -> None:
+    change = _Change()
+    released = weakref.ref(change)
+    batch = Batch(
+        changes=(change,),  # type: ignore[arg-type]  # only its lifetime matters here
+        durable_lsn=Lsn(0x1234),
+        transaction_count=1,
+        last_commit_time=PgTimestamp(42),
+    )
+    worker = SinkWorker(_CountingSink())
+    assert worker.offer(batch, timeout=1)
+    del batch, change
+    report = worker.wait_report(10)
+    assert isinstance(report, AppliedBatch)
+    assert (report.durable_lsn, report.last_commit_time) == (0x1234, 42)
+    assert (report.row_count, report.transaction_count) == (1, 1)
+    assert report.result.rows_by_table == {"public.t": {"insert": 1}}
+    assert released() is None, "the worker (or its report) still holds the applied batch"
+    assert worker.stop(timeout=10)
+
+
+@pytest.mark.timeout(30)
+def test_one_batch_waits_while_one_is_applied_by_default() -> None:
+    sink = BlockedSink()
+    worker = SinkWorker(sink)
+    assert worker.offer(_batch(), timeout=1)
+    assert sink.started.wait(5)
+    assert worker.offer(_batch(), timeout=1)
+    assert not worker.offer(_batch(), timeout=0.1), "a second waiting batch was accepted"
+    sink.release.set()
+    assert worker.stop(timeout=10)
