@@ -61,6 +61,11 @@ class FlushTracker:
         return self._received
 
     @property
+    def acknowledged(self) -> int:
+        """The last flush position ``positions`` reported: never past a held PREPARE."""
+        return self._reported_flush
+
+    @property
     def durable(self) -> int:
         """End LSN of the newest transaction that is durable along with all earlier ones."""
         return self._durable

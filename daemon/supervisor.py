@@ -103,7 +103,11 @@ class Supervisor:
         self.metrics.apply_lag_seconds.set_function(
             lambda: self.state.apply_lag_seconds(time.time())
         )
-        self._durable = Lsn(0)
+        # Where the next session's flush position starts: the last one a session
+        # reported, which never passes a PREPARE still waiting for its COMMIT PREPARED.
+        # (Not the durable position: that may be past such a PREPARE, and the first
+        # status update of a reconnected session would then skip it for good.)
+        self._resume_flush = Lsn(0)
         self._slot_recreations = 0
         self._session: Session | None = None
         self._worker: SinkWorker | None = None
@@ -227,7 +231,7 @@ class Supervisor:
         if session is None:
             return
         session.drain(raise_failures=False)
-        self._durable = Lsn(session.tracker.durable)
+        self._resume_flush = Lsn(session.tracker.acknowledged)
         self._session = None
 
     def _markers(self) -> SnapshotMarkerStore | None:
@@ -248,7 +252,7 @@ class Supervisor:
             if settings.initial_snapshot:
                 consistent_point = ensure_snapshot(settings, stream, info, self.sink, self.metrics)
                 if consistent_point is not None:
-                    self._durable = consistent_point
+                    self._resume_flush = consistent_point
             assembler = Assembler(
                 options,
                 buffers=spilling_buffers(self._spool(), settings.spool_memory_limit),
@@ -258,7 +262,7 @@ class Supervisor:
             session = Session(
                 stream=stream,
                 assembler=assembler,
-                tracker=FlushTracker(self._durable),
+                tracker=FlushTracker(self._resume_flush),
                 policy=FeedbackPolicy(
                     status_interval=settings.status_interval,
                     wal_sender_timeout=info.wal_sender_timeout,
@@ -300,7 +304,7 @@ class Supervisor:
                 two_phase=options.two_phase,
             )
             session.loop()
-            self._durable = Lsn(session.tracker.durable)
+            self._resume_flush = Lsn(session.tracker.acknowledged)
             self._session = None
         finally:
             self.state.connected = False

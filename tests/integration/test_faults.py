@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -206,3 +207,84 @@ def _heartbeats(dsn: str) -> int:
         row = conn.execute("SELECT count(*) FROM public.heartbeat").fetchone()
     assert row is not None
     return int(str(row[0]))
+
+
+def test_a_reconnect_keeps_the_flush_position_behind_an_unresolved_prepare(
+    own_server: LocalPostgres, tmp_path: Path
+) -> None:
+    """After an in-process reconnect the flush position still waits for a PREPARE.
+
+    A new session used to start from the previous one's durable position, which had passed
+    a prepared transaction committed after it; its first status update then moved the
+    slot past the PREPARE, and after the next restart the server sent only the COMMIT
+    PREPARED (found by the crash harness).
+    """
+    dsn = own_server.dsn()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
+    config = make_config(
+        dsn,
+        tmp_path / "lake",
+        ["public.items"],
+        source={
+            "two_phase": True,
+            "status_interval": "200ms",
+            "reconnect": {"initial_delay": "200ms", "max_delay": "1s"},
+        },
+    )
+    prepare_configured_source(config)
+    model = ModelSink()
+    stop = threading.Event()
+    service = Supervisor(config, model, stop_event=stop)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            service.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    def rows() -> int:
+        return len(model.tables.get("public.items", {}))
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        with psycopg.connect(dsn) as conn:
+            conn.execute("INSERT INTO items VALUES (1, 'prepared')")
+            conn.execute("PREPARE TRANSACTION 'w2d_held'")
+            conn.commit()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            prepared_end = current_wal_lsn(conn)
+            conn.execute("INSERT INTO items SELECT g, 'after' FROM generate_series(2, 200) g")
+            after = current_wal_lsn(conn)
+        wait_until(lambda: rows() >= 199, 60, "the later transaction to be durable")
+        wait_until(lambda: max(model.durable_lsns, default=0) >= after, 60, "durable")
+        time.sleep(0.6)  # a few status updates
+        assert confirmed_flush(dsn, config.source.slot) <= prepared_end
+        # Not a server restart: a fast shutdown waits for the walsender, which waits for a
+        # flush position the held PREPARE keeps back.
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                "WHERE slot_name = %s",
+                (config.source.slot,),
+            )
+        wait_until(lambda: service.metrics.reconnects._value.get() >= 1, 60, "a reconnect")
+        wait_until(lambda: service.state.connected, 60, "the new session")
+        time.sleep(1.0)  # the new session's status updates
+        assert confirmed_flush(dsn, config.source.slot) <= prepared_end, (
+            "the reconnected session acknowledged past the unresolved PREPARE"
+        )
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("COMMIT PREPARED 'w2d_held'")
+            endpos = current_wal_lsn(conn)
+        wait_until(
+            lambda: confirmed_flush(dsn, config.source.slot) >= endpos, 60, "flush to reach endpos"
+        )
+    finally:
+        stop.set()
+        runner.join(60)
+    assert not errors
+    assert rows() == 200
+    assert model.tables["public.items"][(repr(1),)]["label"] == "prepared"

@@ -131,3 +131,16 @@ def test_policy_replies_well_before_wal_sender_timeout() -> None:
     policy = FeedbackPolicy(status_interval=10, wal_sender_timeout=5)
     assert policy.interval == 3.0
     assert FeedbackPolicy(status_interval=10, wal_sender_timeout=0.01).interval == 0.1
+
+
+def test_acknowledged_stays_behind_a_held_prepare_while_durable_passes_it() -> None:
+    """What a reconnected session starts from (``Supervisor``): never past the PREPARE."""
+    tracker = FlushTracker(100)
+    tracker.on_prepared("g", 150)
+    tracker.on_commit(200)
+    tracker.on_durable(200)
+    assert tracker.durable == 200
+    assert tracker.positions(decoder_idle=True).flush == 150
+    assert tracker.acknowledged == 150
+    resumed = FlushTracker(tracker.acknowledged)
+    assert resumed.positions(decoder_idle=True).flush == 150
