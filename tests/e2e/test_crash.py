@@ -323,6 +323,33 @@ def history_mismatches(conn: psycopg.Connection[tuple[object, ...]], lake: Path)
 
 
 @pytest.mark.timeout(1500)
+def source_state(conn: psycopg.Connection[tuple[object, ...]], log: Path) -> str:
+    """What a failure report needs beyond the log's tail: the slot, the prepared
+    transactions, and how often each warning occurred over the whole run."""
+    try:
+        return _source_state(conn, log)
+    except Exception as exc:  # the report must never hide the failure it describes
+        return f"(source state unavailable: {type(exc).__name__}: {exc})"
+
+
+def _source_state(conn: psycopg.Connection[tuple[object, ...]], log: Path) -> str:
+    slot = conn.execute(
+        "SELECT restart_lsn, confirmed_flush_lsn, two_phase, two_phase_at "
+        "FROM pg_replication_slots WHERE slot_name = 'w2d_crash'"
+    ).fetchall()
+    prepared = conn.execute("SELECT gid, prepared FROM pg_prepared_xacts ORDER BY 2").fetchall()
+    warnings: dict[str, int] = {}
+    for line in log.read_text().splitlines():
+        if '"level": "warning"' in line or '"level": "error"' in line:
+            event = line.split('"event": "', 1)[-1].split('"', 1)[0]
+            warnings[event] = warnings.get(event, 0) + 1
+    return (
+        f"slot (restart, confirmed flush, two_phase, two_phase_at): {slot}\n"
+        f"prepared on the source: {prepared}\n"
+        f"warnings and errors over the run: {warnings}"
+    )
+
+
 def test_sigkill_at_random_points_loses_and_duplicates_nothing(
     pg18_dsn: str, tmp_path: Path
 ) -> None:
@@ -391,12 +418,19 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
                 continue
             if exited is not None:
                 pytest.fail(
-                    f"daemon exited with {exited} (seed {seed}):\n" + log.read_text()[-3000:]
+                    f"daemon exited with {exited} (seed {seed}):\n"
+                    + log.read_text()[-3000:]
+                    + "\n"
+                    + source_state(conn, log)
                 )
             daemon.send_signal(signal.SIGKILL)
             daemon.wait(30)
             kills += 1
-            print(f"kill {kills}, {len(workload.prepared)} prepared open", file=sys.stderr)
+            print(
+                f"kill {kills} at {time.strftime('%H:%M:%S')}, prepared open: "
+                f"{', '.join(workload.prepared) or 'none'}",
+                file=sys.stderr,
+            )
         for gid in workload.prepared:
             conn.execute(f"COMMIT PREPARED '{gid}'".encode())
         endpos = format_lsn(current_wal_lsn(conn))
