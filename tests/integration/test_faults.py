@@ -9,6 +9,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -16,6 +17,7 @@ import pytest
 
 from capture.errors import SlotInvalidatedError
 from capture.slots import current_wal_lsn, slot_state
+from config import AppConfig
 from daemon.supervisor import Supervisor
 from daemon.wiring import prepare_configured_source, sink_settings
 from devtools.pgserver import LocalPostgres
@@ -41,6 +43,40 @@ def own_server() -> Iterator[LocalPostgres]:
     shutil.rmtree(server.data_dir.parent, ignore_errors=True)
 
 
+def _items_source(dsn: str, tmp_path: Path, **source: object) -> AppConfig:
+    """``public.items``, published and slotted; the daemon reconnects after 200 ms."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
+    config = make_config(
+        dsn,
+        tmp_path / "lake",
+        ["public.items"],
+        source={"reconnect": {"initial_delay": "200ms", "max_delay": "1s"}, **source},
+    )
+    prepare_configured_source(config)
+    return config
+
+
+@contextmanager
+def _serving(service: Supervisor, stop: threading.Event) -> Iterator[list[BaseException]]:
+    """Run ``service`` on a thread for the block; yield the errors it ended with."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            service.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        yield errors
+    finally:
+        stop.set()
+        runner.join(60)
+
+
 def _source_rows(dsn: str) -> dict[str, list[object]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         _, rows = read_source(conn, "public", "items")
@@ -58,30 +94,12 @@ def test_daemon_reconnects_after_server_restart_and_loses_nothing(
     own_server: LocalPostgres, tmp_path: Path, spark_session: object
 ) -> None:
     dsn = own_server.dsn()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
-    config = make_config(
-        dsn,
-        tmp_path / "lake",
-        ["public.items"],
-        source={"reconnect": {"initial_delay": "200ms", "max_delay": "1s"}},
-    )
-    prepare_configured_source(config)
+    config = _items_source(dsn, tmp_path)
     model = ModelSink()
     delta = DeltaSink(spark_session, sink_settings(config))  # type: ignore[arg-type]
     stop = threading.Event()
     service = Supervisor(config, TeeSink(delta, model), stop_event=stop)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            service.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    runner = threading.Thread(target=run)
-    runner.start()
-    try:
+    with _serving(service, stop) as errors:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO items SELECT g, 'before' FROM generate_series(1, 500) g")
         own_server.restart()
@@ -93,9 +111,6 @@ def test_daemon_reconnects_after_server_restart_and_loses_nothing(
         wait_until(
             lambda: confirmed_flush(dsn, config.source.slot) >= endpos, 60, "flush to reach endpos"
         )
-    finally:
-        stop.set()
-        runner.join(60)
     assert not errors
     assert service.metrics.reconnects._value.get() >= 1
     assert _model_rows(model) == _source_rows(dsn)
@@ -220,36 +235,15 @@ def test_a_reconnect_keeps_the_flush_position_behind_an_unresolved_prepare(
     PREPARED (found by the crash harness).
     """
     dsn = own_server.dsn()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, label text)")
-    config = make_config(
-        dsn,
-        tmp_path / "lake",
-        ["public.items"],
-        source={
-            "two_phase": True,
-            "status_interval": "200ms",
-            "reconnect": {"initial_delay": "200ms", "max_delay": "1s"},
-        },
-    )
-    prepare_configured_source(config)
+    config = _items_source(dsn, tmp_path, two_phase=True, status_interval="200ms")
     model = ModelSink()
     stop = threading.Event()
     service = Supervisor(config, model, stop_event=stop)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            service.run()
-        except BaseException as exc:
-            errors.append(exc)
 
     def rows() -> int:
         return len(model.tables.get("public.items", {}))
 
-    runner = threading.Thread(target=run)
-    runner.start()
-    try:
+    with _serving(service, stop) as errors:
         with psycopg.connect(dsn) as conn:
             conn.execute("INSERT INTO items VALUES (1, 'prepared')")
             conn.execute("PREPARE TRANSACTION 'w2d_held'")
@@ -282,9 +276,6 @@ def test_a_reconnect_keeps_the_flush_position_behind_an_unresolved_prepare(
         wait_until(
             lambda: confirmed_flush(dsn, config.source.slot) >= endpos, 60, "flush to reach endpos"
         )
-    finally:
-        stop.set()
-        runner.join(60)
     assert not errors
     assert rows() == 200
     assert model.tables["public.items"][(repr(1),)]["label"] == "prepared"
