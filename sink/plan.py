@@ -381,13 +381,13 @@ def plan_batch(
             columnar=with_columns,
         )
         messages: list[MessageChange] = []
-        add, add_row = planner.add, planner.add_row
+        add_other, add_row = planner.add_other, planner.add_row
         for change in batch.changes:
             # Nearly every change is a row change: straight to its method, no dispatch.
             if type(change) is RowChange:
                 add_row(change)
             else:
-                add(change, messages)
+                add_other(change, messages)
         return BatchPlan(tables=planner.plans(), messages=tuple(messages))
 
     if columnar:
@@ -657,10 +657,9 @@ class _Planner:
         self._last_target = (relation, table, shape)
         return table, shape
 
-    def add(self, change: Change, messages: list[MessageChange]) -> None:
+    def add_other(self, change: Change, messages: list[MessageChange]) -> None:
+        """A message or a truncate; ``plan_batch`` hands row changes to ``add_row``."""
         match change:
-            case RowChange():  # first: nearly every change is one
-                self.add_row(change)
             case MessageChange():
                 messages.append(change)
             case TruncateChange():
