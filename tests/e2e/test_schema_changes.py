@@ -23,7 +23,7 @@ from daemon.wiring import prepare_configured_source
 from devtools.verify import compare_table, read_delta
 from sink import SinkDataError, table_path
 from tests.support.configs import make_config
-from tests.support.harness import run_daemon
+from tests.support.harness import run_daemon, run_transaction
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -140,21 +140,18 @@ def test_a_column_renamed_inside_a_streamed_transaction_stops_before_its_rows_ar
     prepare_configured_source(config)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO docs SELECT g, 't' || g, 'b' FROM generate_series(1, 10) g")
-        before_rename = current_wal_lsn(conn)
-        conn.execute(
-            b"BEGIN;"
-            b"INSERT INTO docs SELECT g, 't', repeat('y', 300) FROM generate_series(11, 1500) g;"
-            b"ALTER TABLE docs RENAME COLUMN title TO heading;"
-            b"INSERT INTO docs VALUES (1501, 'renamed', 'b');"
-            b"COMMIT;"
-        )
-        endpos = current_wal_lsn(conn)
+    renaming = run_transaction(
+        pg18_dsn,
+        "INSERT INTO docs SELECT g, 't', repeat('y', 300) FROM generate_series(11, 1500) g",
+        "ALTER TABLE docs RENAME COLUMN title TO heading",
+        "INSERT INTO docs VALUES (1501, 'renamed', 'b')",
+    )
     with pytest.raises(SinkDataError) as caught:
-        run_daemon(pg18_dsn, config, spark_session, endpos)
+        run_daemon(pg18_dsn, config, spark_session, renaming.wal_end)
     message = str(caught.value)
     assert "column 'heading' of public.docs was renamed or replaced" in message
     assert "'title'" in message
-    assert confirmed_flush(pg18_dsn, config.source.slot) <= before_rename
+    assert confirmed_flush(pg18_dsn, config.source.slot) <= renaming.commit_start
     rows = read_delta(table_path(str(lake), "public", "docs"))
     assert "heading" not in rows[0]
     assert 1501 not in {r["id"] for r in rows}
@@ -170,18 +167,16 @@ def test_renaming_the_last_column_is_told_from_drop_and_add_by_the_catalog(
     prepare_configured_source(config)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO docs SELECT g, 't' || g, 'b' FROM generate_series(1, 10) g")
-        conn.execute("ALTER TABLE docs RENAME COLUMN body TO content")
         # The ALTER's own transaction publishes nothing; the insert is the new shape.
-        before_insert = current_wal_lsn(conn)
-        conn.execute("INSERT INTO docs VALUES (11, 'renamed', 'c')")
-        endpos = current_wal_lsn(conn)
+        conn.execute("ALTER TABLE docs RENAME COLUMN body TO content")
+    insert = run_transaction(pg18_dsn, "INSERT INTO docs VALUES (11, 'renamed', 'c')")
     with pytest.raises(SinkDataError) as caught:
-        run_daemon(pg18_dsn, config, spark_session, endpos)
+        run_daemon(pg18_dsn, config, spark_session, insert.wal_end)
     message = str(caught.value)
     assert "column 'content' of public.docs was renamed or replaced" in message
     assert "fewer dropped columns" in message
     assert "'body'" in message
-    assert confirmed_flush(pg18_dsn, config.source.slot) <= before_insert
+    assert confirmed_flush(pg18_dsn, config.source.slot) <= insert.commit_start
     rows = read_delta(table_path(str(lake), "public", "docs"))
     assert {r["id"] for r in rows} == set(range(1, 11))
 
@@ -204,15 +199,13 @@ def test_a_type_change_delta_cannot_hold_stops_naming_both_types_while_a_longer_
     assert_tables_match(pg18_dsn, lake, ["public.docs"])
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("ALTER TABLE docs ALTER COLUMN rev TYPE bigint")
-        before_insert = current_wal_lsn(conn)
-        conn.execute("INSERT INTO docs VALUES (12, 'big', 3000000000)")
-        endpos = current_wal_lsn(conn)
+    insert = run_transaction(pg18_dsn, "INSERT INTO docs VALUES (12, 'big', 3000000000)")
     with pytest.raises(SinkDataError) as caught:
-        run_daemon(pg18_dsn, config, spark_session, endpos)
+        run_daemon(pg18_dsn, config, spark_session, insert.wal_end)
     message = str(caught.value)
     assert "column 'rev' of public.docs changed type from Delta INT to int8 (Delta BIGINT)" in (
         message
     )
     assert "3000000000" not in message
-    assert confirmed_flush(pg18_dsn, config.source.slot) <= before_insert
+    assert confirmed_flush(pg18_dsn, config.source.slot) <= insert.commit_start
     assert 12 not in {r["id"] for r in read_delta(table_path(str(lake), "public", "docs"))}

@@ -27,15 +27,15 @@ import psycopg
 import pytest
 
 from capture.catalog import PostgresCatalog
-from capture.slots import current_wal_lsn, slot_state
+from capture.slots import slot_state
 from config import AppConfig
 from daemon.supervisor import Supervisor
 from daemon.wiring import prepare_configured_source, sink_settings
-from decoder import ColumnKind, RowChange, parse_lsn
+from decoder import ColumnKind, RowChange
 from devtools.verify import read_delta
 from sink import Batch, BatchResult, DeltaSink, SinkDataError, table_path
 from tests.support.configs import make_config
-from tests.support.harness import run_statements, table_mismatches
+from tests.support.harness import run_statements, run_transaction, table_mismatches
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -190,18 +190,13 @@ def test_a_type_without_a_known_binary_layout_stops_the_daemon_before_its_batch_
     tables = ["public.plain", "public.tagged"]
     config = make_config(pg18_dsn, lake, tables, source={"binary": True})
     prepare_configured_source(config)
-    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
-        with conn.transaction():
-            conn.execute("INSERT INTO plain VALUES (1, 'written with the tag or not at all')")
-            conn.execute("INSERT INTO tagged VALUES (1, 'MiXeD')")
-            # The commit record is written after this point; the daemon may acknowledge
-            # anything before it (e.g. an empty transaction the server skipped), never past.
-            row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-            assert row is not None
-            before_commit = parse_lsn(row[0])
-        end = current_wal_lsn(conn)
+    both = run_transaction(
+        pg18_dsn,
+        "INSERT INTO plain VALUES (1, 'written with the tag or not at all')",
+        "INSERT INTO tagged VALUES (1, 'MiXeD')",
+    )
     with pytest.raises(SinkDataError) as caught:
-        run_daemon(pg18_dsn, config, spark_session, end)
+        run_daemon(pg18_dsn, config, spark_session, both.wal_end)
     message = str(caught.value)
     assert "column 'tag' of public.tagged" in message
     assert "public.citext" in message
@@ -210,7 +205,7 @@ def test_a_type_without_a_known_binary_layout_stops_the_daemon_before_its_batch_
         state = slot_state(conn, config.source.slot)
     assert state is not None
     assert state.confirmed_flush_lsn is not None
-    assert state.confirmed_flush_lsn <= before_commit
+    assert state.confirmed_flush_lsn <= both.commit_start
     assert not (lake / "public" / "plain").exists() or not read_delta(
         table_path(str(lake), "public", "plain")
     )

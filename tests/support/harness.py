@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 from capture import PostgresCatalog, current_wal_lsn, slot_state
 from config import AppConfig
 from daemon import Supervisor, sink_settings
-from decoder import Lsn
+from decoder import Lsn, format_lsn, parse_lsn
 from devtools.verify import compare_table
 from sink import DeltaSink, table_path
 
@@ -131,3 +132,39 @@ def run_statements(dsn: str, statements: Sequence[str], *, one_transaction: bool
             for statement in statements:
                 conn.execute(statement.encode())
         return current_wal_lsn(conn)
+
+
+@dataclass(frozen=True)
+class CommittedAt:
+    """Where one transaction's commit record lies in the WAL."""
+
+    commit_start: int
+    """A slot restarted at ``confirmed_flush`` skips exactly the transactions whose commit
+    record starts before it: a daemon that does not have the transaction may acknowledge up to
+    here, no further. A keepalive's walEnd can reach this very point (the walsender has read
+    the transaction's last change record), so tests may not demand less."""
+    wal_end: int
+    """The WAL position after the commit: an ``endpos`` that takes the transaction in."""
+
+
+def run_transaction(dsn: str, *statements: str) -> CommittedAt:
+    """Run ``statements`` as one transaction; find its commit record with pg_walinspect."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # The test servers run with synchronous_commit off; pg_walinspect reads flushed WAL.
+        conn.execute("SET synchronous_commit = on")
+        since = current_wal_lsn(conn)
+        with conn.transaction():
+            for statement in statements:
+                conn.execute(statement.encode())
+            xid_row = conn.execute("SELECT pg_current_xact_id()::xid::text").fetchone()
+        wal_end = current_wal_lsn(conn)
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        row = conn.execute(
+            "SELECT start_lsn::text FROM"
+            " pg_get_wal_records_info(%s::pg_lsn, pg_current_wal_flush_lsn())"
+            " WHERE resource_manager = 'Transaction' AND record_type = 'COMMIT'"
+            " AND xid::text = %s",
+            (format_lsn(since), xid_row[0] if xid_row else None),
+        ).fetchone()
+    assert row is not None, "the transaction's commit record is not in the WAL range"
+    return CommittedAt(commit_start=parse_lsn(row[0]), wal_end=wal_end)
