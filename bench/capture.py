@@ -48,7 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import psycopg
@@ -215,6 +215,22 @@ def _print_profile(path: Path, limit: int = 30) -> None:
     stats.sort_stats("tottime").print_stats(limit)
 
 
+@contextlib.contextmanager
+def busy_cores(count: int) -> Iterator[None]:
+    """Keep ``count`` cores busy with spinning child processes while the block runs.
+
+    Stands in for the rest of a loaded machine, e.g. the Delta engine's MERGEs and the
+    sink's planning during ``bench e2e``, which take about one of this VM's two cores.
+    """
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when it measured (whatever the ratio)."""
     parser = argparse.ArgumentParser(prog="python -m bench.capture", description=__doc__)
@@ -231,6 +247,12 @@ def main(argv: list[str] | None = None) -> int:
         "--batch-ceiling",
         type=int,
         help="sink.batch.max_rows_ceiling for every daemon run (default: the production one)",
+    )
+    parser.add_argument(
+        "--busy-cores",
+        type=int,
+        default=0,
+        help="keep this many cores busy during the timed runs (a loaded machine)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON line at the end")
     parser.add_argument("--workdir", type=Path, help="keep the server here (default: tmp)")
@@ -320,11 +342,12 @@ def main(argv: list[str] | None = None) -> int:
         ]
         if args.default_gc:
             contenders.append(("daemon, default gc", lambda: daemon_run(default_gc, tune=False)))
-        for repetition in range(args.repeat):
-            shift = repetition % len(contenders)
-            for name, run in contenders[shift:] + contenders[:shift]:
-                print(f"run {repetition + 1}/{args.repeat}: {name} ...", flush=True)
-                run()
+        with busy_cores(args.busy_cores):
+            for repetition in range(args.repeat):
+                shift = repetition % len(contenders)
+                for name, run in contenders[shift:] + contenders[:shift]:
+                    print(f"run {repetition + 1}/{args.repeat}: {name} ...", flush=True)
+                    run()
 
         if args.profile is not None:
             print("profiling one daemon run ...", flush=True)
@@ -390,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "options": pgoutput_options(),
         "sink.batch.max_rows_ceiling": args.batch_ceiling or "production default",
+        "busy cores during the runs": args.busy_cores,
     }
     print_report(
         "capture path vs pg_recvlogical", figures, ratios, facts=dict(facts), as_json=args.json

@@ -33,7 +33,7 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -49,18 +49,14 @@ from capture.stream import ReplicationStream
 from decoder import (
     Assembler,
     AssemblerState,
-    Change,
+    ChunkLimits,
     CommittedTransaction,
     Lsn,
-    MessageChange,
     NonTransactionalMessage,
     Relation,
-    RowChange,
     StreamAborted,
     TransactionPrepared,
     TransactionRolledBack,
-    TruncateChange,
-    TupleData,
     Wal2DeltaError,
     XLogData,
     datetime_to_pg_timestamp,
@@ -398,23 +394,31 @@ class Session:
         with structlog.contextvars.bound_contextvars(
             xid=txn.xid, commit_lsn=format_lsn(txn.commit_lsn)
         ):
-            changes = self.assembler.replay(txn)
-            while True:
-                # A slice never larger than the room left in the open batch, so batches
-                # close where adding one change at a time would close them, and small
-                # enough that the sink-busy answer (adaptive batching) stays fresh: one
-                # clock reading and busy check per slice instead of per change.
+            # Slices never larger than the room left in the open batch, so batches close
+            # where adding one change at a time would close them, and small enough that
+            # the sink-busy answer (adaptive batching) stays fresh: one clock reading and
+            # busy check per slice instead of per change.
+            limits = ChunkLimits(change_overhead=CHANGE_OVERHEAD_BYTES)
+            busy = self._sink_busy()
+            self._set_limits(limits, busy)
+            for chunk in self.assembler.replay_chunks(txn, limits, counts, relations):
+                self._hand_off(
+                    batcher.add_many(chunk.changes, clock(), backlog=busy, size=chunk.weight)
+                )
                 busy = self._sink_busy()
-                room = min(batcher.room(backlog=busy), _HAND_OFF_SLICE)
-                chunk, size = _take_slice(changes, room, batcher.byte_room(), counts, relations)
-                if not chunk:
-                    break
-                self._hand_off(batcher.add_many(chunk, clock(), backlog=busy, size=size))
+                self._set_limits(limits, busy)
         for key, count in counts.items():
             self._change_counter(relations[key].qualified_name, key[1]).inc(count)
         batcher.end_transaction(txn.end_lsn, txn.commit_time, clock())
         if batcher.row_count == 0 and batcher.due(clock(), backlog=self._sink_busy()):
             self._hand_off(batcher.take())
+
+    def _set_limits(self, limits: ChunkLimits, busy: bool) -> None:
+        """The next slice fits the open batch: its room in changes and in bytes."""
+        batcher = self.batcher
+        limits.max_changes = min(batcher.room(backlog=busy), _HAND_OFF_SLICE)
+        byte_room = batcher.byte_room()
+        limits.max_weight = byte_room if byte_room is not None else -1
 
     def _change_counter(self, table: str, operation: str) -> Counter:
         key = (table, operation)
@@ -481,59 +485,3 @@ _HAND_OFF_SLICE = 512
 
 CHANGE_OVERHEAD_BYTES = 256
 """Memory of a replayed change besides its message bytes (``RowChange``, ``TupleData``)."""
-
-
-def _take_slice(
-    changes: Iterator[Change],
-    max_rows: int,
-    max_bytes: int | None,
-    counts: dict[tuple[int, str], int],
-    relations: dict[tuple[int, str], Relation],
-) -> tuple[list[Change], int]:
-    """Take up to ``max_rows`` changes, stopping at the one that reaches ``max_bytes``.
-
-    Each change weighs its message bytes plus ``CHANGE_OVERHEAD_BYTES``. The changes are
-    also counted per (relation object, operation) into ``counts``; ``relations`` keeps
-    each counted relation object, so its id is not reused while the counts live.
-
-    Returns:
-        The changes and their total weight.
-    """
-    chunk: list[Change] = []
-    append = chunk.append
-    size = 0
-    budget = max_bytes if max_bytes is not None else -1
-    key: tuple[int, str]
-    for change in changes:
-        append(change)
-        if type(change) is RowChange:
-            key = (id(change.relation), change.op)
-            count = counts.get(key)
-            if count is None:
-                relations[key] = change.relation
-                count = 0
-            counts[key] = count + 1
-            data = change.new if change.new is not None else change.old
-            wire = data.wire if data is not None else None
-            size += CHANGE_OVERHEAD_BYTES + (
-                len(wire[0]) if wire is not None else _split_size(data)
-            )
-        else:
-            if isinstance(change, TruncateChange):
-                for relation in change.relations:
-                    key = (id(relation), "truncate")
-                    relations[key] = relation
-                    counts[key] = counts.get(key, 0) + 1
-            size += CHANGE_OVERHEAD_BYTES + (
-                len(change.content) if isinstance(change, MessageChange) else 0
-            )
-        if len(chunk) >= max_rows or size >= budget >= 0:
-            break
-    return chunk, size
-
-
-def _split_size(data: TupleData | None) -> int:
-    """Bytes of a tuple whose columns were already split (not on the hot path)."""
-    if data is None:
-        return 0
-    return sum(len(value.data) for value in data.values if value.data is not None)

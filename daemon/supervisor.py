@@ -61,7 +61,14 @@ from capture import (
 )
 from config import AppConfig
 from daemon.wiring import capture_settings, reconnect_settings
-from decoder import DECODER_KERNEL, Assembler, Lsn, Wal2DeltaError, spilling_buffers
+from decoder import (
+    DECODER_KERNEL,
+    Assembler,
+    CountingChangeBuffer,
+    Lsn,
+    Wal2DeltaError,
+    spilling_buffers,
+)
 from sink import Sink
 
 log = structlog.get_logger("wal2delta.supervisor")
@@ -255,7 +262,12 @@ class Supervisor:
                     self._resume_flush = consistent_point
             assembler = Assembler(
                 options,
-                buffers=spilling_buffers(self._spool(), settings.spool_memory_limit),
+                buffers=(
+                    spilling_buffers(self._spool(), settings.spool_memory_limit)
+                    if self.replay_changes
+                    # Recording: every transaction is discarded, never replayed.
+                    else CountingChangeBuffer
+                ),
             )
             batch = settings.batch
             assert self._worker is not None

@@ -69,9 +69,11 @@ from decoder.outputs import (
 )
 from decoder.parser import parse_message
 from decoder.relations import RelationCache
+from decoder.replay import ChunkLimits, ReplayChunk
 from decoder.spill import (
     ChangeBuffer,
     ChangeBufferFactory,
+    CountingChangeBuffer,
     FileChangeBuffer,
     MemoryChangeBuffer,
     spilling_buffers,
@@ -122,6 +124,7 @@ __all__ = [
     "Change",
     "ChangeBuffer",
     "ChangeBufferFactory",
+    "ChunkLimits",
     "ColumnKind",
     "ColumnValue",
     "Commit",
@@ -129,6 +132,7 @@ __all__ = [
     "CommittedTransaction",
     "CompositeField",
     "CompositeType",
+    "CountingChangeBuffer",
     "DecodeError",
     "Delete",
     "DomainType",
@@ -156,6 +160,7 @@ __all__ = [
     "Relation",
     "RelationCache",
     "RelationColumn",
+    "ReplayChunk",
     "RollbackPrepared",
     "RowChange",
     "RowOperation",

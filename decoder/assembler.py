@@ -117,7 +117,7 @@ from decoder.parser import (
     scan_row_message,
 )
 from decoder.relations import RelationCache
-from decoder.replay import ReplayQueue, SpooledTransaction, Subxact
+from decoder.replay import ChunkLimits, ReplayChunk, ReplayQueue, SpooledTransaction, Subxact
 from decoder.spill import ChangeBufferFactory, MemoryChangeBuffer
 from decoder.transitions import (
     MESSAGE_EVENTS,
@@ -646,6 +646,29 @@ class Assembler:
                 change refers to a relation no RELATION message described.
         """
         return self._replays.replay(txn)
+
+    def replay_chunks(
+        self,
+        txn: CommittedTransaction,
+        limits: ChunkLimits,
+        counts: dict[tuple[int, str], int],
+        relations: dict[tuple[int, str], Relation],
+    ) -> Iterator[ReplayChunk]:
+        """``replay`` in chunks, for a caller that hands changes on in slices.
+
+        The same changes, rules and errors as ``replay``; one pass does what the caller
+        would otherwise do per change: cutting slices at ``limits`` and weighing them, and
+        counting the changes per relation and operation.
+
+        Args:
+            txn: the next committed transaction.
+            limits: the size of the next chunk, read when a chunk starts.
+            counts: incremented per ``(id(relation), operation)`` for every change, with
+                ``"truncate"`` once per truncated relation.
+            relations: each counted relation object under its key, so that the ids stay
+                valid while the counts live.
+        """
+        return self._replays.replay_chunks(txn, limits, counts, relations)
 
     def discard(self, txn: CommittedTransaction) -> None:
         """Skip a committed transaction's changes, keeping its schema messages.

@@ -19,10 +19,10 @@ UPDATE and DELETE tag, and ``parse_message`` makes those classes only from those
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
-from decoder.changes import Change, MessageChange, TruncateChange, new_row_change
+from decoder.changes import Change, MessageChange, RowOperation, TruncateChange, new_row_change
 from decoder.errors import DecodeError, ProtocolSequenceError
 from decoder.lsn import Lsn, Xid, format_lsn
 from decoder.messages import Begin, BeginPrepare, LogicalMessage, Relation, Truncate, Type
@@ -33,6 +33,35 @@ from decoder.parser import ROW_MESSAGE_TYPES, parse_message, row_parts
 from decoder.relations import RelationCache
 from decoder.spill import ChangeBuffer
 from decoder.wire import U32
+
+_TALLIED_OPERATIONS: tuple[tuple[int, RowOperation], ...] = (
+    (0x49, "insert"),
+    (0x55, "update"),
+    (0x44, "delete"),
+)
+
+
+@dataclass(slots=True)
+class ChunkLimits:
+    """How large the next chunk of a ``replay_chunks`` may grow; the caller may change the
+    limits between two chunks (they are read when a chunk starts).
+
+    A chunk ends with the change that makes it ``max_changes`` long or brings its weight to
+    ``max_weight`` (negative: no limit); it has at least one change. A change weighs its
+    message bytes (a logical message: its content) plus ``change_overhead``.
+    """
+
+    max_changes: int = 512
+    max_weight: int = -1
+    change_overhead: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayChunk:
+    """Consecutive changes of a replayed transaction and their weight (``ChunkLimits``)."""
+
+    changes: list[Change]
+    weight: int
 
 
 @dataclass(slots=True)
@@ -145,6 +174,18 @@ class ReplayQueue:
         self._replaying = True
         return self._replay(txn, slot.txn)
 
+    def replay_chunks(
+        self,
+        txn: CommittedTransaction,
+        limits: ChunkLimits,
+        counts: dict[tuple[int, str], int],
+        relations: dict[tuple[int, str], Relation],
+    ) -> Iterator[ReplayChunk]:
+        """See ``Assembler.replay_chunks``."""
+        slot = self._take_replay_slot(txn)
+        self._replaying = True
+        return self._chunks(txn, slot.txn, limits, counts, relations)
+
     def discard(self, txn: CommittedTransaction) -> None:
         """See ``Assembler.discard``."""
         slot = self._take_replay_slot(txn)
@@ -201,6 +242,21 @@ class ReplayQueue:
         return relation
 
     def _replay(self, committed: CommittedTransaction, txn: SpooledTransaction) -> Iterator[Change]:
+        chunks = self._chunks(committed, txn, ChunkLimits(), {}, {})
+        try:
+            for chunk in chunks:
+                yield from chunk.changes
+        finally:
+            chunks.close()
+
+    def _chunks(
+        self,
+        committed: CommittedTransaction,
+        txn: SpooledTransaction,
+        limits: ChunkLimits,
+        counts: dict[tuple[int, str], int],
+        relations: dict[tuple[int, str], Relation],
+    ) -> Generator[ReplayChunk, None, None]:
         options = self._options
         streamed = txn.streamed
         commit_lsn = committed.commit_lsn
@@ -218,7 +274,20 @@ class ReplayQueue:
         tuple_at = marker_at + 1
         unpack_id = U32.unpack_from
         row_types = ROW_MESSAGE_TYPES
+        overhead = limits.change_overhead
+        counts_get = counts.get
+        chunk: list[Change] = []
+        append = chunk.append
+        weight = 0
+        max_changes = limits.max_changes
+        max_weight = limits.max_weight
         change: Change
+        key: tuple[int, str]
+        # Row changes are tallied per relation object and tag byte (a list index is
+        # cheaper than a dict update per change) and added to ``counts`` at the end.
+        tallies: dict[int, tuple[Relation, list[int]]] = {}
+        tallied: Relation | None = None
+        tally: list[int] = []
         try:
             for record in txn.buffer:
                 tag = record[0]
@@ -230,8 +299,9 @@ class ReplayQueue:
                         )
                     if tag == 0x49 or (tag == 0x55 and record[marker_at] == 0x4E):
                         # INSERT, or UPDATE with only its new tuple ('U' ... 'N').
+                        op: RowOperation = "insert" if tag == 0x49 else "update"
                         change = new_row_change(
-                            "insert" if tag == 0x49 else "update",
+                            op,
                             relation,
                             _new_wire_tuple(record, tuple_at),
                             None,
@@ -246,45 +316,69 @@ class ReplayQueue:
                         change = new_row_change(
                             op, relation, new, old, old_kind, commit_lsn, commit_time, ordinal, xid
                         )
-                    ordinal += 1
-                    yield change
-                    continue
-                message = parse_message(record, options=options, in_stream=streamed)
-                match message:
-                    case Relation() | Type():
-                        apply_schema(message)
-                        schema_seen += 1
-                        continue
-                    case Truncate():
-                        change = TruncateChange(
-                            relations=tuple(
-                                self._relation(relation_id, "TRUNCATE", committed, streamed)
-                                for relation_id in message.relation_ids
-                            ),
-                            cascade=message.cascade,
-                            restart_identity=message.restart_identity,
-                            commit_lsn=commit_lsn,
-                            commit_time=commit_time,
-                            ordinal=ordinal,
-                            xid=xid,
-                        )
-                    case LogicalMessage():
-                        change = MessageChange(
-                            prefix=message.prefix,
-                            content=message.content,
-                            lsn=message.lsn,
-                            transactional=True,
-                            commit_lsn=commit_lsn,
-                            commit_time=commit_time,
-                            ordinal=ordinal,
-                        )
-                    case _:
-                        # Row messages never get here (module docstring); nothing else is
-                        # spooled.
-                        raise AssertionError(f"{type(message).__name__} is never spooled")
+                    if relation is not tallied:
+                        tallied = relation
+                        tally = tallies.setdefault(id(relation), (relation, [0] * 256))[1]
+                    tally[tag] += 1
+                    weight += overhead + len(record)
+                else:
+                    message = parse_message(record, options=options, in_stream=streamed)
+                    match message:
+                        case Relation() | Type():
+                            apply_schema(message)
+                            schema_seen += 1
+                            continue
+                        case Truncate():
+                            change = TruncateChange(
+                                relations=tuple(
+                                    self._relation(relation_id, "TRUNCATE", committed, streamed)
+                                    for relation_id in message.relation_ids
+                                ),
+                                cascade=message.cascade,
+                                restart_identity=message.restart_identity,
+                                commit_lsn=commit_lsn,
+                                commit_time=commit_time,
+                                ordinal=ordinal,
+                                xid=xid,
+                            )
+                            for truncated in change.relations:
+                                key = (id(truncated), "truncate")
+                                relations[key] = truncated
+                                counts[key] = counts_get(key, 0) + 1
+                            weight += overhead
+                        case LogicalMessage():
+                            change = MessageChange(
+                                prefix=message.prefix,
+                                content=message.content,
+                                lsn=message.lsn,
+                                transactional=True,
+                                commit_lsn=commit_lsn,
+                                commit_time=commit_time,
+                                ordinal=ordinal,
+                            )
+                            weight += overhead + len(message.content)
+                        case _:
+                            # Row messages never get here (module docstring); nothing else
+                            # is spooled.
+                            raise AssertionError(f"{type(message).__name__} is never spooled")
                 ordinal += 1
-                yield change
+                append(change)
+                if len(chunk) >= max_changes or weight >= max_weight >= 0:
+                    yield ReplayChunk(chunk, weight)
+                    chunk = []
+                    append = chunk.append
+                    weight = 0
+                    max_changes = limits.max_changes
+                    max_weight = limits.max_weight
+            if chunk:
+                yield ReplayChunk(chunk, weight)
             finished = True
+            for relation_id, (relation, tally) in tallies.items():
+                for tag, op in _TALLIED_OPERATIONS:
+                    if tally[tag]:
+                        key = (relation_id, op)
+                        relations[key] = relation
+                        counts[key] = counts_get(key, 0) + tally[tag]
         except DecodeError:
             self._fail()
             raise

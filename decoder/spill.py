@@ -124,6 +124,68 @@ class MemoryChangeBuffer:
         return 0
 
 
+class CountingChangeBuffer:
+    """A ``ChangeBuffer`` that keeps only the count and size of its records.
+
+    For an assembler whose transactions are never replayed (``discard`` only), such as the
+    one that finds transaction boundaries while ``wal2delta capture`` records the raw
+    stream: a large transaction then costs neither memory nor a spool file next to the
+    recording. Marks are record counts, as in ``MemoryChangeBuffer``.
+    """
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._size = 0
+        self._size_at_mark: dict[int, int] = {0: 0}
+
+    def append(self, record: bytes) -> None:
+        """Count a record."""
+        self._count += 1
+        self._size += _LENGTH.size + len(record)
+
+    def mark(self) -> int:
+        """Return the current record count."""
+        self._size_at_mark[self._count] = self._size
+        return self._count
+
+    def truncate(self, mark: int) -> None:
+        """Forget the records counted after ``mark``.
+
+        Raises:
+            ValueError: ``mark`` was not returned by ``mark`` (or is past the end).
+        """
+        size = self._size_at_mark.get(mark)
+        if size is None or mark > self._count:
+            raise ValueError(f"mark {mark} is outside this buffer of {self._count}")
+        self._count = mark
+        self._size = size
+        self._size_at_mark = {m: s for m, s in self._size_at_mark.items() if m <= mark}
+
+    def __iter__(self) -> Iterator[bytes]:
+        """Refuse: the records were not kept.
+
+        Raises:
+            TypeError: always.
+        """
+        raise TypeError("a CountingChangeBuffer keeps no records to replay")
+
+    def close(self) -> None:
+        """Forget the count."""
+        self._count = 0
+        self._size = 0
+        self._size_at_mark = {0: 0}
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes the records would take, with four bytes of overhead each."""
+        return self._size
+
+    @property
+    def spilled_bytes(self) -> int:
+        """Always 0: nothing goes to disk."""
+        return 0
+
+
 class MemoryBudget:
     """Bytes that the ``FileChangeBuffer``s sharing this budget may hold in memory in all.
 

@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 from decoder import (
     Assembler,
+    CommittedTransaction,
+    CountingChangeBuffer,
     FileChangeBuffer,
     MemoryChangeBuffer,
     ProtocolOptions,
@@ -266,3 +268,67 @@ def test_a_shared_budget_is_never_exceeded_and_no_record_is_lost(tmp_path_factor
             assert list(b) == records
     for b in live:
         b.close()
+
+
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.binary(max_size=40).map(lambda record: ("append", record)),
+            st.just(("mark", b"")),
+            st.integers(min_value=0, max_value=30).map(lambda back: ("truncate", back)),
+        ),
+        max_size=60,
+    )
+)
+def test_a_counting_buffer_sizes_like_a_memory_buffer_through_marks_and_truncation(steps):
+    """Same sizes and marks as the buffer that keeps the records; it keeps none."""
+    kept, counted = MemoryChangeBuffer(), CountingChangeBuffer()
+    marks: list[int] = [0]
+    for step, value in steps:
+        if step == "append":
+            kept.append(value)
+            counted.append(value)
+        elif step == "mark":
+            mark = kept.mark()
+            assert counted.mark() == mark
+            marks.append(mark)
+        else:
+            mark = marks[-1 - value % len(marks)]
+            kept.truncate(mark)
+            counted.truncate(mark)
+            marks = [m for m in marks if m <= mark]
+        assert counted.size_bytes == kept.size_bytes
+    assert counted.spilled_bytes == 0
+    with pytest.raises(ValueError, match="outside"):
+        counted.truncate(counted.mark() + 1)
+    with pytest.raises(TypeError, match="keeps no records"):
+        list(counted)
+    counted.close()
+    assert counted.size_bytes == 0
+
+
+def test_an_assembler_with_counting_buffers_finds_the_same_transactions(tmp_path):
+    """What recording uses: boundaries and positions as with real buffers, no records."""
+    messages = [
+        relation(16384, "t", (("id", INT4_OID, True),), xid=9),
+        *(insert(16384, str(n), xid=9) for n in range(20)),
+    ]
+    stream = [
+        stream_start(9, first_segment=True),
+        *messages,
+        StreamStop(),
+        begin(10, 0x9000),
+        insert(16384, "100"),
+        commit(0x9000),
+        stream_start(9, first_segment=False),
+        insert(16384, "21", xid=9),
+        StreamStop(),
+        stream_abort(9, 9),
+    ]
+    options = ProtocolOptions(proto_version=2, streaming="on")
+    reference = feed_messages(Assembler(options), stream)
+    counting = Assembler(options, buffers=CountingChangeBuffer)
+    outputs = feed_messages(counting, stream)
+    assert outputs == reference
+    (txn,) = [o for o in outputs if isinstance(o, CommittedTransaction)]
+    counting.discard(txn)  # what recording does with each committed transaction
