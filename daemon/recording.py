@@ -43,27 +43,50 @@ from decoder import (
 from sink import Batch, BatchResult
 
 RECORD_HEADER: Final = struct.Struct(">QI")
+_pack_header: Final = RECORD_HEADER.pack
+_PENDING_RECORDS: Final = 1024
+"""Records the capture thread collects before it writes them to the file itself."""
 
 
 class StreamRecorder:
-    """Appends records to a file; ``sync`` makes everything written so far durable."""
+    """Appends records to a file; ``sync`` makes everything written so far durable.
+
+    ``write`` runs on the capture thread once per frame, so it takes no lock: records wait
+    in a list that the capture thread writes out every ``_PENDING_RECORDS`` records and
+    that ``sync`` (the sink thread) writes out before it fsyncs. Each writer takes the
+    first ``count`` records under the lock and deletes just those; an ``append`` racing
+    with it lands after them (single list operations are atomic in CPython).
+    """
 
     def __init__(self, path: Path) -> None:
         self._file: BinaryIO = path.open("ab", buffering=1 << 20)
         self._lock = threading.Lock()
+        self._pending: list[bytes] = []
         self.records = 0
 
     def write(self, wal_start: int, payload: bytes) -> None:
+        pending = self._pending
+        pending.append(_pack_header(wal_start, len(payload)) + payload)
+        if len(pending) >= _PENDING_RECORDS:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
         with self._lock:
-            self._file.write(RECORD_HEADER.pack(wal_start, len(payload)) + payload)
-            self.records += 1
+            pending = self._pending
+            count = len(pending)
+            if count:
+                self._file.write(b"".join(pending[:count]))
+                del pending[:count]
+                self.records += count
 
     def sync(self) -> None:
+        self._write_pending()
         with self._lock:
             self._file.flush()
             os.fsync(self._file.fileno())
 
     def close(self) -> None:
+        self._write_pending()
         with self._lock:
             self._file.flush()
             os.fsync(self._file.fileno())
