@@ -86,10 +86,8 @@ class StreamRecorder:
             os.fsync(self._file.fileno())
 
     def close(self) -> None:
-        self._write_pending()
+        self.sync()
         with self._lock:
-            self._file.flush()
-            os.fsync(self._file.fileno())
             self._file.close()
 
 

@@ -170,9 +170,7 @@ class ReplayQueue:
 
     def replay(self, txn: CommittedTransaction) -> Iterator[Change]:
         """See ``Assembler.replay``."""
-        slot = self._take_replay_slot(txn)
-        self._replaying = True
-        return self._replay(txn, slot.txn)
+        return _one_by_one(self.replay_chunks(txn, ChunkLimits(), {}, {}))
 
     def replay_chunks(
         self,
@@ -180,7 +178,7 @@ class ReplayQueue:
         limits: ChunkLimits,
         counts: dict[tuple[int, str], int],
         relations: dict[tuple[int, str], Relation],
-    ) -> Iterator[ReplayChunk]:
+    ) -> Generator[ReplayChunk, None, None]:
         """See ``Assembler.replay_chunks``."""
         slot = self._take_replay_slot(txn)
         self._replaying = True
@@ -240,14 +238,6 @@ class ReplayQueue:
                 xid=txn.xid,
             )
         return relation
-
-    def _replay(self, committed: CommittedTransaction, txn: SpooledTransaction) -> Iterator[Change]:
-        chunks = self._chunks(committed, txn, ChunkLimits(), {}, {})
-        try:
-            for chunk in chunks:
-                yield from chunk.changes
-        finally:
-            chunks.close()
 
     def _chunks(
         self,
@@ -388,3 +378,12 @@ class ReplayQueue:
                 self._apply_schema(txn.schema_records[schema_seen:], streamed)
             txn.buffer.close()
             self._replaying = False
+
+
+def _one_by_one(chunks: Generator[ReplayChunk, None, None]) -> Iterator[Change]:
+    """The changes of ``chunks``; closing this iterator closes ``chunks`` (its clean-up)."""
+    try:
+        for chunk in chunks:
+            yield from chunk.changes
+    finally:
+        chunks.close()
