@@ -30,11 +30,11 @@ chunk size and the number of workers, never the table.
 
 ``parallelism`` workers copy at once, each on its own connection in the exported snapshot
 (the replication connection stays idle until all are done): several tables, and a large
-table in page ranges (``ctid`` TID range scans, PostgreSQL 14+). Appends to one table are
-serialised; ranges number their rows from bases of their own (``RANGE_ORDINAL_STRIDE``),
-so ordinals and hidden row identities stay unique per table. Progress - rows, bytes,
-rows/s, ETA per table - goes to the log every ``progress_interval`` seconds and to the
-``wal2delta_snapshot_*`` metrics.
+table in page ranges (``ctid`` TID range scans, PostgreSQL 14+). Ranges of one table are
+appended at once too (``append_bulk`` is safe for that); they number their rows from bases
+of their own (``RANGE_ORDINAL_STRIDE``), so ordinals and hidden row identities stay unique
+per table. Progress - rows, bytes, rows/s, ETA per table - goes to the log every
+``progress_interval`` seconds and to the ``wal2delta_snapshot_*`` metrics.
 
 A table the sink declines (``begin_bulk`` returns None: an append could write something
 else than MERGEd inserts) and every table of a sink without bulk appends are copied as
@@ -240,7 +240,9 @@ class BulkSnapshotSink(Protocol):
 
     def append_bulk(
         self, target: BulkTarget, strings: pa.RecordBatch | pa.Table, first_ordinal: int
-    ) -> int: ...
+    ) -> int:
+        """Append rows; called from several workers at once, also for one table."""
+        ...
 
     def finish_bulk(self, targets: Sequence[BulkTarget]) -> None: ...
 
@@ -535,8 +537,8 @@ class SnapshotCopier:
         for batch in prefetched(reader(job, pages, read)):
             if failed.is_set():
                 break
-            with job.lock:  # one append at a time per table: appends never conflict
-                appended = self._bulk.append_bulk(job.target, batch, ordinal)
+            appended = self._bulk.append_bulk(job.target, batch, ordinal)
+            with job.lock:
                 job.rows += appended
             ordinal += appended
             copied += appended

@@ -57,6 +57,7 @@ module runs the plan's steps.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -173,6 +174,8 @@ class DeltaSink:
         self._history = HistoryWriter(spark, self._lake, settings.path, self._meta)
         self._commits = CommitLog(spark, self._lake, settings.path)
         self._appender = DeltaRsAppender(settings.bulk_writer)
+        self._engine_appends: dict[str, threading.Lock] = {}
+        self._engine_appends_guard = threading.Lock()
         self._compactor = Compactor(settings.compact_after_writes)
         self._follower = RelationFollower(
             spark,
@@ -395,8 +398,9 @@ class DeltaSink:
         """Append copied rows (text forms, COPY order) to a table ``begin_bulk`` prepared.
 
         Written by delta-rs where it can (``deltars.py``), else by the engine. Safe to call
-        from several threads at once for different tables; appends to one table must not
-        overlap. Returns the rows appended.
+        from several threads at once, also for one table: delta-rs commits blind appends
+        that never conflict (it retries the commit at the next version), and appends the
+        engine writes are serialised per table here. Returns the rows appended.
 
         Raises:
             SinkDataError: a value cannot be stored in its Delta type.
@@ -410,13 +414,18 @@ class DeltaSink:
         partitions = [target.bucket[0]] if target.bucket is not None else []
         if self._appender.append(target.path, arrow, partitions, action):
             return rows
-        with engine_errors(action):
+        with self._engine_append_lock(target.path), engine_errors(action):
             frame = self._spark.createDataFrame(arrow, schema=ddl(target.frame))
             writer = frame.write.format("delta").mode("append")
             if target.bucket is not None:
                 writer = writer.partitionBy(target.bucket[0])
             writer.save(target.path)
         return rows
+
+    def _engine_append_lock(self, path: str) -> threading.Lock:
+        """The lock that serialises the engine's appends to the table at ``path``."""
+        with self._engine_appends_guard:
+            return self._engine_appends.setdefault(path, threading.Lock())
 
     # --- tables ----------------------------------------------------------------------------
 
