@@ -16,6 +16,12 @@ Theory of operation (ports ``get_flush_position`` and ``send_feedback`` from Pos
   COMMIT PREPARED, whose changes we never applied (ARCHITECTURE invariant 1; the crash
   harness caught a hold released at receipt). This is stricter than worker.c, which may
   advance because it prepared the transaction locally.
+* A durable COMMIT PREPARED is not forgotten either until the flush position reaches its
+  end: restarted from a position between its PREPARE and its COMMIT PREPARED, the server
+  skips the PREPARE (it lies before the restart point) and sends the COMMIT PREPARED alone,
+  which the assembler must refuse although the transaction is in Delta. While another hold
+  or a pending commit keeps the flush position inside that range, it is pulled back to the
+  PREPARE (the crash harness caught this too).
 * When nothing is pending, no prepared transaction is held and the decoder is between
   transactions, a keepalive's ``walEnd`` may be acknowledged: the walsender has decoded
   everything before it and sent us every commit in that range (invariant 5). A walEnd
@@ -97,32 +103,46 @@ class FlushTracker:
         """``gid`` was rolled back (no ``commit_end_lsn``) or committed.
 
         A COMMIT PREPARED releases the hold only once the transaction ending at
-        ``commit_end_lsn`` is durable.
+        ``commit_end_lsn`` is durable, and is remembered until the flush position
+        reaches ``commit_end_lsn``.
         """
         prepare_lsn = self._prepared.pop(gid, None)
         if prepare_lsn is not None and commit_end_lsn is not None:
             self._committing[gid] = (prepare_lsn, commit_end_lsn)
 
-    def _holds(self) -> list[int]:
-        """The prepare LSNs the flush position may not pass."""
-        if self._committing:
-            done = [g for g, (_, end) in self._committing.items() if end <= self._durable]
-            for gid in done:
-                del self._committing[gid]
-        return [*self._prepared.values(), *(lsn for lsn, _ in self._committing.values())]
-
     def positions(self, *, decoder_idle: bool) -> Positions:
         """Return the positions to report; ``decoder_idle`` means no transaction is open."""
-        flush = self._durable
-        holds = self._holds()
+        durable = self._durable
+        # A PREPARE holds the flush position until its COMMIT PREPARED is durable.
+        holds = [
+            *self._prepared.values(),
+            *(lsn for lsn, end in self._committing.values() if end > durable),
+        ]
+        flush = durable
         if decoder_idle and not self._pending and not holds:
             flush = max(flush, self._keepalive_end)
         if holds:
             flush = min(flush, *holds)
-        flush = max(flush, self._reported_flush)
+        flush = max(self._outside_committed_prepares(flush), self._reported_flush)
         self._reported_flush = flush
+        if self._committing:
+            # Past its COMMIT PREPARED the server will never send it again.
+            self._committing = {
+                gid: span for gid, span in self._committing.items() if span[1] > flush
+            }
         write = max(self._received, flush)
         return Positions(write=write, flush=flush, apply=flush)
+
+    def _outside_committed_prepares(self, flush: int) -> int:
+        """``flush``, pulled back to the PREPARE of any COMMIT PREPARED it falls inside.
+
+        Spans are visited from the latest PREPARE down, so a position pulled back into an
+        earlier span is pulled back again by it; one pass suffices.
+        """
+        for prepare_lsn, end in sorted(self._committing.values(), reverse=True):
+            if prepare_lsn < flush < end:
+                flush = prepare_lsn
+        return flush
 
 
 class FeedbackPolicy:

@@ -30,6 +30,7 @@ from deltalake import DeltaTable
 
 from capture.slots import current_wal_lsn
 from decoder import format_lsn
+from devtools.pgserver import LocalPostgres
 from devtools.verify import compare_table
 from sink import history_path, table_path
 from sink.constants import SNAPSHOTS_TABLE
@@ -350,8 +351,24 @@ def _source_state(conn: psycopg.Connection[tuple[object, ...]], log: Path) -> st
     )
 
 
+def slot_position(conn: psycopg.Connection[tuple[object, ...]]) -> str:
+    """The slot's restart and confirmed flush LSNs, for the progress lines."""
+    row = conn.execute(
+        "SELECT restart_lsn, confirmed_flush_lsn FROM pg_replication_slots "
+        "WHERE slot_name = 'w2d_crash'"
+    ).fetchone()
+    return "no slot" if row is None else f"slot restart {row[0]}, confirmed {row[1]}"
+
+
+def walsender_starts(server: LocalPostgres) -> str:
+    """Where the server's walsenders started decoding (its log), for a failure report."""
+    lines = server.log_file.read_text(errors="replace").splitlines()
+    wanted = [line for line in lines if "w2d_crash" in line or "Streaming transactions" in line]
+    return "\n".join(wanted[-40:])
+
+
 def test_sigkill_at_random_points_loses_and_duplicates_nothing(
-    pg18_dsn: str, tmp_path: Path
+    pg18: LocalPostgres, pg18_dsn: str, tmp_path: Path
 ) -> None:
     seed = int(os.environ.get("WAL2DELTA_CRASH_SEED", random.randrange(10**6)))
     print(f"crash harness seed: {seed}")
@@ -428,13 +445,13 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
             kills += 1
             print(
                 f"kill {kills} at {time.strftime('%H:%M:%S')}, prepared open: "
-                f"{', '.join(workload.prepared) or 'none'}",
+                f"{', '.join(workload.prepared) or 'none'}; {slot_position(conn)}",
                 file=sys.stderr,
             )
         for gid in workload.prepared:
             conn.execute(f"COMMIT PREPARED '{gid}'".encode())
         endpos = format_lsn(current_wal_lsn(conn))
-        print(f"final run to {endpos}", file=sys.stderr)
+        print(f"final run to {endpos}; {slot_position(conn)}", file=sys.stderr)
         for _ in range(20):
             final = start_daemon(config, log, "--endpos", endpos)
             try:
@@ -447,7 +464,10 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
             if final.returncode != 3:
                 break
             time.sleep(0.5)
-        assert final.returncode == 0, log.read_text()[-3000:]
+        assert final.returncode == 0, (
+            f"seed {seed}:\n{log.read_text()[-3000:]}\n{source_state(conn, log)}\n"
+            f"walsenders (server log):\n{walsender_starts(pg18)}"
+        )
         recreated = "postgresql cannot decode the slot" in log.read_text()
         assert not recreated, f"seed {seed}: the slot was dropped and copied again"
         mismatches = []

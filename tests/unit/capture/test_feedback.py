@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from capture.feedback import FeedbackPolicy, FlushTracker
@@ -144,3 +144,97 @@ def test_acknowledged_stays_behind_a_held_prepare_while_durable_passes_it() -> N
     assert tracker.acknowledged == 150
     resumed = FlushTracker(tracker.acknowledged)
     assert resumed.positions(decoder_idle=True).flush == 150
+
+
+def test_flush_never_lands_between_a_durable_prepare_and_its_commit_prepared() -> None:
+    """Restarted there, the server would skip the PREPARE and send the COMMIT PREPARED alone.
+
+    The crash harness caught it: a durable COMMIT PREPARED released its hold while another
+    PREPARE still held the flush position, which then fell between the two records.
+    """
+    tracker = FlushTracker(100)
+    tracker.on_prepared("x", 150)
+    tracker.on_prepared("y", 200)  # prepared after x, still open
+    tracker.on_prepare_resolved("x", commit_end_lsn=300)
+    tracker.on_commit(300)
+    tracker.on_durable(300)
+    assert tracker.positions(decoder_idle=True).flush == 150  # not y's 200, inside x's span
+    tracker.on_prepare_resolved("y")  # rolled back
+    tracker.on_keepalive(400)
+    assert tracker.positions(decoder_idle=True).flush == 400
+    tracker.on_prepared("z", 450)  # x is forgotten once acknowledged past its end
+    tracker.on_prepare_resolved("z", commit_end_lsn=500)
+    tracker.on_commit(500)
+    tracker.on_durable(500)
+    assert tracker.positions(decoder_idle=True).flush == 500
+
+
+_EVENTS = st.lists(
+    st.one_of(
+        st.tuples(st.just("commit"), st.integers(1, 20)),
+        st.tuples(st.just("prepare"), st.integers(1, 20)),
+        st.tuples(st.just("commit_prepared"), st.integers(0, 10)),
+        st.tuples(st.just("rollback_prepared"), st.integers(0, 10)),
+        st.tuples(st.just("durable"), st.integers(0, 10)),
+        st.tuples(st.just("keepalive"), st.integers(0, 20)),
+        st.tuples(st.just("poll"), st.booleans()),
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=2000)
+@given(_EVENTS)
+def test_a_restart_from_the_flush_position_gets_every_prepare_it_needs(
+    events: list[tuple[str, object]],
+) -> None:
+    """Model: one WAL of commits, PREPAREs and their resolutions, with increasing LSNs.
+
+    At every poll the flush position is monotonic, passes no commit that is not durable,
+    is at or before every open PREPARE, and is outside (PREPARE, COMMIT PREPARED end) of
+    every prepared transaction committed since: a restart there would get the COMMIT
+    PREPARED without its PREPARE.
+    """
+    tracker = FlushTracker(0)
+    lsn = 0
+    open_prepares: dict[str, int] = {}
+    spans: list[tuple[int, int]] = []
+    pending: list[int] = []
+    durable = 0
+    last_flush = 0
+    for number, (kind, value) in enumerate(events):
+        assert isinstance(value, int | bool)
+        if kind in ("commit", "prepare"):
+            lsn += int(value)
+            if kind == "commit":
+                tracker.on_commit(lsn)
+                pending.append(lsn)
+            else:
+                open_prepares[f"g{number}"] = lsn
+                tracker.on_prepared(f"g{number}", lsn)
+        elif kind in ("commit_prepared", "rollback_prepared") and open_prepares:
+            gid = sorted(open_prepares)[int(value) % len(open_prepares)]
+            prepare_lsn = open_prepares.pop(gid)
+            lsn += 5
+            if kind == "commit_prepared":
+                tracker.on_prepare_resolved(gid, commit_end_lsn=lsn)
+                tracker.on_commit(lsn)
+                pending.append(lsn)
+                spans.append((prepare_lsn, lsn))
+            else:
+                tracker.on_prepare_resolved(gid)
+        elif kind == "durable" and pending:
+            upto = pending[min(int(value), len(pending) - 1)]
+            tracker.on_durable(upto)
+            durable = max(durable, upto)
+            pending = [p for p in pending if p > durable]
+        elif kind == "keepalive":
+            lsn += int(value)
+            tracker.on_keepalive(lsn)
+        elif kind == "poll":
+            flush = tracker.positions(decoder_idle=bool(value)).flush
+            assert flush >= last_flush
+            assert not pending or flush < pending[0]
+            assert all(flush <= p for p in open_prepares.values())
+            assert not any(p < flush < end for p, end in spans), (flush, spans)
+            last_flush = flush
