@@ -30,6 +30,7 @@ from capture import current_wal_lsn
 from decoder import format_lsn
 from devtools.verify import compare_table
 from sink import table_path
+from tests.support.appends import append_from_threads
 from tests.support.harness import run_cli, start_daemon, wait_for_flush
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -78,6 +79,12 @@ def s3_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_snapshot_workers_append_to_one_s3_table_at_once(s3_endpoint: str) -> None:
+    # Commits on S3 are conditional writes: two appends racing for one version must both
+    # land, one of them at the next version.
+    append_from_threads(f"s3://{BUCKET}/concurrent")
 
 
 def test_stream_crash_restart_and_status_on_an_s3_lake(

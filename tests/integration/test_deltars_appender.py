@@ -6,8 +6,6 @@ disk cannot produce on demand (a commit conflict) are raised by a stand-in write
 
 from __future__ import annotations
 
-import concurrent.futures
-import threading
 from pathlib import Path
 
 import deltalake
@@ -18,6 +16,7 @@ from deltalake.exceptions import CommitFailedError
 
 from sink.base import SinkError, SinkRetryableError
 from sink.deltars import DeltaRsAppender
+from tests.support.appends import append_from_threads
 
 ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", None]})
 
@@ -95,21 +94,4 @@ def test_append_writes_nothing_when_the_engine_must(tmp_path: Path) -> None:
 def test_appends_to_one_table_from_several_threads_at_once_all_land(tmp_path: Path) -> None:
     # The snapshot's workers append page ranges of one table at once: every blind append
     # must commit (delta-rs retries a lost race at the next version), none lost or doubled.
-    path = _table(tmp_path)
-    appender = DeltaRsAppender("auto")
-    threads, appends = 4, 3
-    start = threading.Barrier(threads, timeout=60)
-
-    def worker(number: int) -> None:
-        start.wait()  # all threads write and commit at the same moment
-        for round_ in range(appends):
-            first = (number * appends + round_) * 10
-            rows = pa.table({"id": pa.array(range(first, first + 10), pa.int64()), "v": ["x"] * 10})
-            assert appender.append(path, rows, [], "appending t")
-
-    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-        for done in [pool.submit(worker, n) for n in range(threads)]:
-            done.result()  # re-raises a worker's failure
-    table = DeltaTable(path)
-    assert table.version() == threads * appends
-    assert sorted(table.to_pyarrow_table()["id"].to_pylist()) == list(range(threads * appends * 10))
+    append_from_threads(str(tmp_path / "t"))
