@@ -323,7 +323,6 @@ def history_mismatches(conn: psycopg.Connection[tuple[object, ...]], lake: Path)
     return found[:10]
 
 
-@pytest.mark.timeout(1500)
 def source_state(conn: psycopg.Connection[tuple[object, ...]], log: Path) -> str:
     """What a failure report needs beyond the log's tail: the slot, the prepared
     transactions, and how often each warning occurred over the whole run."""
@@ -367,6 +366,7 @@ def walsender_starts(server: LocalPostgres) -> str:
     return "\n".join(wanted[-40:])
 
 
+@pytest.mark.timeout(1500)
 def test_sigkill_at_random_points_loses_and_duplicates_nothing(
     pg18: LocalPostgres, pg18_dsn: str, tmp_path: Path
 ) -> None:
