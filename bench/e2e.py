@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shutil
 import sys
 import tempfile
 import time
@@ -50,6 +51,7 @@ from bench.daemon import add_delta_run_arguments, bench_config, run_daemon
 from bench.postgres import bench_server
 from bench.report import Figure, Ratio, median_figure, print_report
 from bench.sink_scaling import bucketed_settings, build_table, layout_description
+from bench.split_bound import Backlog, HalfRun, SplitBound, measure_sink_alone, measure_split_bound
 from bench.workload import (
     PUBLICATION,
     TABLE,
@@ -71,6 +73,7 @@ from sink import (
 E2E_TARGET: Final = 1.0
 SOURCE_SLOT: Final = "bench_source"
 DAEMON_SLOT: Final = "bench_daemon"
+SPLIT_SLOTS: Final = ("bench_split_capture", "bench_split_sink", "bench_sink_alone")
 SUBSCRIPTION: Final = "bench_sub"
 _POLL_SECONDS: Final = 0.05
 
@@ -158,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=3600.0, help="per contender")
     parser.add_argument("--json", action="store_true", help="print a JSON line at the end")
     parser.add_argument("--workdir", type=Path, help="keep servers and lake here (default: tmp)")
+    parser.add_argument(
+        "--split-bound",
+        action="store_true",
+        help="also measure capture and sink in two processes at once (bench/split_bound.py)",
+    )
     args = parser.parse_args(argv)
     seed = args.table_rows
 
@@ -199,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
                 subscriber_rows = int(str(_scalar(sub, f"SELECT count(*) FROM {TABLE}")))
                 sub.execute(f"ALTER SUBSCRIPTION {SUBSCRIPTION} DISABLE")
             print(f"native apply: {native:.1f} s", flush=True)
+            split_lake, alone_lake = workdir / "lake-split", workdir / "lake-sink-alone"
+            if args.split_bound:
+                shutil.copytree(lake, split_lake)
+                shutil.copytree(lake, alone_lake)
+                for slot in SPLIT_SLOTS:
+                    copy_slot(conn, SOURCE_SLOT, slot)
 
             config = bench_config(
                 dsn,
@@ -213,6 +227,27 @@ def main(argv: list[str] | None = None) -> int:
             daemon = run_daemon(config, backlog.end_lsn, recording)
             delta_rows = DeltaTable(path).to_pyarrow_table(columns=["id"]).num_rows
             print(f"daemon: {daemon.wall_seconds:.1f} s", flush=True)
+            split: SplitBound | None = None
+            alone: HalfRun | None = None
+            if args.split_bound:
+                shared = Backlog(
+                    dsn, backlog.end_lsn, args.key_bucket_width or None, tuple(recording.sizes)
+                )
+                alone = measure_sink_alone(shared, slot=SPLIT_SLOTS[2], lake=str(alone_lake))
+                split = measure_split_bound(
+                    shared,
+                    capture_slot=SPLIT_SLOTS[0],
+                    sink_slot=SPLIT_SLOTS[1],
+                    lake=str(split_lake),
+                )
+                for copy in (split_lake, alone_lake):
+                    copied = DeltaTable(table_path(str(copy), "public", TABLE))
+                    if (copied_rows := copied.to_pyarrow_table(columns=["id"]).num_rows) != (
+                        expected_rows
+                    ):
+                        print(f"{copy.name}: {copied_rows} rows, not {expected_rows}")
+                        return 1
+                print(f"split bound: {split.wall_seconds:.1f} s", flush=True)
 
     if subscriber_rows != expected_rows or delta_rows != expected_rows:
         print(
@@ -240,6 +275,35 @@ def main(argv: list[str] | None = None) -> int:
         "daemon batches": f"{len(recording.sizes)}: {recording.describe()}",
         "daemon time inside DeltaSink.apply": f"{sum(recording.seconds):.1f} s",
     }
+    if split is not None:
+        figures.append(
+            median_figure(
+                "split bound: capture process alone (counting sink)",
+                [changes / split.capture.wall_seconds],
+                "changes/s",
+                note=f"{split.capture.cpu_seconds:.1f} s CPU",
+            )
+        )
+        figures.append(
+            median_figure(
+                "split bound: sink process alone (changes in memory)",
+                [changes / split.sink.wall_seconds],
+                "changes/s",
+                note=f"{split.sink.cpu_seconds:.1f} s CPU (Sail included)",
+            )
+        )
+        ratios.append(Ratio("split bound / native apply", native / split.wall_seconds))
+        facts["split bound: sink process CPU per thread, s"] = split.sink.threads_cpu_seconds
+    if alone is not None:
+        figures.append(
+            median_figure(
+                "sink process alone, nothing beside it",
+                [changes / alone.wall_seconds],
+                "changes/s",
+                note=f"{alone.cpu_seconds:.1f} s CPU (Sail included)",
+            )
+        )
+        facts["sink alone: CPU per thread, s"] = alone.threads_cpu_seconds
     print_report(
         "Benchmark 2: PostgreSQL -> Delta vs PostgreSQL native apply",
         figures,
