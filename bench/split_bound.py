@@ -17,6 +17,11 @@ Both start their timed part at the same moment and share the two cores with the
 walsender, as the two halves of a split daemon would; the bound is the later of the two
 ends. It is optimistic: no batch crosses a process boundary, and the sink never waits
 for data, so a real split daemon is slower than this.
+
+Before that, the sink process runs once more with nothing beside it (``measure_sink_alone``,
+its own slot copy and table copy): what the sink costs when capture costs nothing. Both sink
+runs report their CPU per thread (``threads_cpu_seconds``): Python's main thread against the
+engine's (Sail's Rust runtime, ``tokio-rt-worker``).
 """
 
 from __future__ import annotations
