@@ -93,7 +93,7 @@ def test_the_lag_benchmark_measures_every_transaction_into_a_partitioned_table()
     assert ratio_names(report) == ["p99 lag / 0.5 s"]  # the target at 2k changes/s
 
 
-def test_the_end_to_end_benchmark_compares_row_counts_with_native_apply_and_the_split_bound() -> None:
+def test_the_end_to_end_benchmark_checks_row_counts_of_the_daemon_and_the_split_bound() -> None:
     report = run_benchmark(
         "e2e",
         "--changes",
