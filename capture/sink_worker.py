@@ -8,14 +8,16 @@ applied strictly in the order they were handed over.
 
 A batch is released as soon as it is applied: the report of an applied batch carries only
 the figures the loop needs (positions, counts, timings), and the worker drops its own
-reference before it waits for the next batch. A queue of one batch is enough to keep the
-sink busy - while it applies one batch, the next waits and a third is being built - so
-at most three batches are in memory, however long the backlog.
+reference before it waits for the next batch. By default nothing waits in between: a
+batch is handed over only when the worker is idle (``max_pending=0``), and the loop keeps
+the next full batch - and keeps answering the server - until then. The sink still always
+has its next batch ready the moment it finishes one, and at most two batches are in
+memory (one applied, one built), however long the backlog.
 """
 
 from __future__ import annotations
 
-import contextlib
+import collections
 import queue
 import threading
 import time
@@ -50,9 +52,22 @@ class FailedBatch:
 class SinkWorker:
     """Runs ``sink.apply`` for each handed-over batch on its own thread."""
 
-    def __init__(self, sink: Sink, *, max_pending: int = 1) -> None:
+    def __init__(self, sink: Sink, *, max_pending: int = 0) -> None:
+        """Start the worker thread.
+
+        Args:
+            sink: where batches are applied.
+            max_pending: batches that may wait while one is applied; 0 hands a batch over
+                only to an idle worker.
+        """
+        if max_pending < 0:
+            raise ValueError("max_pending must not be negative")
         self._sink = sink
-        self._inbox: queue.Queue[Batch | None] = queue.Queue(maxsize=max_pending)
+        self._max_pending = max_pending
+        self._inbox: collections.deque[Batch] = collections.deque()
+        self._inbox_changed = threading.Condition()
+        self._idle = False
+        """The worker waits for a batch (guarded by ``_inbox_changed``)."""
         self._outbox: queue.Queue[AppliedBatch | FailedBatch] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="wal2delta-sink", daemon=True)
         self._in_flight = 0
@@ -74,17 +89,25 @@ class SinkWorker:
             return self._busy > 0
 
     def offer(self, batch: Batch, timeout: float) -> bool:
-        """Hand a batch over; False when the queue stayed full for ``timeout`` seconds."""
+        """Hand a batch over; False when there was no room for ``timeout`` seconds.
+
+        Room means the worker is idle, or fewer than ``max_pending`` batches wait.
+        """
         with self._busy_lock:
             self._busy += 1
-        try:
-            self._inbox.put(batch, timeout=max(timeout, 0.0))
-        except queue.Full:
-            with self._busy_lock:
-                self._busy -= 1
-            return False
+        with self._inbox_changed:
+            if not self._inbox_changed.wait_for(self._has_room, timeout=max(timeout, 0.0)):
+                with self._busy_lock:
+                    self._busy -= 1
+                return False
+            self._inbox.append(batch)
+            self._inbox_changed.notify_all()
         self._in_flight += 1
         return True
+
+    def _has_room(self) -> bool:
+        waiting = len(self._inbox)
+        return waiting < self._max_pending or (self._idle and not waiting)
 
     def reports(self) -> list[AppliedBatch | FailedBatch]:
         """Return the reports that arrived since the last call, without blocking."""
@@ -108,14 +131,26 @@ class SinkWorker:
 
     def _run(self) -> None:
         while True:
-            batch = self._inbox.get()
-            if batch is None or self._stopping.is_set():
-                # Batches queued behind a stop are not applied, hence never acknowledged:
+            batch = self._next_batch()
+            if batch is None:
+                # Batches waiting behind a stop are not applied, hence never acknowledged:
                 # the server sends them again to the next run.
                 return
             report = self._apply(batch)
             del batch  # not kept alive while the next one is awaited
             self._outbox.put(report)
+
+    def _next_batch(self) -> Batch | None:
+        """Wait for the next batch; None once a stop was asked for."""
+        with self._inbox_changed:
+            self._idle = True
+            self._inbox_changed.notify_all()
+            while not self._inbox and not self._stopping.is_set():
+                self._inbox_changed.wait()
+            self._idle = False
+            if self._stopping.is_set():
+                return None
+            return self._inbox.popleft()
 
     def _apply(self, batch: Batch) -> AppliedBatch | FailedBatch:
         if self._failed:
@@ -161,8 +196,8 @@ class SinkWorker:
         Returns:
             Whether the thread ended in time (it is a daemon thread either way).
         """
-        self._stopping.set()
-        with contextlib.suppress(queue.Full):
-            self._inbox.put_nowait(None)  # wakes a worker waiting for work
+        with self._inbox_changed:
+            self._stopping.set()
+            self._inbox_changed.notify_all()  # wakes a worker waiting for work
         self._thread.join(max(0.0, timeout))
         return not self._thread.is_alive()

@@ -768,8 +768,9 @@ class BatchConfig(_Section):
         description=(
             "Close the batch when its changes weigh this much in memory (their message "
             "bytes plus about 256 bytes each), before `max_rows` or `max_rows_ceiling`: "
-            "wide rows then make smaller batches. Up to three batches are in memory at "
-            "once (one filling, one waiting, one being applied)."
+            "wide rows then make smaller batches. Up to two batches are in memory at "
+            "once (one being applied, the next filling or handed over when the sink is "
+            "free)."
         ),
     )
 

@@ -85,12 +85,46 @@ def test_an_applied_batch_is_released_while_the_worker_waits_for_the_next() -> N
 
 
 @pytest.mark.timeout(30)
-def test_one_batch_waits_while_one_is_applied_by_default() -> None:
+def test_one_batch_waits_while_one_is_applied_with_max_pending_one() -> None:
     sink = BlockedSink()
-    worker = SinkWorker(sink)
+    worker = SinkWorker(sink, max_pending=1)
     assert worker.offer(_batch(), timeout=1)
     assert sink.started.wait(5)
     assert worker.offer(_batch(), timeout=1)
     assert not worker.offer(_batch(), timeout=0.1), "a second waiting batch was accepted"
     sink.release.set()
     assert worker.stop(timeout=10)
+
+
+@pytest.mark.timeout(30)
+def test_by_default_a_batch_is_handed_over_only_to_an_idle_worker() -> None:
+    sink = BlockedSink()
+    worker = SinkWorker(sink)
+    assert worker.offer(_batch(), timeout=1)
+    assert sink.started.wait(5)
+    assert worker.busy
+    assert not worker.offer(_batch(), timeout=0.1), "a batch waited while one was applied"
+    # The worker takes the next batch the moment it is idle again: an offer waiting then
+    # succeeds at once, and both batches are applied in order.
+    handed_over = threading.Event()
+
+    def offer_next() -> None:
+        if worker.offer(_batch(), timeout=10):
+            handed_over.set()
+
+    offering = threading.Thread(target=offer_next)
+    offering.start()
+    assert not handed_over.wait(0.2), "handed over while the first batch was still applied"
+    sink.release.set()
+    assert handed_over.wait(5)
+    offering.join(5)
+    reports = [worker.wait_report(5), worker.wait_report(5)]
+    assert all(isinstance(report, AppliedBatch) for report in reports)
+    assert sink.applied == 2
+    assert not worker.busy
+    assert worker.stop(timeout=10)
+
+
+def test_max_pending_cannot_be_negative() -> None:
+    with pytest.raises(ValueError, match="max_pending"):
+        SinkWorker(BlockedSink(), max_pending=-1)
