@@ -276,33 +276,12 @@ def main(argv: list[str] | None = None) -> int:
         "daemon time inside DeltaSink.apply": f"{sum(recording.seconds):.1f} s",
     }
     if split is not None:
-        figures.append(
-            median_figure(
-                "split bound: capture process alone (counting sink)",
-                [changes / split.capture.wall_seconds],
-                "changes/s",
-                note=f"{split.capture.cpu_seconds:.1f} s CPU",
-            )
-        )
-        figures.append(
-            median_figure(
-                "split bound: sink process alone (changes in memory)",
-                [changes / split.sink.wall_seconds],
-                "changes/s",
-                note=f"{split.sink.cpu_seconds:.1f} s CPU (Sail included)",
-            )
-        )
+        figures.append(split.capture.figure("split bound: capture process", changes))
+        figures.append(split.sink.figure("split bound: sink process, beside the capture", changes))
         ratios.append(Ratio("split bound / native apply", native / split.wall_seconds))
         facts["split bound: sink process CPU per thread, s"] = split.sink.threads_cpu_seconds
     if alone is not None:
-        figures.append(
-            median_figure(
-                "sink process alone, nothing beside it",
-                [changes / alone.wall_seconds],
-                "changes/s",
-                note=f"{alone.cpu_seconds:.1f} s CPU (Sail included)",
-            )
-        )
+        figures.append(alone.figure("sink process alone, nothing beside it", changes))
         facts["sink alone: CPU per thread, s"] = alone.threads_cpu_seconds
     print_report(
         "Benchmark 2: PostgreSQL -> Delta vs PostgreSQL native apply",

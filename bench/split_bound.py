@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.daemon import bench_config, run_daemon
+from bench.report import Figure, median_figure
 from bench.sink_scaling import bucketed_settings
 from bench.workload import PUBLICATION, TABLE
 from config import AppConfig
@@ -63,6 +64,15 @@ class HalfRun:
     cpu_seconds: float
     threads_cpu_seconds: dict[str, float]
     """CPU seconds of the timed part per thread name (the sink half only)."""
+
+    def figure(self, label: str, changes: int) -> Figure:
+        """Changes per second of this half, with its CPU time (the engine's included)."""
+        return median_figure(
+            label,
+            [changes / self.wall_seconds],
+            "changes/s",
+            note=f"{self.cpu_seconds:.1f} s CPU",
+        )
 
 
 @dataclass(frozen=True, slots=True)
