@@ -42,7 +42,7 @@ from bench.sink_scaling import bucketed_settings
 from bench.workload import PUBLICATION, TABLE
 from config import AppConfig
 from daemon.gc_tuning import collector_paced_by_time
-from decoder import Change, Lsn
+from decoder import Lsn
 from sink import (
     Batch,
     BatchResult,
@@ -106,32 +106,32 @@ def regroup(batches: Sequence[Batch], sizes: Sequence[int]) -> Iterator[Batch]:
     """Join consecutive ``batches`` until each reaches the next of ``sizes`` changes.
 
     Batches are only joined, never cut, so every result ends where a collected batch
-    ended and keeps that batch's ``durable_lsn``: the result is a valid batch sequence.
-    What is left after the last size forms one more batch.
+    ended; it carries the newest ``durable_lsn`` and commit time of its parts: the result
+    is a valid batch sequence. What is left after the last size forms one more batch.
     """
     wanted = iter(sizes)
-    changes: list[Change] = []
-    transactions = 0
-    target = next(wanted, 0)
-    last: Batch | None = None
+    group: list[Batch] = []
+    count = 0
+    target = next(wanted, None)
     for batch in batches:
-        changes.extend(batch.changes)
-        transactions += batch.transaction_count
-        last = batch
-        if len(changes) >= target:
-            yield _joined(changes, transactions, last)
-            changes, transactions = [], 0
-            target = next(wanted, 0)
-    if changes and last is not None:
-        yield _joined(changes, transactions, last)
+        group.append(batch)
+        count += len(batch.changes)
+        if target is not None and count >= target:
+            yield _joined(group)
+            group, count = [], 0
+            target = next(wanted, None)
+    if group:
+        yield _joined(group)
 
 
-def _joined(changes: list[Change], transactions: int, last: Batch) -> Batch:
+def _joined(group: list[Batch]) -> Batch:
+    durable = [b.durable_lsn for b in group if b.durable_lsn is not None]
+    times = [b.last_commit_time for b in group if b.last_commit_time is not None]
     return Batch(
-        changes=tuple(changes),
-        durable_lsn=last.durable_lsn,
-        transaction_count=transactions,
-        last_commit_time=last.last_commit_time,
+        changes=tuple(change for batch in group for change in batch.changes),
+        durable_lsn=durable[-1] if durable else None,
+        transaction_count=sum(b.transaction_count for b in group),
+        last_commit_time=times[-1] if times else None,
     )
 
 
