@@ -1,10 +1,10 @@
 """The single sink worker thread: applies batches while the replication loop keeps going.
 
 A long MERGE must not starve the replication connection of status updates (the
-walsender would time us out), so the loop hands batches to this thread through a bounded
-queue and keeps replying to the server while the queue is full. The worker reports each
-applied batch - or the error that stopped it - back through a second queue. Batches are
-applied strictly in the order they were handed over.
+walsender would time us out), so the loop hands batches to this thread (``offer``, which
+waits at most its timeout for room) and keeps replying to the server while there is none.
+The worker reports each applied batch - or the error that stopped it - back through a
+queue. Batches are applied strictly in the order they were handed over.
 
 A batch is released as soon as it is applied: the report of an applied batch carries only
 the figures the loop needs (positions, counts, timings), and the worker drops its own
