@@ -30,6 +30,10 @@ Method
 
 6. Print changes per second for both, the ratio (target: daemon >= 1.0x native apply),
    and the daemon's batches: how adaptive batching grew them while the sink was busy.
+
+``--split-bound`` adds, in the same run, what capture and sink in two processes could give
+at best, and the sink process alone (``bench/split_bound.py``); both sinks write copies of
+the seeded Delta table, whose row counts are checked as the daemon's is.
 """
 
 from __future__ import annotations
@@ -242,10 +246,11 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 for copy in (split_lake, alone_lake):
                     copied = DeltaTable(table_path(str(copy), "public", TABLE))
-                    if (copied_rows := copied.to_pyarrow_table(columns=["id"]).num_rows) != (
-                        expected_rows
-                    ):
-                        print(f"{copy.name}: {copied_rows} rows, not {expected_rows}")
+                    copied_rows = copied.to_pyarrow_table(columns=["id"]).num_rows
+                    if copied_rows != expected_rows:
+                        print(
+                            f"{copy.name}: {copied_rows} rows, not {expected_rows}", file=sys.stderr
+                        )
                         return 1
                 print(f"split bound: {split.wall_seconds:.1f} s", flush=True)
 
