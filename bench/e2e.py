@@ -55,7 +55,7 @@ from bench.daemon import add_delta_run_arguments, bench_config, run_daemon
 from bench.postgres import bench_server
 from bench.report import Figure, Ratio, median_figure, print_report
 from bench.sink_scaling import bucketed_settings, build_table, layout_description
-from bench.split_bound import Backlog, HalfRun, SplitBound, measure_sink_alone, measure_split_bound
+from bench.split_bound import HalfRun, SplitBound, SplitRun, measure_sink_alone, measure_split_bound
 from bench.workload import (
     PUBLICATION,
     TABLE,
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             split: SplitBound | None = None
             alone: HalfRun | None = None
             if args.split_bound:
-                shared = Backlog(
+                shared = SplitRun(
                     dsn, backlog.end_lsn, args.key_bucket_width or None, tuple(recording.sizes)
                 )
                 alone = measure_sink_alone(shared, slot=SPLIT_SLOTS[2], lake=str(alone_lake))

@@ -226,8 +226,10 @@ def _ready_then_wait_for_go() -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class Backlog:
-    """The run both measurements share: the source, where its backlog ends, the table."""
+class SplitRun:
+    """What both measurements share: the source, where its backlog ends, the table layout
+    and the daemon's batch sizes (not ``bench.workload.Backlog``, which describes the
+    written backlog itself)."""
 
     dsn: str
     endpos: Lsn
@@ -240,17 +242,17 @@ class Backlog:
 
 
 def measure_split_bound(
-    backlog: Backlog, *, capture_slot: str, sink_slot: str, lake: str
+    run: SplitRun, *, capture_slot: str, sink_slot: str, lake: str
 ) -> SplitBound:
     """Run both halves in their own processes, started together; see the module doc."""
-    capture = _Half("capture", backlog.dsn, capture_slot, backlog.endpos)
-    runs = _run_halves([capture, backlog.sink_half(sink_slot, lake)])
+    capture = _Half("capture", run.dsn, capture_slot, run.endpos)
+    runs = _run_halves([capture, run.sink_half(sink_slot, lake)])
     return SplitBound(capture=runs["capture"], sink=runs["sink"])
 
 
-def measure_sink_alone(backlog: Backlog, *, slot: str, lake: str) -> HalfRun:
+def measure_sink_alone(run: SplitRun, *, slot: str, lake: str) -> HalfRun:
     """The sink half with nothing beside it: what the sink costs on a quiet machine."""
-    return _run_halves([backlog.sink_half(slot, lake)])["sink"]
+    return _run_halves([run.sink_half(slot, lake)])["sink"]
 
 
 def _run_halves(halves: list[_Half]) -> dict[str, HalfRun]:
