@@ -13,6 +13,10 @@ batch is handed over only when the worker is idle (``max_pending=0``), and the l
 the next full batch - and keeps answering the server - until then. The sink still always
 has its next batch ready the moment it finishes one, and at most two batches are in
 memory (one applied, one built), however long the backlog.
+
+A sink that defers bookkeeping (``SettlingSink``: ``DeltaSink`` defers its commit-log
+records to the next batch's append) is settled once the worker has waited ``settle_after``
+seconds without a batch; a batch offered while it settles waits for it.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 import structlog
 
 from decoder import Lsn, PgTimestamp, format_lsn
-from sink import Batch, BatchResult, Sink
+from sink import Batch, BatchResult, SettlingSink, Sink
 
 log = structlog.get_logger("wal2delta.sink_worker")
 
@@ -52,17 +56,22 @@ class FailedBatch:
 class SinkWorker:
     """Runs ``sink.apply`` for each handed-over batch on its own thread."""
 
-    def __init__(self, sink: Sink, *, max_pending: int = 0) -> None:
+    def __init__(self, sink: Sink, *, max_pending: int = 0, settle_after: float = 1.0) -> None:
         """Start the worker thread.
 
         Args:
             sink: where batches are applied.
             max_pending: batches that may wait while one is applied; 0 hands a batch over
                 only to an idle worker.
+            settle_after: seconds without a batch after which a ``SettlingSink`` is settled.
         """
         if max_pending < 0:
             raise ValueError("max_pending must not be negative")
         self._sink = sink
+        self._settling = sink if isinstance(sink, SettlingSink) else None
+        self._settle_after = settle_after
+        self._unsettled = False
+        """A batch was applied since the sink was last settled (worker thread only)."""
         self._max_pending = max_pending
         self._inbox: collections.deque[Batch] = collections.deque()
         self._inbox_changed = threading.Condition()
@@ -138,19 +147,41 @@ class SinkWorker:
                 return
             report = self._apply(batch)
             del batch  # not kept alive while the next one is awaited
+            if self._settling is not None and isinstance(report, AppliedBatch):
+                self._unsettled = True
             self._outbox.put(report)
 
     def _next_batch(self) -> Batch | None:
-        """Wait for the next batch; None once a stop was asked for."""
-        with self._inbox_changed:
-            self._idle = True
-            self._inbox_changed.notify_all()
-            while not self._inbox and not self._stopping.is_set():
-                self._inbox_changed.wait()
-            self._idle = False
-            if self._stopping.is_set():
-                return None
-            return self._inbox.popleft()
+        """Wait for the next batch, settling the sink if none comes for a moment.
+
+        Returns:
+            The batch, or None once a stop was asked for.
+        """
+        while True:
+            with self._inbox_changed:
+                self._idle = True
+                self._inbox_changed.notify_all()
+                self._inbox_changed.wait_for(
+                    self._has_work, timeout=self._settle_after if self._unsettled else None
+                )
+                self._idle = False  # also while settling: an offered batch waits for it
+                if self._stopping.is_set():
+                    return None
+                if self._inbox:
+                    return self._inbox.popleft()
+            self._settle()
+
+    def _has_work(self) -> bool:
+        return bool(self._inbox) or self._stopping.is_set()
+
+    def _settle(self) -> None:
+        self._unsettled = False
+        if self._settling is None or self._failed:
+            return
+        try:
+            self._settling.settle()
+        except Exception as exc:  # the sink logs its own failures; this is a last resort
+            log.warning("settling the sink failed", error=f"{type(exc).__name__}: {exc}")
 
     def _apply(self, batch: Batch) -> AppliedBatch | FailedBatch:
         if self._failed:

@@ -12,7 +12,15 @@ source catalog (``SourceCatalog``) that capture injects, and ``follow`` carries 
 lands in the lake (``table_path``) and what its columns are called in Delta.
 """
 
-from sink.base import Batch, BatchResult, Sink, SinkDataError, SinkError, SinkRetryableError
+from sink.base import (
+    Batch,
+    BatchResult,
+    SettlingSink,
+    Sink,
+    SinkDataError,
+    SinkError,
+    SinkRetryableError,
+)
 from sink.bulk import RANGE_ORDINAL_STRIDE, BulkTarget
 from sink.commits import commits_path
 from sink.convert import pg_text_form, to_delta_value
@@ -36,6 +44,7 @@ __all__ = [
     "DeltaSink",
     "DeltaType",
     "KeyBuckets",
+    "SettlingSink",
     "Sink",
     "SinkDataError",
     "SinkError",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, runtime_checkable
 
 from decoder import Change, Lsn, PgTimestamp, Wal2DeltaError
 
@@ -74,6 +74,21 @@ class Sink(Protocol):
 
     def close(self) -> None:
         """Release the sink's resources; the engine session is the caller's."""
+        ...
+
+
+@runtime_checkable
+class SettlingSink(Protocol):
+    """A sink that defers bookkeeping of applied batches until it is idle.
+
+    ``apply`` still makes every change durable before it returns; what waits is work no
+    acknowledgement depends on (``DeltaSink`` defers its commit-log records, so that a busy
+    sink writes them in the same commit as the next batch's intent). The sink worker calls
+    ``settle`` once it has been idle for a moment; ``close`` settles too.
+    """
+
+    def settle(self) -> None:
+        """Do the deferred work; failures are the sink's to log, never raised."""
         ...
 
 

@@ -12,7 +12,15 @@ change history), its location and its Delta version right after the batch.
 
 Batch numbers grow by one per batch; the first batch of a process continues after the
 newest number in the table. Before its first write, a batch records its *intent*: one row
-with its number and ``high_lsn``, the newest commit LSN among its changes (no table). A
+with its number and ``high_lsn``, the newest commit LSN among its changes (no table).
+
+The record of a batch is not appended at once: its rows (the versions read right after
+the batch) wait, and go into the same Delta commit as the next batch's intent, so a busy
+sink makes one commit-log append per batch instead of two. When the sink goes idle they
+are appended on their own (``flush``, from the sink worker's ``settle`` and from
+``close``). A crash before that loses the record, not data: the batch's intent is in the
+log and its writes are durable, so the next recorded batch is a boundary as soon as its
+LSN passes the lost batch's ``high_lsn`` - the cut skips one batch, it is never wrong. A
 crash part-way through a batch leaves its intent and some of its writes; after the
 restart the server re-sends from the last acknowledged position, and the replayed batches
 - new numbers, cut differently - rewrite nothing already written, so until the replay
@@ -65,6 +73,12 @@ COMMIT_COLUMNS: Final = (
 )
 
 
+CommitRow = tuple[
+    int, Lsn | None, datetime | None, str | None, str | None, int | None, datetime, Lsn | None
+]
+"""One row of the commit log, in the order of ``COMMIT_COLUMNS``."""
+
+
 def transaction_boundary(batch: Batch) -> Lsn | None:
     """The batch's ``durable_lsn`` when the batch ends at it, else None.
 
@@ -98,27 +112,52 @@ class CommitLog:
         self._last_batch: int | None = None
         self._intent: tuple[Batch, int] | None = None
         self._tables: dict[str, DeltaTable] = {}
+        self._unwritten: list[CommitRow] = []
+        """Record rows of applied batches, appended with the next intent or by ``flush``."""
+
+    @property
+    def has_unwritten(self) -> bool:
+        """Records wait for the next append (``flush`` writes them)."""
+        return bool(self._unwritten)
 
     def clear(self) -> None:
-        """Forget the batch number and the open tables; the next record reads them again."""
+        """Forget the batch number, the open tables and records not yet written.
+
+        A record dropped here costs one boundary of ``wal2delta cut``, never a wrong cut
+        (the module docstring); ``DeltaSink.close`` flushes before it clears.
+        """
         self._last_batch = None
         self._intent = None
         self._tables.clear()
+        self._unwritten.clear()
 
     def begin(self, batch: Batch) -> None:
         """Record the intent of ``batch`` (its number and newest change) before it writes.
 
+        The records still waiting go into the same append.
+
         Raises:
-            SinkError: the intent could not be written.
+            SinkError: the intent could not be written (the waiting records still wait).
         """
         high = max((c.commit_lsn for c in batch.changes if c.commit_lsn is not None), default=None)
         if high is None:
             return
         number = self._next_number()
-        row = [number, None, None, None, None, None, datetime.now(UTC), high]
-        self._append(arrow_table(COMMITS_TABLE, COMMIT_COLUMNS, [[v] for v in row]))
+        intent: CommitRow = (number, None, None, None, None, None, datetime.now(UTC), high)
+        self._append_rows([*self._unwritten, intent])
+        self._unwritten.clear()
         self._last_batch = number
         self._intent = (batch, number)
+
+    def flush(self) -> None:
+        """Append the records that wait for the next intent.
+
+        Raises:
+            SinkError: they could not be written (they still wait).
+        """
+        if self._unwritten:
+            self._append_rows(self._unwritten)
+            self._unwritten.clear()
 
     def _next_number(self) -> int:
         if self._last_batch is None:
@@ -128,13 +167,16 @@ class CommitLog:
     def record(self, batch: Batch, written: Mapping[str, str]) -> None:
         """Record ``batch`` with the current version of each table in ``written``.
 
+        The versions are read now; the rows are appended with the next batch's intent, or
+        by ``flush`` (the module docstring).
+
         Args:
             batch: the batch just applied.
             written: table name -> Delta location, for every table the batch wrote.
 
         Raises:
             SinkRetryableError: a version could not be read (replaying is safe).
-            SinkError: the record could not be written.
+            SinkError: the batch number could not be read from the commit log.
         """
         intent, self._intent = self._intent, None
         if not written:
@@ -147,7 +189,7 @@ class CommitLog:
             else pg_timestamp_to_datetime(batch.last_commit_time)
         )
         now = datetime.now(UTC)
-        rows = [
+        rows: list[CommitRow] = [
             (
                 number,
                 transaction_boundary(batch),
@@ -160,14 +202,15 @@ class CommitLog:
             )
             for name, path in written.items()
         ]
-        arrow = arrow_table(
-            COMMITS_TABLE, COMMIT_COLUMNS, [list(c) for c in zip(*rows, strict=True)]
-        )
-        self._append(arrow)
+        self._unwritten += rows
         self._last_batch = number
 
+    def _append_rows(self, rows: list[CommitRow]) -> None:
+        columns = [list(column) for column in zip(*rows, strict=True)]
+        self._append(arrow_table(COMMITS_TABLE, COMMIT_COLUMNS, columns))
+
     def _append(self, arrow: pa.Table) -> None:
-        with engine_errors("recording the batch in the commit log"):
+        with engine_errors("recording batches in the commit log"):
             frame = self._spark.createDataFrame(arrow, schema=ddl(COMMIT_COLUMNS))
             frame.write.format("delta").mode("append").save(self._path)
 

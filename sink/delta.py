@@ -90,7 +90,7 @@ from sink.arrow import (
     plan_column,
     source_table,
 )
-from sink.base import Batch, BatchResult, SinkDataError
+from sink.base import Batch, BatchResult, SinkDataError, SinkError
 from sink.bookkeeping import Bookkeeping, SnapshotMarkerLike, SnapshotRecord
 from sink.bulk import BulkTarget, bulk_table, frame_columns
 from sink.commits import CommitLog, commits_path
@@ -239,8 +239,23 @@ class DeltaSink:
             toast_anomalies_by_table=anomalies_by_table,
         )
 
+    def settle(self) -> None:
+        """Write what ``apply`` deferred: the records waiting for the next batch's intent.
+
+        Called by the sink worker once it has been idle for a moment (``SettlingSink``). A
+        failure only logs a warning: the records wait for the next append.
+        """
+        try:
+            self._commits.flush()
+        except SinkError as exc:
+            log.warning("writing the commit log failed; it is tried again", error=str(exc))
+
     def close(self) -> None:
-        """Forget cached table schemas; the Spark session and the catalog stay open."""
+        """Write the deferred records, then forget cached table schemas.
+
+        The Spark session and the catalog stay open.
+        """
+        self.settle()
         self._lake.clear()
         self._primary_keys.clear()
         self._bookkeeping.clear()

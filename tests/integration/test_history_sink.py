@@ -168,7 +168,17 @@ def test_commit_log_records_each_batch_with_the_versions_it_made(
         )
     )
     seen.append({tags: DeltaTable(tags).version()})
-    rows = DeltaTable(commits_path(str(lake))).to_pyarrow_table().to_pylist()
+    commits = DeltaTable(commits_path(str(lake)))
+    # A record waits for the next batch's intent and goes into the same commit, so the
+    # log has one commit per batch (after version 0, which created it); the last record
+    # waits until the sink settles.
+    assert commits.version() == 4
+    assert {r["batch"] for r in commits.to_pyarrow_table().to_pylist()} == {1, 2, 3, 4}
+    assert max(r["batch"] for r in _records(commits)) == 3
+    sink.settle()
+    commits.update_incremental()
+    assert commits.version() == 5
+    rows = commits.to_pyarrow_table().to_pylist()
     log = [r for r in rows if r["table_name"] is not None]
     # Each batch with changes first records its intent: its newest change, no table.
     intents = sorted((r["batch"], r["high_lsn"]) for r in rows if r["table_name"] is None)
@@ -183,6 +193,10 @@ def test_commit_log_records_each_batch_with_the_versions_it_made(
     assert [lsns[n] for n in sorted(lsns)] == [Lsn(11), None, Lsn(31), None]
     names = {row["table_name"] for row in log}
     assert names == {"public.docs", "public.docs__changes", "public.tags"}
+
+
+def _records(commits: DeltaTable) -> list[dict[str, Any]]:
+    return [r for r in commits.to_pyarrow_table().to_pylist() if r["table_name"] is not None]
 
 
 ORDERS = rel(

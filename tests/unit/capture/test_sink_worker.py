@@ -128,3 +128,77 @@ def test_by_default_a_batch_is_handed_over_only_to_an_idle_worker() -> None:
 def test_max_pending_cannot_be_negative() -> None:
     with pytest.raises(ValueError, match="max_pending"):
         SinkWorker(BlockedSink(), max_pending=-1)
+
+
+class _SettlingSink:
+    """Counts applies and settles; ``settle`` blocks while ``hold`` is clear."""
+
+    def __init__(self, *, fail: bool = False) -> None:
+        self.events: list[str] = []
+        self.settling = threading.Event()
+        self.hold = threading.Event()
+        self.hold.set()
+        self.fail = fail
+
+    def apply(self, batch: Batch) -> BatchResult:
+        self.events.append("apply")
+        return BatchResult(rows_by_table={}, toast_anomalies=0, duration_seconds=0.0)
+
+    def settle(self) -> None:
+        self.events.append("settle")
+        self.settling.set()
+        self.hold.wait()
+        if self.fail:
+            raise RuntimeError("the commit log is unreachable")
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.timeout(30)
+def test_a_settling_sink_is_settled_once_after_it_stays_idle() -> None:
+    sink = _SettlingSink()
+    worker = SinkWorker(sink, settle_after=0.3)
+    # Batches that follow each other within settle_after: no settle in between.
+    for _ in range(3):
+        assert worker.offer(_batch(), timeout=5)
+        assert isinstance(worker.wait_report(5), AppliedBatch)
+    assert sink.settling.wait(5)
+    assert sink.events == ["apply", "apply", "apply", "settle"]
+    # Settled once: idle on, nothing more to settle until the next batch.
+    sink.settling.clear()
+    assert not sink.settling.wait(0.8)
+    assert worker.offer(_batch(), timeout=5)
+    assert sink.settling.wait(5)
+    assert sink.events == ["apply", "apply", "apply", "settle", "apply", "settle"]
+    assert worker.stop(timeout=10)
+
+
+@pytest.mark.timeout(30)
+def test_a_batch_offered_while_the_sink_settles_waits_for_it() -> None:
+    sink = _SettlingSink()
+    sink.hold.clear()
+    worker = SinkWorker(sink, settle_after=0.05)
+    assert worker.offer(_batch(), timeout=5)
+    assert sink.settling.wait(5)
+    assert not worker.offer(_batch(), timeout=0.2), "handed over while the sink settled"
+    sink.hold.set()
+    assert worker.offer(_batch(), timeout=5)
+    reports = [worker.wait_report(5), worker.wait_report(5)]
+    assert all(isinstance(report, AppliedBatch) for report in reports)
+    assert sink.events[:3] == ["apply", "settle", "apply"]
+    assert worker.stop(timeout=10)
+
+
+@pytest.mark.timeout(30)
+def test_a_failed_settle_does_not_stop_the_worker() -> None:
+    sink = _SettlingSink(fail=True)
+    worker = SinkWorker(sink, settle_after=0.05)
+    assert worker.offer(_batch(), timeout=5)
+    assert sink.settling.wait(5)
+    sink.settling.clear()
+    assert worker.offer(_batch(), timeout=5)
+    assert isinstance(worker.wait_report(5), AppliedBatch)
+    assert isinstance(worker.wait_report(5), AppliedBatch)
+    assert sink.settling.wait(5), "settled again after the next batch"
+    assert worker.stop(timeout=10)
