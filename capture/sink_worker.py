@@ -14,9 +14,11 @@ the next full batch - and keeps answering the server - until then. The sink stil
 has its next batch ready the moment it finishes one, and at most two batches are in
 memory (one applied, one built), however long the backlog.
 
-A sink that defers bookkeeping (``SettlingSink``: ``DeltaSink`` defers its commit-log
-records to the next batch's append) is settled once the worker has waited ``settle_after``
-seconds without a batch; a batch offered while it settles waits for it.
+A sink that defers upkeep (``DeferringSink``: ``DeltaSink`` compacts tables, and writes its
+commit-log records with the next batch's intent) gets ``after_apply`` right after each
+applied batch is reported - so its transactions are acknowledged and their lag ends before
+the upkeep - and ``settle`` once the worker has waited ``settle_after`` seconds without a
+batch. A batch offered meanwhile waits for either: the worker is not idle.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ import collections
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
 
 from decoder import Lsn, PgTimestamp, format_lsn
-from sink import Batch, BatchResult, SettlingSink, Sink
+from sink import Batch, BatchResult, DeferringSink, Sink
 
 log = structlog.get_logger("wal2delta.sink_worker")
 
@@ -63,12 +66,12 @@ class SinkWorker:
             sink: where batches are applied.
             max_pending: batches that may wait while one is applied; 0 hands a batch over
                 only to an idle worker.
-            settle_after: seconds without a batch after which a ``SettlingSink`` is settled.
+            settle_after: seconds without a batch after which a ``DeferringSink`` is settled.
         """
         if max_pending < 0:
             raise ValueError("max_pending must not be negative")
         self._sink = sink
-        self._settling = sink if isinstance(sink, SettlingSink) else None
+        self._deferring = sink if isinstance(sink, DeferringSink) else None
         self._settle_after = settle_after
         self._unsettled = False
         """A batch was applied since the sink was last settled (worker thread only)."""
@@ -93,7 +96,7 @@ class SinkWorker:
 
     @property
     def busy(self) -> bool:
-        """The worker still has a batch queued or being applied (updated by the worker)."""
+        """The worker still has a batch queued or being applied, or does the sink's upkeep."""
         with self._busy_lock:
             return self._busy > 0
 
@@ -147,9 +150,10 @@ class SinkWorker:
                 return
             report = self._apply(batch)
             del batch  # not kept alive while the next one is awaited
-            if self._settling is not None and isinstance(report, AppliedBatch):
-                self._unsettled = True
             self._outbox.put(report)
+            if self._deferring is not None and isinstance(report, AppliedBatch):
+                self._unsettled = True
+                self._upkeep(self._deferring.after_apply)
 
     def _next_batch(self) -> Batch | None:
         """Wait for the next batch, settling the sink if none comes for a moment.
@@ -176,12 +180,19 @@ class SinkWorker:
 
     def _settle(self) -> None:
         self._unsettled = False
-        if self._settling is None or self._failed:
-            return
+        if self._deferring is not None and not self._failed:
+            self._upkeep(self._deferring.settle)
+
+    def _upkeep(self, work: Callable[[], None]) -> None:
+        """Run the sink's upkeep; the worker counts as busy meanwhile (``busy``)."""
+        with self._busy_lock:
+            self._busy += 1
         try:
-            self._settling.settle()
+            work()
         except Exception as exc:  # the sink logs its own failures; this is a last resort
-            log.warning("settling the sink failed", error=f"{type(exc).__name__}: {exc}")
+            log.warning("sink upkeep failed", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self._done()
 
     def _apply(self, batch: Batch) -> AppliedBatch | FailedBatch:
         if self._failed:

@@ -78,17 +78,21 @@ class Sink(Protocol):
 
 
 @runtime_checkable
-class SettlingSink(Protocol):
-    """A sink that defers bookkeeping of applied batches until it is idle.
+class DeferringSink(Protocol):
+    """A sink that defers work no acknowledgement waits for.
 
-    ``apply`` still makes every change durable before it returns; what waits is work no
-    acknowledgement depends on (``DeltaSink`` defers its commit-log records, so that a busy
-    sink writes them in the same commit as the next batch's intent). The sink worker calls
-    ``settle`` once it has been idle for a moment; ``close`` settles too.
+    ``apply`` still makes every change durable before it returns; what waits is upkeep
+    (``DeltaSink`` compacts tables after a batch, and writes its commit-log records with the
+    next batch's intent). The sink worker calls ``after_apply`` once it has reported a batch
+    durable, and ``settle`` once it has been idle for a moment; ``close`` settles too.
     """
 
+    def after_apply(self) -> None:
+        """Upkeep due after the batch just applied; failures are logged, never raised."""
+        ...
+
     def settle(self) -> None:
-        """Do the deferred work; failures are the sink's to log, never raised."""
+        """Upkeep deferred until the sink is idle; failures are logged, never raised."""
         ...
 
 

@@ -5,10 +5,11 @@ Theory of operation
 Delta has no multi-table transactions, so a reader of two tables can see one after batch
 N and the other after batch N-1. After every applied batch (its MERGEs and history
 appends done), ``CommitLog.record`` makes one row per table the batch wrote, for
-``<path>/_wal2delta_commits`` (appended later, see below): a batch number, the transaction boundary the batch ends at
-(``transaction_boundary``; NULL when it ends inside a transaction), its newest complete
-transaction's commit time, the table (``schema.table``, or ``schema.table__changes`` for a
-change history), its location and its Delta version right after the batch.
+``<path>/_wal2delta_commits`` (appended later, see below): a batch number, the transaction
+boundary the batch ends at (``transaction_boundary``; NULL when it ends inside a
+transaction), its newest complete transaction's commit time, the table (``schema.table``,
+or ``schema.table__changes`` for a change history), its location and its Delta version
+right after the batch.
 
 Batch numbers grow by one per batch; the first batch of a process continues after the
 newest number in the table. Before its first write, a batch records its *intent*: one row

@@ -14,9 +14,12 @@ the sink compacts it with delta-rs (``DeltaTable.optimize.compact``): files smal
 the target size are rewritten into few large ones in a commit with ``dataChange: false``.
 Readers see the same rows at every version; time travel to older versions still works until
 the files are vacuumed (which the daemon never does: retention is the operator's choice).
-Compaction runs in the sink worker after the batch is recorded, so it never races the
-engine's MERGE on the same table; a failed compaction only logs a warning (the batch is
-already durable) and is tried again after the next ``after_writes`` writes.
+``wrote`` only counts and notes the tables that are due; ``compact_due`` compacts them.
+The sink worker calls it (through ``DeltaSink.after_apply``) after it has reported the batch
+durable, so a compaction never delays the batch that made it due, and never races the
+engine's MERGE on the same table (the worker applies one batch at a time). A failed
+compaction only logs a warning (the batch is already durable) and is tried again after
+the next ``after_writes`` writes.
 """
 
 from __future__ import annotations
@@ -37,9 +40,11 @@ class Compactor:
     def __init__(self, after_writes: int) -> None:
         self._after_writes = after_writes
         self._writes: dict[str, int] = {}
+        self._due: dict[str, None] = {}
+        """Tables to compact at the next ``compact_due``, in the order they became due."""
 
     def wrote(self, paths: Iterable[str]) -> None:
-        """Count one write to each of ``paths``; compact those that are due."""
+        """Count one write to each of ``paths``; note those that are due."""
         if self._after_writes <= 0:
             return
         for path in paths:
@@ -49,11 +54,19 @@ class Compactor:
                 self._writes[path] = count
                 continue
             self._writes[path] = 0
+            self._due[path] = None
+
+    def compact_due(self) -> None:
+        """Compact the tables that are due (failures only warn)."""
+        while self._due:
+            path = next(iter(self._due))
+            del self._due[path]
             self._compact(path)
 
     def clear(self) -> None:
-        """Forget the counts (a new process or a reset sink starts again)."""
+        """Forget the counts and what is due (a new process or a reset sink starts again)."""
         self._writes.clear()
+        self._due.clear()
 
     def _commits_since_compaction(self, path: str) -> int:
         """Commits after the table's newest compaction, read once per process and table.

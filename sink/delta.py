@@ -198,6 +198,7 @@ class DeltaSink:
             SinkError: any other engine failure.
         """
         started = time.monotonic()
+        self._compactor.compact_due()  # a caller that never calls after_apply still compacts
         plan = plan_batch(
             batch,
             keys=self._settings.keys,
@@ -239,12 +240,21 @@ class DeltaSink:
             toast_anomalies_by_table=anomalies_by_table,
         )
 
+    def after_apply(self) -> None:
+        """Compact the tables due after the batch just applied (``sink/compaction.py``).
+
+        Called by the sink worker once the batch is reported durable (``DeferringSink``);
+        ``apply`` does it first otherwise. A failure only logs a warning.
+        """
+        self._compactor.compact_due()
+
     def settle(self) -> None:
         """Write what ``apply`` deferred: the records waiting for the next batch's intent.
 
-        Called by the sink worker once it has been idle for a moment (``SettlingSink``). A
+        Called by the sink worker once it has been idle for a moment (``DeferringSink``). A
         failure only logs a warning: the records wait for the next append.
         """
+        self._compactor.compact_due()
         try:
             self._commits.flush()
         except SinkError as exc:

@@ -36,6 +36,7 @@ def _stream(sink: DeltaSink) -> None:
             changes.append(update(DOCS, str(n * 10 - 10), "changed", lsn=lsn, ordinal=5))
             changes.append(delete(DOCS, str(n * 10 - 9), None, lsn=lsn, ordinal=6))
         sink.apply(batch(*changes))
+        sink.after_apply()  # as the sink worker does once the batch is reported
 
 
 def _rows(path: str) -> list[dict[str, Any]]:
@@ -79,9 +80,46 @@ def test_compaction_keeps_the_rows_and_bounds_the_files(spark_session: Any, tmp_
     assert bodies[0] == "after"
 
 
+def test_a_due_compaction_waits_for_after_apply_or_the_next_batch(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    sink = DeltaSink(spark_session, SinkSettings(path=str(lake), compact_after_writes=2))
+    docs = table_path(str(lake), "public", "docs")
+
+    def operations() -> list[str]:
+        return [c["operation"] for c in DeltaTable(docs).history()]
+
+    sink.apply(batch(insert(DOCS, "1", "a", lsn=10)))
+    sink.after_apply()  # whatever the table's log made due at once
+    compacted = operations().count("OPTIMIZE")
+    sink.apply(batch(insert(DOCS, "2", "b", lsn=20)))
+    sink.apply(batch(insert(DOCS, "3", "c", lsn=30)))
+    # Due now, but the batch that made it due returned before any compaction.
+    assert operations().count("OPTIMIZE") == compacted
+    sink.after_apply()
+    assert operations()[0] == "OPTIMIZE"
+    assert operations().count("OPTIMIZE") == compacted + 1
+    sink.apply(batch(insert(DOCS, "4", "d", lsn=40)))
+    sink.apply(batch(insert(DOCS, "5", "e", lsn=50)))
+    # A caller that never calls after_apply: the next batch compacts before it writes.
+    sink.apply(batch(insert(DOCS, "6", "f", lsn=60)))
+    assert operations()[:2] == ["MERGE", "OPTIMIZE"]
+    assert operations().count("OPTIMIZE") == compacted + 2
+    assert sorted(DeltaTable(docs).to_pyarrow_table().column("id").to_pylist()) == [
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+    ]
+
+
 def test_zero_never_compacts(tmp_path: Path) -> None:
     compactor = Compactor(0)
-    compactor.wrote([str(tmp_path / "missing")] * 5)  # would fail loudly if it tried
+    compactor.wrote([str(tmp_path / "missing")] * 5)
+    compactor.compact_due()  # would fail loudly if it tried
 
 
 def test_a_failed_compaction_warns_and_waits_for_the_next_round(tmp_path: Path) -> None:
@@ -89,8 +127,11 @@ def test_a_failed_compaction_warns_and_waits_for_the_next_round(tmp_path: Path) 
     missing = str(tmp_path / "not-a-table")
     with capture_logs() as logs:
         compactor.wrote([missing])
+        compactor.compact_due()
         assert not logs  # not due yet
         compactor.wrote([missing])
+        compactor.compact_due()
+        compactor.compact_due()  # tried once, not again until due again
     assert [e["log_level"] for e in logs] == ["warning"]
     assert logs[0]["table_path"] == missing
 
@@ -99,9 +140,14 @@ def test_a_new_process_counts_the_commits_since_the_last_compaction(tmp_path: Pa
     path = str(tmp_path / "t")
     for n in range(4):
         write_deltalake(path, pa.table({"id": [n]}), mode="append")
-    Compactor(4).wrote([path])  # four commits, none a compaction: due at once
+    compactor = Compactor(4)
+    compactor.wrote([path])  # four commits, none a compaction: due at once
+    assert DeltaTable(path).history(limit=1)[0]["operation"] == "WRITE"  # noted, not done
+    compactor.compact_due()
     assert DeltaTable(path).history(limit=1)[0]["operation"] == "OPTIMIZE"
     write_deltalake(path, pa.table({"id": [9]}), mode="append")
-    Compactor(4).wrote([path])  # one commit since: not due
+    compactor = Compactor(4)
+    compactor.wrote([path])  # one commit since: not due
+    compactor.compact_due()
     assert DeltaTable(path).history(limit=1)[0]["operation"] == "WRITE"
     assert sorted(DeltaTable(path).to_pyarrow_table().column("id").to_pylist()) == [0, 1, 2, 3, 9]

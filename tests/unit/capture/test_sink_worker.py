@@ -130,8 +130,9 @@ def test_max_pending_cannot_be_negative() -> None:
         SinkWorker(BlockedSink(), max_pending=-1)
 
 
-class _SettlingSink:
-    """Counts applies and settles; ``settle`` blocks while ``hold`` is clear."""
+class _DeferringSink:
+    """Records applies, upkeep after them and settles; ``settle`` blocks while ``hold`` is
+    clear."""
 
     def __init__(self, *, fail: bool = False) -> None:
         self.events: list[str] = []
@@ -143,6 +144,9 @@ class _SettlingSink:
     def apply(self, batch: Batch) -> BatchResult:
         self.events.append("apply")
         return BatchResult(rows_by_table={}, toast_anomalies=0, duration_seconds=0.0)
+
+    def after_apply(self) -> None:
+        self.events.append("after")
 
     def settle(self) -> None:
         self.events.append("settle")
@@ -157,26 +161,26 @@ class _SettlingSink:
 
 @pytest.mark.timeout(30)
 def test_a_settling_sink_is_settled_once_after_it_stays_idle() -> None:
-    sink = _SettlingSink()
+    sink = _DeferringSink()
     worker = SinkWorker(sink, settle_after=0.3)
     # Batches that follow each other within settle_after: no settle in between.
     for _ in range(3):
         assert worker.offer(_batch(), timeout=5)
         assert isinstance(worker.wait_report(5), AppliedBatch)
     assert sink.settling.wait(5)
-    assert sink.events == ["apply", "apply", "apply", "settle"]
+    assert sink.events == ["apply", "after", "apply", "after", "apply", "after", "settle"]
     # Settled once: idle on, nothing more to settle until the next batch.
     sink.settling.clear()
     assert not sink.settling.wait(0.8)
     assert worker.offer(_batch(), timeout=5)
     assert sink.settling.wait(5)
-    assert sink.events == ["apply", "apply", "apply", "settle", "apply", "settle"]
+    assert sink.events[7:] == ["apply", "after", "settle"]
     assert worker.stop(timeout=10)
 
 
 @pytest.mark.timeout(30)
 def test_a_batch_offered_while_the_sink_settles_waits_for_it() -> None:
-    sink = _SettlingSink()
+    sink = _DeferringSink()
     sink.hold.clear()
     worker = SinkWorker(sink, settle_after=0.05)
     assert worker.offer(_batch(), timeout=5)
@@ -186,13 +190,13 @@ def test_a_batch_offered_while_the_sink_settles_waits_for_it() -> None:
     assert worker.offer(_batch(), timeout=5)
     reports = [worker.wait_report(5), worker.wait_report(5)]
     assert all(isinstance(report, AppliedBatch) for report in reports)
-    assert sink.events[:3] == ["apply", "settle", "apply"]
+    assert sink.events[:4] == ["apply", "after", "settle", "apply"]
     assert worker.stop(timeout=10)
 
 
 @pytest.mark.timeout(30)
 def test_a_failed_settle_does_not_stop_the_worker() -> None:
-    sink = _SettlingSink(fail=True)
+    sink = _DeferringSink(fail=True)
     worker = SinkWorker(sink, settle_after=0.05)
     assert worker.offer(_batch(), timeout=5)
     assert sink.settling.wait(5)
@@ -202,3 +206,33 @@ def test_a_failed_settle_does_not_stop_the_worker() -> None:
     assert isinstance(worker.wait_report(5), AppliedBatch)
     assert sink.settling.wait(5), "settled again after the next batch"
     assert worker.stop(timeout=10)
+
+
+class _SlowUpkeepSink(_DeferringSink):
+    """``after_apply`` blocks until released (a long compaction)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.upkeep_started = threading.Event()
+        self.release_upkeep = threading.Event()
+
+    def after_apply(self) -> None:
+        super().after_apply()
+        self.upkeep_started.set()
+        self.release_upkeep.wait()
+
+
+@pytest.mark.timeout(30)
+def test_a_batch_is_reported_before_the_upkeep_it_leaves_and_the_next_waits_for_it() -> None:
+    sink = _SlowUpkeepSink()
+    worker = SinkWorker(sink, settle_after=60)
+    assert worker.offer(_batch(), timeout=5)
+    assert sink.upkeep_started.wait(5)
+    assert isinstance(worker.wait_report(5), AppliedBatch), "reported before the upkeep ended"
+    assert worker.busy
+    assert not worker.offer(_batch(), timeout=0.2), "handed over during the upkeep"
+    sink.release_upkeep.set()
+    assert worker.offer(_batch(), timeout=5)
+    assert isinstance(worker.wait_report(5), AppliedBatch)
+    assert worker.stop(timeout=10)  # joins the thread, past the second batch's upkeep
+    assert sink.events == ["apply", "after", "apply", "after"]
