@@ -64,6 +64,7 @@ from bench.workload import (
     create_table,
     write_mixed_backlog,
 )
+from bench.wrapped_sink import WrapsDeltaSink
 from sink import (
     Batch,
     BatchResult,
@@ -83,7 +84,7 @@ _POLL_SECONDS: Final = 0.05
 
 
 @dataclass(slots=True)
-class RecordingSink:
+class RecordingSink(WrapsDeltaSink):
     """Wraps a sink and records every batch's size and apply time (adaptive batching)."""
 
     inner: DeltaSink
@@ -97,10 +98,6 @@ class RecordingSink:
         self.seconds.append(time.perf_counter() - started)
         self.sizes.append(len(batch.changes))
         return result
-
-    def close(self) -> None:
-        """Close the wrapped sink."""
-        self.inner.close()
 
     def describe(self) -> str:
         """Batch sizes in order, run-length compressed: ``50000 x2, 500000 x1``."""

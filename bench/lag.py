@@ -50,6 +50,7 @@ from bench.postgres import bench_server
 from bench.report import Ratio, median_figure, print_report
 from bench.sink_scaling import bucketed_settings, build_table, layout_description
 from bench.workload import PUBLICATION, TABLE, create_source_slot, create_table
+from bench.wrapped_sink import WrapsDeltaSink
 from capture.slots import current_wal_lsn
 from daemon.gc_tuning import collector_paced_by_time
 from daemon.logging import configure_logging
@@ -78,7 +79,7 @@ SLOT: Final = "bench_lag"
 
 
 @dataclass(slots=True)
-class LagSink:
+class LagSink(WrapsDeltaSink):
     """Wraps a sink; records each transaction's commit-to-durable lag and each batch."""
 
     inner: DeltaSink
@@ -111,10 +112,6 @@ class LagSink:
             if batch.durable_lsn is not None:
                 self.durable_lsn = max(self.durable_lsn, batch.durable_lsn)
         return result
-
-    def close(self) -> None:
-        """Close the wrapped sink."""
-        self.inner.close()
 
     def wait_durable(
         self, lsn: int, timeout: float, failures: Sequence[BaseException] = ()

@@ -1,0 +1,33 @@
+"""What a benchmark's wrapper around ``DeltaSink`` forwards besides ``apply``.
+
+The sink worker gives a ``DeferringSink`` its upkeep (compaction after a batch, deferred
+commit-log records when idle) outside ``apply``. A wrapper that only forwarded ``apply``
+would not be one, and the sink would do that upkeep inside the next ``apply`` instead: the
+benchmark would time a different daemon than ``wal2delta run`` is.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sink import DeltaSink
+
+
+class WrapsDeltaSink:
+    """Mixin for a wrapper with an ``inner`` ``DeltaSink``: forwards upkeep and close."""
+
+    __slots__ = ()
+    inner: DeltaSink
+
+    def after_apply(self) -> None:
+        """The wrapped sink's upkeep after a batch."""
+        self.inner.after_apply()
+
+    def settle(self) -> None:
+        """The wrapped sink's upkeep when idle."""
+        self.inner.settle()
+
+    def close(self) -> None:
+        """Close the wrapped sink."""
+        self.inner.close()
