@@ -184,16 +184,27 @@ class Session:
                 self._hand_off(self.batcher.take())
             self._send_feedback_if_due(now)
             if not frames:
-                self.stream.wait_readable(self._sleep_time(clock()))
+                self._wait(self._sleep_time(clock()))
         self._finish()
+
+    def _wait(self, timeout: float) -> None:
+        """Sleep until the server sends, the sink worker reports or goes idle, or timeout.
+
+        The worker's wake-ups are consumed after the wait and before the next look at its
+        state, so none is lost: one written after that look makes the next wait return.
+        """
+        worker = self.worker
+        if worker is None:
+            self.stream.wait_readable(timeout)
+            return
+        self.stream.wait_readable(timeout, also=(worker.wakeup_fd,))
+        worker.clear_wakeup()
 
     def _sleep_time(self, now: float) -> float:
         deadlines = [self.policy.next_deadline(), now + 1.0]
         batch_deadline = self.batcher.next_deadline()
         if batch_deadline is not None:
             deadlines.append(batch_deadline)
-        if self.worker is not None and self.worker.in_flight:
-            deadlines.append(now + 0.05)
         return max(0.0, min(deadlines) - now)
 
     def _finish(self) -> None:

@@ -14,6 +14,10 @@ the next full batch - and keeps answering the server - until then. The sink stil
 has its next batch ready the moment it finishes one, and at most two batches are in
 memory (one applied, one built), however long the backlog.
 
+The worker wakes the replication loop (``wakeup_fd``, a pipe the loop's ``select`` also
+waits on) whenever it posts a report or becomes idle, so a batch that waits for an idle
+worker is handed over at once, not at the loop's next poll or the server's next message.
+
 A sink that defers upkeep (``DeferringSink``: ``DeltaSink`` compacts tables, and writes its
 commit-log records with the next batch's intent) gets ``after_apply`` right after each
 applied batch is reported - so its transactions are acknowledged and their lag ends before
@@ -24,6 +28,8 @@ batch. A batch offered meanwhile waits for either: the worker is not idle.
 from __future__ import annotations
 
 import collections
+import contextlib
+import os
 import queue
 import threading
 import time
@@ -87,7 +93,27 @@ class SinkWorker:
         self._busy_lock = threading.Lock()
         self._failed = False
         self._stopping = threading.Event()
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
         self._thread.start()
+
+    @property
+    def wakeup_fd(self) -> int:
+        """Readable once the worker posted a report or became idle (``clear_wakeup``)."""
+        return self._wake_read
+
+    def clear_wakeup(self) -> None:
+        """Consume the wake-ups so far; call it before looking at the worker's state."""
+        if self._wake_read < 0:  # stopped
+            return
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._wake_read, 512):
+                pass
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # a full pipe is readable already
+            os.write(self._wake_write, b"\0")
 
     @property
     def in_flight(self) -> int:
@@ -151,6 +177,7 @@ class SinkWorker:
             report = self._apply(batch)
             del batch  # not kept alive while the next one is awaited
             self._outbox.put(report)
+            self._wake()
             if self._deferring is not None and isinstance(report, AppliedBatch):
                 self._unsettled = True
                 self._upkeep(self._deferring.after_apply)
@@ -165,6 +192,7 @@ class SinkWorker:
             with self._inbox_changed:
                 self._idle = True
                 self._inbox_changed.notify_all()
+                self._wake()
                 self._inbox_changed.wait_for(
                     self._has_work, timeout=self._settle_after if self._unsettled else None
                 )
@@ -242,4 +270,10 @@ class SinkWorker:
             self._stopping.set()
             self._inbox_changed.notify_all()  # wakes a worker waiting for work
         self._thread.join(max(0.0, timeout))
-        return not self._thread.is_alive()
+        if self._thread.is_alive():
+            return False  # the pipe stays open: the thread may still write to it
+        if self._wake_write >= 0:
+            os.close(self._wake_write)
+            os.close(self._wake_read)
+            self._wake_write = self._wake_read = -1
+        return True

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import select
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import psycopg
 from psycopg import pq, sql
@@ -140,11 +140,12 @@ class ReplicationStream:
         except psycopg.OperationalError as exc:
             raise ReplicationConnectionLostError("could not send to the server") from exc
 
-    def wait_readable(self, timeout: float) -> bool:
-        """Block until the socket is readable or ``timeout`` seconds pass."""
+    def wait_readable(self, timeout: float, also: Sequence[int] = ()) -> bool:
+        """Block until the socket (or a descriptor in ``also``) is readable, or ``timeout``
+        seconds pass; True when something is readable."""
         if timeout <= 0:
             return False
-        readable, _, _ = select.select([self._pgconn.socket], [], [], timeout)
+        readable, _, _ = select.select([self._pgconn.socket, *also], [], [], timeout)
         return bool(readable)
 
     def close(self, timeout: float = 10.0) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import select
 import threading
 import weakref
 
@@ -236,3 +237,27 @@ def test_a_batch_is_reported_before_the_upkeep_it_leaves_and_the_next_waits_for_
     assert isinstance(worker.wait_report(5), AppliedBatch)
     assert worker.stop(timeout=10)  # joins the thread, past the second batch's upkeep
     assert sink.events == ["apply", "after", "apply", "after"]
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    return bool(select.select([fd], [], [], timeout)[0])
+
+
+@pytest.mark.timeout(30)
+def test_the_worker_wakes_the_loop_when_it_reports_and_when_it_is_idle_again() -> None:
+    sink = _SlowUpkeepSink()
+    worker = SinkWorker(sink, settle_after=60)
+    assert _readable(worker.wakeup_fd, 5), "idle at start"
+    worker.clear_wakeup()
+    assert not _readable(worker.wakeup_fd, 0.1), "cleared"
+    assert worker.offer(_batch(), timeout=5)
+    assert sink.upkeep_started.wait(5)
+    assert _readable(worker.wakeup_fd, 5), "the report is posted"
+    worker.clear_wakeup()
+    assert worker.busy
+    assert not _readable(worker.wakeup_fd, 0.2), "busy with upkeep: no wake-up"
+    sink.release_upkeep.set()
+    assert _readable(worker.wakeup_fd, 5), "idle again after the upkeep"
+    assert not worker.busy
+    assert worker.stop(timeout=10)
+    worker.clear_wakeup()  # harmless once stopped
