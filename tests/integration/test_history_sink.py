@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from daemon.cut import choose_cut
 from decoder import Lsn, RowChange
 from sink import Batch, DeltaSink, SinkSettings, table_path
 from sink.commits import commits_path
@@ -195,8 +196,37 @@ def test_commit_log_records_each_batch_with_the_versions_it_made(
     assert names == {"public.docs", "public.docs__changes", "public.tags"}
 
 
+def test_a_record_lost_in_a_crash_costs_one_boundary_and_no_cut_is_wrong(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    sink = make_sink(spark_session, lake, False)
+    sink.apply(ended(insert(DOCS, "1", "one", "1", lsn=10), insert(TAGS, "1", "a", lsn=10)))
+    # Two transactions; the batch's record waits for the next intent...
+    sink.apply(ended(update(DOCS, "1", "uno", "2", lsn=20), insert(TAGS, "2", "b", lsn=30)))
+    # ... and the process is killed: never settled, never closed. The writes are durable.
+    del sink
+    sink = make_sink(spark_session, lake, False)  # the next process
+    # The server sends everything after the last acknowledged position again, in batches
+    # cut differently: the first ends at 21, while public.tags already holds the change at 30.
+    sink.apply(ended(update(DOCS, "1", "uno", "2", lsn=20)))
+    sink.apply(ended(insert(TAGS, "2", "b", lsn=30), insert(TAGS, "3", "c", lsn=40)))
+    sink.close()
+    rows = DeltaTable(commits_path(str(lake))).to_pyarrow_table().to_pylist()
+    intents = sorted((r["batch"], r["high_lsn"]) for r in rows if r["table_name"] is None)
+    assert intents == [(1, 10), (2, 30), (3, 20), (4, 40)]
+    assert {r["batch"] for r in _records_of(rows)} == {1, 3, 4}, "batch 2's record was lost"
+    # Batch 3's boundary (21) is before the lost batch's newest change: never a cut.
+    assert choose_cut(rows, Lsn(35)).batch == 1
+    assert choose_cut(rows).batch == 4
+
+
+def _records_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["table_name"] is not None]
+
+
 def _records(commits: DeltaTable) -> list[dict[str, Any]]:
-    return [r for r in commits.to_pyarrow_table().to_pylist() if r["table_name"] is not None]
+    return _records_of(commits.to_pyarrow_table().to_pylist())
 
 
 ORDERS = rel(
