@@ -116,11 +116,6 @@ class CommitLog:
         self._unwritten: list[CommitRow] = []
         """Record rows of applied batches, appended with the next intent or by ``flush``."""
 
-    @property
-    def has_unwritten(self) -> bool:
-        """Records wait for the next append (``flush`` writes them)."""
-        return bool(self._unwritten)
-
     def clear(self) -> None:
         """Forget the batch number, the open tables and records not yet written.
 
