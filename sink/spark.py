@@ -29,6 +29,14 @@ where pyspark, Spark Connect (gRPC), py4j and Sail errors become ``SinkError`` s
 retryable; data errors (casts, overflow, invalid values) are ``SinkDataError``; anything
 else is a terminal ``SinkError``. The engine's message is never copied into ours - it may
 quote row values - but stays attached as ``__cause__``.
+
+gRPC's fork support is switched off (``GRPC_ENABLE_FORK_SUPPORT=false``, unless the
+environment says otherwise) before the Spark Connect client loads gRPC. With it on,
+grpcio 1.81 and later restart their poller thread in a forked child, which then dies on the
+epoll descriptor ``subprocess`` closes before ``exec`` (grpc/grpc#43055): a process that
+runs a command while a Spark call is in flight - the tests and the demo start and stop
+PostgreSQL with ``pg_ctl`` - had that command killed by SIGSEGV. wal2delta never uses gRPC
+in a forked child, which is all fork support is for.
 """
 
 from __future__ import annotations
@@ -45,6 +53,8 @@ from typing import TYPE_CHECKING, Final
 
 from sink.base import SinkDataError, SinkError, SinkRetryableError
 from sink.settings import SparkSettings
+
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # the module docstring
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
