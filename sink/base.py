@@ -84,7 +84,8 @@ class DeferringSink(Protocol):
     ``apply`` still makes every change durable before it returns; what waits is upkeep
     (``DeltaSink`` compacts tables after a batch, and writes its commit-log records with the
     next batch's intent). The sink worker calls ``after_apply`` once it has reported a batch
-    durable, and ``settle`` once it has been idle for a moment; ``close`` settles too.
+    durable, and ``settle`` once it has been idle for a moment (``DeltaSink.close`` also
+    writes its waiting commit-log records).
     """
 
     def after_apply(self) -> None:

@@ -255,6 +255,9 @@ class DeltaSink:
         failure only logs a warning: the records wait for the next append.
         """
         self._compactor.compact_due()
+        self._write_deferred_records()
+
+    def _write_deferred_records(self) -> None:
         try:
             self._commits.flush()
         except SinkError as exc:
@@ -263,9 +266,11 @@ class DeltaSink:
     def close(self) -> None:
         """Write the deferred records, then forget cached table schemas.
 
-        The Spark session and the catalog stay open.
+        No compaction: a worker that outlived its stop may still be applying a batch, and
+        a compaction due waits for the next process. The Spark session and the catalog
+        stay open.
         """
-        self.settle()
+        self._write_deferred_records()
         self._lake.clear()
         self._primary_keys.clear()
         self._bookkeeping.clear()
