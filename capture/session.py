@@ -193,12 +193,8 @@ class Session:
         The worker's wake-ups are consumed after the wait and before the next look at its
         state, so none is lost: one written after that look makes the next wait return.
         """
-        worker = self.worker
-        if worker is None:
-            self.stream.wait_readable(timeout)
-            return
-        self.stream.wait_readable(timeout, also=(worker.wakeup_fd,))
-        worker.clear_wakeup()
+        self.stream.wait_readable(timeout, also=(self.worker.wakeup_fd,))
+        self.worker.clear_wakeup()
 
     def _sleep_time(self, now: float) -> float:
         deadlines = [self.policy.next_deadline(), now + 1.0]

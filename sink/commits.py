@@ -43,7 +43,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
-import pyarrow as pa
 import structlog
 
 from decoder import Lsn, pg_timestamp_to_datetime
@@ -98,6 +97,11 @@ def transaction_boundary(batch: Batch) -> Lsn | None:
     return durable
 
 
+def _high_lsn(batch: Batch) -> Lsn | None:
+    """The newest commit LSN among the batch's changes (None without any)."""
+    return max((c.commit_lsn for c in batch.changes if c.commit_lsn is not None), default=None)
+
+
 def commits_path(root: str) -> str:
     """Where the commit log of the lake at ``root`` lives."""
     return f"{root.rstrip('/')}/{COMMITS_TABLE}"
@@ -111,7 +115,8 @@ class CommitLog:
         self._lake = lake
         self._path = commits_path(root)
         self._last_batch: int | None = None
-        self._intent: tuple[Batch, int] | None = None
+        self._intent: tuple[Batch, int, Lsn] | None = None
+        """The batch whose intent was written last: it, its number and its ``high_lsn``."""
         self._tables: dict[str, DeltaTable] = {}
         self._unwritten: list[CommitRow] = []
         """Record rows of applied batches, appended with the next intent or by ``flush``."""
@@ -135,7 +140,7 @@ class CommitLog:
         Raises:
             SinkError: the intent could not be written (the waiting records still wait).
         """
-        high = max((c.commit_lsn for c in batch.changes if c.commit_lsn is not None), default=None)
+        high = _high_lsn(batch)
         if high is None:
             return
         number = self._next_number()
@@ -143,7 +148,7 @@ class CommitLog:
         self._append_rows([*self._unwritten, intent])
         self._unwritten.clear()
         self._last_batch = number
-        self._intent = (batch, number)
+        self._intent = (batch, number, high)
 
     def flush(self) -> None:
         """Append the records that wait for the next intent.
@@ -177,8 +182,11 @@ class CommitLog:
         intent, self._intent = self._intent, None
         if not written:
             return
-        number = intent[1] if intent is not None and intent[0] is batch else self._next_number()
-        high = max((c.commit_lsn for c in batch.changes if c.commit_lsn is not None), default=None)
+        high: Lsn | None
+        if intent is not None and intent[0] is batch:
+            _, number, high = intent  # read once, in begin: a pass over every change
+        else:
+            number, high = self._next_number(), _high_lsn(batch)
         commit_time = (
             None
             if batch.last_commit_time is None
@@ -203,9 +211,7 @@ class CommitLog:
 
     def _append_rows(self, rows: list[CommitRow]) -> None:
         columns = [list(column) for column in zip(*rows, strict=True)]
-        self._append(arrow_table(COMMITS_TABLE, COMMIT_COLUMNS, columns))
-
-    def _append(self, arrow: pa.Table) -> None:
+        arrow = arrow_table(COMMITS_TABLE, COMMIT_COLUMNS, columns)
         with engine_errors("recording batches in the commit log"):
             frame = self._spark.createDataFrame(arrow, schema=ddl(COMMIT_COLUMNS))
             frame.write.format("delta").mode("append").save(self._path)

@@ -249,7 +249,8 @@ class DeltaSink:
         self._compactor.compact_due()
 
     def settle(self) -> None:
-        """Write what ``apply`` deferred: the records waiting for the next batch's intent.
+        """Do what ``apply`` deferred: compactions still due, and the records waiting for
+        the next batch's intent.
 
         Called by the sink worker once it has been idle for a moment (``DeferringSink``). A
         failure only logs a warning: the records wait for the next append.
