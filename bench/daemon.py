@@ -64,6 +64,7 @@ def bench_config(
     spool_memory_limit: str | None = None,
     max_rows: int | None = None,
     max_rows_ceiling: int | None = None,
+    max_bytes: str | None = None,
 ) -> AppConfig:
     """A daemon configuration that reads an existing slot and publication.
 
@@ -78,12 +79,15 @@ def bench_config(
         max_rows: ``sink.batch.max_rows``; the production default when None.
         max_rows_ceiling: ``sink.batch.max_rows_ceiling``; the production default when
             None.
+        max_bytes: ``sink.batch.max_bytes``; the production default when None.
     """
     batch: dict[str, object] = {}
     if max_rows is not None:
         batch["max_rows"] = max_rows
     if max_rows_ceiling is not None:
         batch["max_rows_ceiling"] = max_rows_ceiling
+    if max_bytes is not None:
+        batch["max_bytes"] = max_bytes
     return parse_config(
         {
             "source": {

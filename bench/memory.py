@@ -69,6 +69,8 @@ class MemorySettings:
     """``sink.batch.max_rows``; None keeps the production default (50k)."""
     max_rows_ceiling: int | None
     """``sink.batch.max_rows_ceiling``; None keeps the production default (500k)."""
+    max_bytes: str | None = None
+    """``sink.batch.max_bytes``; None keeps the production default."""
 
     def describe(self) -> str:
         """The settings in words, for the report."""
@@ -85,6 +87,8 @@ SETTINGS = {
     "production-fixed": MemorySettings("production-fixed", None, None, BatchConfig().max_rows),
     "previous": MemorySettings("previous", "64MiB", 50_000, None),
     "ceiling-50k": MemorySettings("ceiling-50k", None, None, 50_000),
+    "bytes-16mib": MemorySettings("bytes-16mib", None, None, None, "16MiB"),
+    "bytes-32mib": MemorySettings("bytes-32mib", None, None, None, "32MiB"),
 }
 """``production``: the configuration defaults; ``bounded``: what the bounded-memory test
 uses (1MiB spool, 5k-change batches, default ceiling); ``fixed-batches``: the same
@@ -124,6 +128,7 @@ def probe(dsn: str, slot: str, endpos: Lsn, workdir: Path, settings: MemorySetti
         spool_memory_limit=settings.spool_memory_limit,
         max_rows=settings.max_rows,
         max_rows_ceiling=settings.max_rows_ceiling,
+        max_bytes=settings.max_bytes,
     )
     start_rss = _rss_kib()
     run = run_daemon(config, endpos)
@@ -212,14 +217,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large-rows", type=int, default=5_000_000)
     parser.add_argument(
         "--settings",
-        choices=[*SETTINGS, "all"],
         default="all",
-        help="spool limit and batch sizes to run with (default: all)",
+        help=f"comma-separated settings to run with, of {', '.join(SETTINGS)} (default: all)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON line at the end")
     parser.add_argument("--workdir", type=Path, help="keep the server here (default: tmp)")
     args = parser.parse_args(argv)
-    chosen = list(SETTINGS.values()) if args.settings == "all" else [SETTINGS[args.settings]]
+    names = list(SETTINGS) if args.settings == "all" else args.settings.split(",")
+    unknown = [name for name in names if name not in SETTINGS]
+    if unknown:
+        parser.error(f"unknown settings {', '.join(unknown)}; choose from {', '.join(SETTINGS)}")
+    chosen = [SETTINGS[name] for name in names]
 
     with contextlib.ExitStack() as stack:
         workdir: Path = args.workdir or Path(

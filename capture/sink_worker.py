@@ -14,6 +14,14 @@ the next full batch - and keeps answering the server - until then. The sink stil
 has its next batch ready the moment it finishes one, and at most two batches are in
 memory (one applied, one built), however long the backlog.
 
+A batch handed to an idle worker is taken by the worker before ``offer`` returns: the
+loop waits for the pick-up on a condition, which releases the interpreter lock (GIL).
+Without that hand-shake, a worker woken while the loop replayed a spilled transaction
+started its batch only when the loop blocked on the next full one (183 ms later in
+``bench memory``): the loop holds the GIL but for short file reads, and the woken worker
+did not get it in between (measured; CPython's GIL "convoy effect" is the likely
+mechanism). Two full batches were then alive instead of one.
+
 The worker wakes the replication loop (``wakeup_fd``, a pipe the loop's ``select`` also
 waits on) whenever it posts a report or becomes idle, so a batch that waits for an idle
 worker is handed over at once, not at the loop's next poll or the server's next message.
@@ -42,6 +50,10 @@ from decoder import Lsn, PgTimestamp, format_lsn
 from sink import Batch, BatchResult, DeferringSink, Sink
 
 log = structlog.get_logger("wal2delta.sink_worker")
+
+_PICK_UP_WAIT_SECONDS = 0.1
+"""Longest an ``offer`` to an idle worker waits for the worker to take the batch (it takes
+microseconds; the bound only keeps a stuck worker from holding up the replication loop)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +128,12 @@ class SinkWorker:
             os.write(self._wake_write, b"\0")
 
     @property
+    def waiting(self) -> int:
+        """Batches handed over that the worker has not taken yet."""
+        with self._inbox_changed:
+            return len(self._inbox)
+
+    @property
     def in_flight(self) -> int:
         """Batches handed over and not yet reported back."""
         return self._in_flight
@@ -140,8 +158,16 @@ class SinkWorker:
                 return False
             self._inbox.append(batch)
             self._inbox_changed.notify_all()
+            if not self._max_pending:
+                # Wait, without the GIL, until the worker holds the batch (see the module
+                # docstring): a caller that goes on with GIL-bound work at once would
+                # otherwise keep the worker from starting for as long as that work lasts.
+                self._inbox_changed.wait_for(self._picked_up, timeout=_PICK_UP_WAIT_SECONDS)
         self._in_flight += 1
         return True
+
+    def _picked_up(self) -> bool:
+        return not self._inbox or self._stopping.is_set()
 
     def _has_room(self) -> bool:
         waiting = len(self._inbox)
@@ -200,7 +226,9 @@ class SinkWorker:
                 if self._stopping.is_set():
                     return None
                 if self._inbox:
-                    return self._inbox.popleft()
+                    batch = self._inbox.popleft()
+                    self._inbox_changed.notify_all()  # an ``offer`` waits for the pick-up
+                    return batch
             self._settle()
 
     def _has_work(self) -> bool:

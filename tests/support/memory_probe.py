@@ -2,7 +2,8 @@
 
 Run as ``python -m tests.support.memory_probe DSN ROWS WORKDIR``: creates a table, writes
 ROWS rows in a single transaction, streams it through ``daemon.Supervisor`` into a sink that
-only counts, and prints one JSON object with the peak RSS (KiB) and the rows seen. It runs
+only counts, and prints one JSON object with the peak RSS (KiB), the rows seen and the
+changes of the largest batch. It runs
 in its own process so that ``ru_maxrss`` measures only this stage.
 """
 
@@ -24,13 +25,15 @@ from tests.support.configs import make_config
 
 
 class CountingSink:
-    """Counts row changes and keeps nothing."""
+    """Counts row changes and keeps nothing but the size of the largest batch."""
 
     def __init__(self) -> None:
         self.rows = 0
+        self.largest_batch = 0
 
     def apply(self, batch: Batch) -> BatchResult:
         self.rows += sum(1 for c in batch.changes if isinstance(c, RowChange))
+        self.largest_batch = max(self.largest_batch, len(batch.changes))
         return BatchResult(rows_by_table={}, toast_anomalies=0, duration_seconds=0.0)
 
     def close(self) -> None:
@@ -60,7 +63,11 @@ def main(dsn: str, rows: int, workdir: Path) -> None:
     service = Supervisor(config, sink, endpos=endpos)
     service.run()
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"rows": sink.rows, "peak_rss_kib": peak_kib}))
+    print(
+        json.dumps(
+            {"rows": sink.rows, "peak_rss_kib": peak_kib, "largest_batch": sink.largest_batch}
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -126,6 +126,32 @@ def test_by_default_a_batch_is_handed_over_only_to_an_idle_worker() -> None:
     assert worker.stop(timeout=10)
 
 
+@pytest.mark.timeout(30)
+def test_an_offer_to_an_idle_worker_returns_once_the_worker_has_taken_the_batch() -> None:
+    # The loop goes back to GIL-bound replay right after an offer; the worker must hold
+    # the batch by then (see the module docstring of capture.sink_worker).
+    sink = BlockedSink()
+    worker = SinkWorker(sink)
+    for _ in range(20):
+        assert worker.offer(_batch(), timeout=1)
+        assert worker.waiting == 0, "the offer returned before the worker took the batch"
+        assert sink.started.wait(5)
+        sink.started.clear()
+        sink.release.set()
+        assert isinstance(worker.wait_report(5), AppliedBatch)
+        sink.release.clear()
+    # A worker that may queue batches (max_pending) lets them wait, as before.
+    hanging = BlockedSink()
+    queueing = SinkWorker(hanging, max_pending=1)
+    assert queueing.offer(_batch(), timeout=1)
+    assert hanging.started.wait(5)
+    assert queueing.offer(_batch(), timeout=1)
+    assert queueing.waiting == 1
+    hanging.release.set()
+    assert worker.stop(timeout=10)
+    assert queueing.stop(timeout=10)
+
+
 def test_max_pending_cannot_be_negative() -> None:
     with pytest.raises(ValueError, match="max_pending"):
         SinkWorker(BlockedSink(), max_pending=-1)
