@@ -66,9 +66,9 @@ class MemorySettings:
     spool_memory_limit: str | None
     """``spool.memory_limit``; None keeps the production default."""
     max_rows: int | None
-    """``sink.batch.max_rows``; None keeps the production default (50k)."""
+    """``sink.batch.max_rows``; None keeps the production default."""
     max_rows_ceiling: int | None
-    """``sink.batch.max_rows_ceiling``; None keeps the production default (500k)."""
+    """``sink.batch.max_rows_ceiling``; None keeps the production default."""
     max_bytes: str | None = None
     """``sink.batch.max_bytes``; None keeps the production default."""
 
@@ -77,7 +77,8 @@ class MemorySettings:
         rows = f"{self.max_rows or BatchConfig().max_rows:,}"
         ceiling = f"{self.max_rows_ceiling or BatchConfig().max_rows_ceiling:,}"
         spool = self.spool_memory_limit or f"{SpoolConfig().memory_limit // 2**20}MiB"
-        return f"{spool} spool, batches of {rows} growing to {ceiling}"
+        weight = self.max_bytes or f"{BatchConfig().max_bytes // 2**20}MiB"
+        return f"{spool} spool, batches of {rows} growing to {ceiling} or {weight}"
 
 
 SETTINGS = {
@@ -94,7 +95,8 @@ SETTINGS = {
 uses (1MiB spool, 5k-change batches, default ceiling); ``fixed-batches``: the same
 without adaptive batching (ceiling = ``max_rows``); ``production-fixed``: the defaults
 without adaptive batching; ``previous``: the defaults before issue 13 (64MiB spool,
-50k-change batches)."""
+50k-change batches); ``ceiling-50k``: growth capped at 50k changes; ``bytes-16mib`` and
+``bytes-32mib``: the defaults with a smaller ``sink.batch.max_bytes``."""
 
 
 @dataclass(frozen=True, slots=True)
