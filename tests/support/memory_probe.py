@@ -3,8 +3,8 @@
 Run as ``python -m tests.support.memory_probe DSN ROWS WORKDIR``: creates a table, writes
 ROWS rows in a single transaction, streams it through ``daemon.Supervisor`` into a sink that
 only counts, and prints one JSON object with the peak RSS (KiB), the rows seen and the
-changes of the largest batch. It runs
-in its own process so that ``ru_maxrss`` measures only this stage.
+changes of the largest batch. It runs in its own process so that ``ru_maxrss`` measures
+only this stage.
 """
 
 from __future__ import annotations

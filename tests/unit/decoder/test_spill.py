@@ -146,11 +146,11 @@ def _peak_bytes(tmp_path: Path, count: int) -> int:
 def test_memory_held_does_not_grow_with_the_size_of_a_spilled_buffer(tmp_path):
     small = _peak_bytes(tmp_path, 30_000)
     large = _peak_bytes(tmp_path, 300_000)
-    # Both spill and span several 1 MiB I/O blocks (30k records are ~2 MB). The peak is
-    # the 64 KiB of records held before spilling plus the fixed I/O buffers (a write block,
-    # a read block and the read block joined to the rest of the previous one); ten times
-    # more records (18 MB more on disk) may not add more than a quarter of a block, which
-    # is what a different fill of the last block makes.
+    # Both spill and span two or more 1 MiB read blocks (30k records are ~2 MB). The peak
+    # is the 64 KiB of records held before spilling plus the fixed I/O buffers (a write
+    # block, a read block and the read block joined to the rest of the previous one);
+    # ten times more records (18 MB more on disk) may not add more than a quarter of a
+    # read block, which is what a different fill of the last block makes.
     assert large - small < 256 * 1024, (small, large)
     assert large < 4 * 1024 * 1024
 
