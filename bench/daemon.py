@@ -171,6 +171,7 @@ def add_delta_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-rows-ceiling", type=int, help="sink.batch.max_rows_ceiling (default: config)"
     )
+    parser.add_argument("--max-bytes", help="sink.batch.max_bytes, e.g. 128MiB (default: config)")
     parser.add_argument("--rows-per-file", type=int, default=100_000, help="seed file size")
     parser.add_argument(
         "--key-bucket-width",

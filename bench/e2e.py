@@ -223,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                 tables=[f"public.{TABLE}"],
                 max_rows=args.max_rows,
                 max_rows_ceiling=args.max_rows_ceiling,
+                max_bytes=args.max_bytes,
             )
             recording = RecordingSink(DeltaSink(spark, settings))
             daemon = run_daemon(config, backlog.end_lsn, recording)

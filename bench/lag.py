@@ -255,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             tables=[f"public.{TABLE}"],
             max_rows=args.max_rows,
             max_rows_ceiling=args.max_rows_ceiling,
+            max_bytes=args.max_bytes,
         )
         configure_logging("console", "warning")
         sink = LagSink(DeltaSink(spark, settings))
