@@ -894,37 +894,44 @@ class _Planner:
                         parts.append(wire)
                         continue
             add_row(change)
-            step = self._columnar_step()
-            if step is None:
+            target = self._columnar_step()
+            if target is None:
                 armed = None
                 continue
+            table, step = target
             armed, timestamp, commit_time = (
                 change.relation,
                 change.commit_time,
                 self._last_commit_time,
             )
-            assert self._last_target is not None
-            counts = self._last_target[1].counts
+            counts = table.counts
             rows, folded, parts = step.rows, step.columnar_rows, step.columnar_parts
             match_indexes, text = step.shape.match_indexes, step.shape.text
 
-    def _columnar_step(self) -> _OpenStep | None:
-        """The step the last ``add_row`` planned into, when the next change of its relation
-        may take the columnar path (the conditions of ``add_row``'s columnar branch)."""
+    def _columnar_step(self) -> tuple[_TablePlan, _OpenStep] | None:
+        """The table and step the last ``add_row`` planned into, when the next change of its
+        relation may take the columnar path there (``_folds_columnar``)."""
         target = self._last_target
-        if not self._columnar or target is None:
+        if target is None:
             return None
         _, table, shape = target
-        if shape.identity != "key" or table.changes is not None or not table.steps:
-            return None
-        step = table.steps[-1]
+        step = table.steps[-1] if table.steps else None
         if (
             type(step) is not _OpenStep
             or not (step.shape is shape or step.shape == shape)
-            or step.columnar_misses >= _COLUMNAR_TRIES
+            or not self._folds_columnar(table, shape, step)
         ):
             return None
-        return step
+        return table, step
+
+    def _folds_columnar(self, table: _TablePlan, shape: _Shape, step: _OpenStep) -> bool:
+        """Whether a plain insert or update into ``step`` may take the columnar path."""
+        return (
+            self._columnar
+            and shape.identity == "key"
+            and table.changes is None
+            and step.columnar_misses < _COLUMNAR_TRIES
+        )
 
     def add_row(self, change: RowChange) -> None:
         relation = change.relation
@@ -943,12 +950,9 @@ class _Planner:
             return
         step = table.open_step(shape, change.commit_lsn, relation)
         if (
-            self._columnar
-            and change.old is None
+            change.old is None
             and change.op != "delete"
-            and shape.identity == "key"
-            and table.changes is None
-            and step.columnar_misses < _COLUMNAR_TRIES
+            and self._folds_columnar(table, shape, step)
             and self._add_columnar_row(change, step, commit_time)
         ):
             return
