@@ -372,6 +372,45 @@ PyDoc_STRVAR(pick_doc,
 "part that does not fit, another column count, a loader that is missing or raises\n"
 "(the caller then takes the general path, which raises the precise error).");
 
+/* The identity values pick answers, for a part of ``count`` columns at data[start:]:
+ * a new tuple, or a new reference to None when pick answers None. NULL only with an
+ * exception set (out of memory). ``offsets`` and ``sizes`` hold ``count`` entries each. */
+static PyObject *
+pick_values(const unsigned char *data, Py_ssize_t len, Py_ssize_t start, PyObject *indexes,
+            PyObject *text, Py_ssize_t count, Py_ssize_t *offsets, Py_ssize_t *sizes)
+{
+    if (text_columns(data, len, start, count, offsets, sizes) < 0) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t wanted = PyTuple_GET_SIZE(indexes);
+    PyObject *out = PyTuple_New(wanted);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < wanted; k++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(indexes, k));
+        if (i < 0 || i >= count) {
+            PyErr_Clear();
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        PyObject *value;
+        if (sizes[i] < 0) {
+            value = Py_None;
+            Py_INCREF(value);
+        }
+        else {
+            value = load_value(text, i, data + offsets[i], sizes[i]);
+            if (value == NULL) {
+                Py_DECREF(out);
+                Py_RETURN_NONE;
+            }
+        }
+        PyTuple_SET_ITEM(out, k, value);
+    }
+    return out;
+}
+
 static PyObject *
 pick(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -393,43 +432,214 @@ pick(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (offsets == NULL) {
         return PyErr_NoMemory();
     }
-    Py_ssize_t *sizes = offsets + count + 1;
-    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(buf);
-    PyObject *out = NULL;
-    if (text_columns(data, PyBytes_GET_SIZE(buf), start, count, offsets, sizes) < 0) {
-        goto none;
-    }
-    Py_ssize_t wanted = PyTuple_GET_SIZE(indexes);
-    out = PyTuple_New(wanted);
-    if (out == NULL) {
-        PyMem_Free(offsets);
-        return NULL;
-    }
-    for (Py_ssize_t k = 0; k < wanted; k++) {
-        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(indexes, k));
-        if (i < 0 || i >= count) {
-            PyErr_Clear();
-            goto none;
-        }
-        PyObject *value;
-        if (sizes[i] < 0) {
-            value = Py_None;
-            Py_INCREF(value);
-        }
-        else {
-            value = load_value(args[3], i, data + offsets[i], sizes[i]);
-            if (value == NULL) {
-                goto none;
-            }
-        }
-        PyTuple_SET_ITEM(out, k, value);
-    }
+    PyObject *out = pick_values((const unsigned char *)PyBytes_AS_STRING(buf),
+                                PyBytes_GET_SIZE(buf), start, indexes, args[3], count, offsets,
+                                offsets + count + 1);
     PyMem_Free(offsets);
     return out;
-none:
-    Py_XDECREF(out);
+}
+
+PyDoc_STRVAR(fold_doc,
+"fold(changes, start, row_type, relation, timestamp, indexes, text, plain, rows, folded,\n"
+"     parts, /)\n--\n\n"
+"Fold the run of plain changes at changes[start:] into a merge step's columnar rows, and\n"
+"answer (stop, inserts, updates): the index of the first change not folded and how many\n"
+"of each were. A change is folded while it is a row_type instance of relation (the same\n"
+"object), committed at timestamp, an insert or update without an old tuple whose new\n"
+"tuple is unsplit (TupleData.wire), holds only text values and NULLs and has an\n"
+"identity - pick(..., indexes, text) - of values whose types are in plain (a tuple of\n"
+"types). Folding one: an update first removes its identity from rows; then\n"
+"rows[identity] = len(folded), and the change and its wire go to folded and parts.\n"
+"The first change that is anything else stops the run, untouched: the caller plans it\n"
+"the general way.");
+
+/* Attribute names of RowChange and TupleData, interned once. */
+static PyObject *name_relation, *name_old, *name_commit_time, *name_op, *name_new, *name_wire;
+static PyObject *op_insert, *op_update;
+
+static int
+fold_names_ready(void)
+{
+    if (name_wire != NULL) {
+        return 0;
+    }
+    name_relation = PyUnicode_InternFromString("relation");
+    name_old = PyUnicode_InternFromString("old");
+    name_commit_time = PyUnicode_InternFromString("commit_time");
+    name_op = PyUnicode_InternFromString("op");
+    name_new = PyUnicode_InternFromString("new");
+    op_insert = PyUnicode_InternFromString("insert");
+    op_update = PyUnicode_InternFromString("update");
+    name_wire = PyUnicode_InternFromString("wire");
+    return (name_relation && name_old && name_commit_time && name_op && name_new && op_insert
+            && op_update && name_wire)
+               ? 0
+               : -1;
+}
+
+/* 1 when attribute ``name`` of ``obj`` is ``expected`` (identity), 0 when not, -1 on error. */
+static int
+attribute_is(PyObject *obj, PyObject *name, PyObject *expected)
+{
+    PyObject *value = PyObject_GetAttr(obj, name);
+    if (value == NULL) {
+        return -1;
+    }
+    int same = value == expected;
+    Py_DECREF(value);
+    return same;
+}
+
+/* 1 when every value of ``identity`` (a tuple) has exactly one of the types in ``plain``. */
+static int
+plainly_hashable(PyObject *identity, PyObject *plain)
+{
+    Py_ssize_t types = PyTuple_GET_SIZE(plain);
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(identity); k++) {
+        PyObject *type = (PyObject *)Py_TYPE(PyTuple_GET_ITEM(identity, k));
+        Py_ssize_t t = 0;
+        while (t < types && PyTuple_GET_ITEM(plain, t) != type) {
+            t++;
+        }
+        if (t == types) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Fold ``change`` (see fold_doc): 1 folded as an insert, 2 as an update, 0 when it is not
+ * plain (nothing changed), -1 on an error (an exception is set). */
+static int
+fold_one(PyObject *change, PyObject *const *args, Py_ssize_t count, Py_ssize_t *offsets)
+{
+    PyObject *row_type = args[2], *relation = args[3], *timestamp = args[4];
+    PyObject *indexes = args[5], *text = args[6], *plain = args[7];
+    PyObject *rows = args[8], *folded = args[9], *parts = args[10];
+    if ((PyObject *)Py_TYPE(change) != row_type) {
+        return 0;
+    }
+    int same = attribute_is(change, name_relation, relation);
+    if (same <= 0) {
+        return same;
+    }
+    if ((same = attribute_is(change, name_old, Py_None)) <= 0) {
+        return same;
+    }
+    PyObject *value = PyObject_GetAttr(change, name_commit_time);
+    if (value == NULL) {
+        return -1;
+    }
+    same = value == timestamp ? 1 : PyObject_RichCompareBool(value, timestamp, Py_EQ);
+    Py_DECREF(value);
+    if (same <= 0) {
+        return same;
+    }
+    PyObject *op = PyObject_GetAttr(change, name_op);
+    if (op == NULL) {
+        return -1;
+    }
+    int kind = 0;
+    if (PyUnicode_Check(op)) {
+        kind = (op == op_insert || PyUnicode_Compare(op, op_insert) == 0)   ? 1
+               : (op == op_update || PyUnicode_Compare(op, op_update) == 0) ? 2
+                                                                            : 0;
+    }
+    Py_DECREF(op);
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    if (kind == 0) {
+        return 0;
+    }
+    PyObject *new = PyObject_GetAttr(change, name_new);
+    if (new == NULL) {
+        return -1;
+    }
+    PyObject *wire = new == Py_None ? (Py_INCREF(Py_None), Py_None)
+                                    : PyObject_GetAttr(new, name_wire);
+    Py_DECREF(new);
+    if (wire == NULL) {
+        return -1;
+    }
+    const unsigned char *buf;
+    Py_ssize_t len, start;
+    if (part_at(wire, &buf, &len, &start) < 0) {
+        Py_DECREF(wire);
+        return 0;
+    }
+    PyObject *identity = pick_values(buf, len, start, indexes, text, count, offsets,
+                                     offsets + count + 1);
+    if (identity == NULL || identity == Py_None || !plainly_hashable(identity, plain)) {
+        Py_XDECREF(identity);
+        Py_DECREF(wire);
+        return identity == NULL ? -1 : 0;
+    }
+    /* As the row path: an insert takes its identity's place, an update moves it last. */
+    int result = kind;
+    if (kind == 2 && PyDict_DelItem(rows, identity) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_KeyError)) {
+            PyErr_Clear();
+        }
+        else {
+            result = -1;
+        }
+    }
+    PyObject *index = result < 0 ? NULL : PyLong_FromSsize_t(PyList_GET_SIZE(folded));
+    if (index == NULL || PyDict_SetItem(rows, identity, index) < 0
+        || PyList_Append(folded, change) < 0 || PyList_Append(parts, wire) < 0) {
+        result = -1;
+    }
+    Py_XDECREF(index);
+    Py_DECREF(identity);
+    Py_DECREF(wire);
+    return result;
+}
+
+static PyObject *
+fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t start;
+    if (start_argument("fold", args, nargs, 11, &start) < 0 || fold_names_ready() < 0) {
+        return NULL;
+    }
+    PyObject *changes = args[0];
+    if (!(PyList_CheckExact(changes) || PyTuple_CheckExact(changes)) || !PyTuple_CheckExact(args[5])
+        || !PyTuple_CheckExact(args[7]) || !PyDict_CheckExact(args[8])
+        || !PyList_CheckExact(args[9]) || !PyList_CheckExact(args[10])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "fold takes a list or tuple of changes, tuples of indexes and of "
+                        "types, a dict and two lists");
+        return NULL;
+    }
+    Py_ssize_t count = PyObject_Length(args[6]);
+    if (count < 0) {
+        return NULL;
+    }
+    Py_ssize_t *offsets = PyMem_New(Py_ssize_t, 2 * (size_t)(count + 1));
+    if (offsets == NULL) {
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t folded[3] = {0, 0, 0};
+    Py_ssize_t at = start < 0 ? 0 : start;
+    /* the same macros read a list and a tuple; a list's size is read again every time */
+    while (at < PySequence_Fast_GET_SIZE(changes)) {
+        PyObject *change = PySequence_Fast_GET_ITEM(changes, at);
+        Py_INCREF(change);
+        int kind = fold_one(change, args, count, offsets);
+        Py_DECREF(change);
+        if (kind < 0) {
+            PyMem_Free(offsets);
+            return NULL;
+        }
+        if (kind == 0) {
+            break;
+        }
+        folded[kind]++;
+        at++;
+    }
     PyMem_Free(offsets);
-    Py_RETURN_NONE;
+    return Py_BuildValue("(nnn)", at, folded[1], folded[2]);
 }
 
 PyDoc_STRVAR(gather_doc,
@@ -584,6 +794,7 @@ static PyMethodDef methods[] = {
     {"load", (PyCFunction)(void (*)(void))load, METH_FASTCALL, load_doc},
     {"pick", (PyCFunction)(void (*)(void))pick, METH_FASTCALL, pick_doc},
     {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL, gather_doc},
+    {"fold", (PyCFunction)(void (*)(void))fold, METH_FASTCALL, fold_doc},
     {"row_message_is_valid", (PyCFunction)(void (*)(void))row_message_is_valid, METH_FASTCALL,
      row_message_is_valid_doc},
     {NULL, NULL, 0, NULL},

@@ -1,6 +1,7 @@
 """Types of the compiled kernel ``decoder/_tuplewalk.c`` (see ``decoder.native``)."""
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 def row_message_is_valid(buf: bytes, in_stream: bool, /) -> bool: ...
 def walk(
@@ -29,6 +30,20 @@ def pick(
     text: Sequence[Callable[[bytes], object]],
     /,
 ) -> tuple[object, ...] | None: ...
+def fold(
+    changes: Sequence[object],
+    start: int,
+    row_type: type,
+    relation: object,
+    timestamp: int,
+    indexes: tuple[int, ...],
+    text: Sequence[Callable[[bytes], object]],
+    plain: tuple[type, ...],
+    rows: dict[tuple[object, ...], object],
+    folded: list[Any],
+    parts: list[tuple[bytes, int]],
+    /,
+) -> tuple[int, int, int]: ...
 def gather(
     parts: list[tuple[bytes, int]], count: int, /
 ) -> list[tuple[bytes, bytes, bytes | None, int]] | None: ...

@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, Final
 
 from psycopg import adapt, postgres
 from psycopg.abc import AdaptContext
 from psycopg.pq import Format
 from psycopg.types.string import TextBinaryLoader, TextLoader
 
+from decoder.changes import Change, RowChange
 from decoder.errors import MalformedMessageError
+from decoder.lsn import PgTimestamp
 from decoder.messages import ColumnKind, Relation, TupleData
 from decoder.native import COMPILED
 from decoder.textforms import Reader, UnknownBinaryFormatError, format_interval
@@ -312,6 +314,53 @@ does not fit ``buf``, has another column count than ``text_loaders``, or a loade
 raised - and always when the compiled kernel is not built (``decoder.native``). It is
 the kernel's ``pick`` itself, called once per row: no Python frame in between.
 """
+
+
+def fold_text_rows(  # noqa: PLR0917 - the kernel's arguments, once per run of changes
+    changes: Sequence[Change],
+    start: int,
+    relation: Relation,
+    timestamp: PgTimestamp,
+    indexes: tuple[int, ...],
+    text_loaders: Sequence[Callable[[bytes], object]],
+    plain_types: tuple[type, ...],
+    rows: dict[tuple[object, ...], Any],  # the caller's other values stay; ints are added
+    folded: list[RowChange],
+    parts: list[tuple[bytes, int]],
+) -> tuple[int, int, int]:
+    """Fold the run of plain row changes at ``changes[start:]`` by identity, in C.
+
+    This is the sink's columnar planner's inner loop (``sink.plan``). A change belongs to
+    the run while it is a ``RowChange`` of ``relation`` (the same object) committed at
+    ``timestamp``, an insert or an update without an old tuple, whose new tuple is unsplit
+    (``TupleData.wire``), holds only text values and NULLs, and has an identity -
+    ``pick_text_values(..., indexes, text_loaders)`` - of values whose exact types are in
+    ``plain_types``. Each is folded as the row path folds it: an update first removes its
+    identity from ``rows``; then ``rows[identity]`` becomes the change's index in
+    ``folded``, and the change and its wire are appended to ``folded`` and ``parts``.
+
+    Returns:
+        ``(stop, inserts, updates)``: the index of the first change that is not plain (the
+        caller plans it the general way; it is untouched), and how many of each kind were
+        folded. Without the compiled kernel nothing is: ``(start, 0, 0)``, and the caller
+        plans every change the general way, its reference path.
+    """
+    if COMPILED is None:
+        return start, 0, 0
+    stop_inserts_updates: tuple[int, int, int] = COMPILED.fold(
+        changes,
+        start,
+        RowChange,
+        relation,
+        timestamp,
+        indexes,
+        text_loaders,
+        plain_types,
+        rows,
+        folded,
+        parts,
+    )
+    return stop_inserts_updates
 
 
 def gather_text_columns(parts: list[tuple[bytes, int]], count: int) -> list[TextColumn] | None:

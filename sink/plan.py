@@ -94,6 +94,7 @@ from decoder import (
     UnknownBinaryFormatError,
     ValueDecoder,
     fast_constructor,
+    fold_text_rows,
     format_lsn,
     load_tuple_wire,
     pg_timestamp_to_datetime,
@@ -421,19 +422,18 @@ _NOTHING_KEPT: Final[frozenset[int]] = frozenset()
 
 @dataclass(slots=True)
 class _Row:
+    """A row the row path folded, values converted; a columnar row is an index instead
+    (``_OpenStep.rows``)."""
+
     delete: bool
-    values: list[object] | None
-    """None for a row of the columnar path: ``change`` holds its bytes (``_Planner._values``)."""
+    values: list[object]
     moved_from: MovedFrom | None
     lsn: Lsn
     commit_time: datetime
     ordinal: int
-    change: RowChange | None = None
-    """The change of a columnar row (kept when ``_Planner._values`` converts it)."""
 
     def freeze(self) -> PlannedRow:
         values = self.values
-        assert values is not None, "columnar rows are converted before they freeze"
         # ``in`` tests identity first, and the marker equals nothing but itself.
         if UNCHANGED_TOAST in values:
             keep = frozenset(i for i, v in enumerate(values) if v is UNCHANGED_TOAST)
@@ -464,20 +464,25 @@ _new_planned_row: Final[
 class _OpenStep:
     shape: _Shape
     first_lsn: Lsn
-    rows: dict[tuple[object, ...], _Row] = field(default_factory=dict)
+    rows: dict[tuple[object, ...], _Row | int] = field(default_factory=dict)
+    """Identity -> the row's last change: a ``_Row``, or for a columnar row its index in
+    ``columnar_changes`` (no object per row: the columns are read when the step freezes)."""
     relation: Relation | None = None
-    columnar_rows: list[_Row] = field(default_factory=list)
-    """Every columnar row the step folded, in batch order, the replaced ones too: their
+    columnar_changes: list[RowChange] = field(default_factory=list)
+    """Every change the columnar path folded, in batch order, the replaced ones too: their
     values are converted like any other change's, so a value that cannot be stored is an
     error whether or not a later change replaced its row in the batch."""
     columnar_parts: list[tuple[bytes, int]] = field(default_factory=list)
-    """The new tuple's bytes (``TupleData.wire``) of each of ``columnar_rows``."""
+    """The new tuple's bytes (``TupleData.wire``) of each of ``columnar_changes``."""
+    columnar_times: list[datetime] = field(default_factory=list)
+    """The commit time of each of ``columnar_changes``."""
     columnar_misses: int = 0
     """Rows the columnar path declined while it had taken none (binary mode declines all)."""
 
     def freeze(self, columnar: ColumnarRows | None = None) -> MergeStep:
-        """The step; ``columnar`` holds the rows that have no values (``_Row.values``)."""
-        rows = [row for row in self.rows.values() if columnar is None or row.values is not None]
+        """The step; ``columnar`` holds its columnar rows (the indexes in ``rows``)."""
+        rows = [row for row in self.rows.values() if type(row) is _Row]
+        assert columnar is not None or len(rows) == len(self.rows), "columnar rows left out"
         return MergeStep(
             columns=self.shape.columns,
             identity=self.shape.identity,
@@ -597,40 +602,39 @@ class _Planner:
 
     def _freeze_step(self, step: _OpenStep) -> MergeStep:
         """Freeze ``step``, its columnar rows converted column by column (``columnar.py``)."""
-        folded = step.columnar_rows
+        folded = step.columnar_changes
         if not folded:
             return step.freeze()
         shape = step.shape
         arrays = column_arrays([c.delta for c in shape.columns], shape.text, step.columnar_parts)
         if arrays is None:
             raise _ColumnarRefusedError
-        live = [row for row in step.rows.values() if row.values is None]
-        rows = folded
+        live = [row for row in step.rows.values() if type(row) is int]
+        changes, times = folded, step.columnar_times
         if len(live) != len(folded):
-            # Some were replaced by later changes (or converted for one): keep the others.
-            kept = {id(row) for row in live}
-            chosen = [i for i, row in enumerate(folded) if id(row) in kept]
-            if not chosen:
+            # Later changes replaced some: keep the others, in the order they were folded.
+            if not live:
                 return step.freeze()
-            indexes = pa.array(chosen, pa.int64())
+            live.sort()
+            indexes = pa.array(live, pa.int64())
             arrays = tuple(array.take(indexes) for array in arrays)
-            rows = [folded[i] for i in chosen]
+            changes, times = [folded[i] for i in live], [times[i] for i in live]
         return step.freeze(
             ColumnarRows(
                 arrays,
-                tuple([row.lsn for row in rows]),
-                tuple([row.commit_time for row in rows]),
-                tuple([row.ordinal for row in rows]),
+                tuple([change.commit_lsn for change in changes]),
+                tuple(times),
+                tuple([change.ordinal for change in changes]),
             )
         )
 
-    def _values(self, row: _Row, shape: _Shape) -> list[object]:
-        """The values of ``row``, converted now when it is a columnar row."""
-        if row.values is None:
-            change = row.change
-            assert change is not None, "a columnar row keeps its change"
-            row.values = self._decode(change, shape, _required(change.new, change, "new"))
-        return row.values
+    def _prior_values(self, prior: _Row | int, step: _OpenStep) -> list[object]:
+        """The values of the row ``prior`` in ``step`` (a columnar row's converted now)."""
+        if type(prior) is _Row:
+            return prior.values
+        assert type(prior) is int, "a step's rows are _Row objects or columnar indexes"
+        change = step.columnar_changes[prior]
+        return self._decode(change, step.shape, _required(change.new, change, "new"))
 
     def _table(self, relation: Relation) -> _TablePlan:
         name = (relation.schema_name, relation.relation_name)
@@ -667,7 +671,7 @@ class _Planner:
                     # truncate's LSN, so the truncate removes it anyway.
                     table = self._table(relation)
                     for dropped in table.steps:
-                        if type(dropped) is _OpenStep and dropped.columnar_rows:
+                        if type(dropped) is _OpenStep and dropped.columnar_changes:
                             # The row path converted these values as they came, and a value
                             # it cannot store is an error even in a row the truncate drops.
                             self._freeze_step(dropped)
@@ -831,82 +835,43 @@ class _Planner:
 
         The bulk of a text stream - an insert, or an update without an old tuple, of the
         relation of the change before, with the same commit time, into the step that
-        change went to - is folded here as ``add_row`` and ``_add_columnar_row`` fold it,
-        without their calls (planning with the Arrow sources fell from 1.60 to 1.35 µs per
-        change, docs/performance.md). The loop arms this path after each change
-        ``add_row`` planned into a columnar-capable step, and any change it declines goes
-        to ``add_row`` untouched, which decides it from scratch.
+        change went to - is folded by ``decoder.fold_text_rows``, in C, as
+        ``_add_columnar_row`` folds it one change at a time (planning with the Arrow
+        sources fell from 1.35 to 0.8 µs per change, docs/performance.md). The loop hands
+        it the changes after each one ``add_row`` planned into a columnar-capable step;
+        the change that ends its run goes to ``add_row`` untouched, which decides it from
+        scratch.
         """
         add_row, add_other = self.add_row, self.add_other
-        if not self._columnar:
-            for change in changes:
-                if type(change) is RowChange:
-                    add_row(change)
-                else:
-                    add_other(change, messages)
-            return
-        pick, plain, new_row = pick_text_values, _PLAIN_HASHABLE, _Row
-        armed: Relation | None = None
-        # What the armed path writes to; meaningful only while ``armed`` is set.
-        timestamp: int | None = None
-        commit_time = self._last_commit_time
-        counts: dict[str, int] = {}
-        rows: dict[tuple[object, ...], _Row] = {}
-        folded: list[_Row] = []
-        parts: list[tuple[bytes, int]] = []
-        match_indexes: tuple[int, ...] = ()
-        text: tuple[Converter, ...] = ()
-        for change in changes:
+        position, end = 0, len(changes)
+        while position < end:
+            change = changes[position]
+            position += 1
             if type(change) is not RowChange:
                 add_other(change, messages)
-                armed = None
                 continue
-            if (
-                change.relation is armed
-                and change.old is None
-                and change.commit_time == timestamp
-                and change.op != "delete"
-            ):
-                new = change.new
-                wire = None if new is None else new.wire
-                if wire is not None:
-                    identity = pick(wire[0], wire[1], match_indexes, text)
-                    if identity is not None and (
-                        type(identity[0]) in plain
-                        if len(identity) == 1
-                        else all(type(value) in plain for value in identity)
-                    ):
-                        op = change.op
-                        counts[op] += 1
-                        if op != "insert":
-                            rows.pop(identity, None)
-                        row = new_row(
-                            False,
-                            None,
-                            None,
-                            change.commit_lsn,
-                            commit_time,
-                            change.ordinal,
-                            change,
-                        )
-                        rows[identity] = row
-                        folded.append(row)
-                        parts.append(wire)
-                        continue
             add_row(change)
             target = self._columnar_step()
             if target is None:
-                armed = None
                 continue
             table, step = target
-            armed, timestamp, commit_time = (
+            stop, inserts, updates = fold_text_rows(
+                changes,
+                position,
                 change.relation,
                 change.commit_time,
-                self._last_commit_time,
+                step.shape.match_indexes,
+                step.shape.text,
+                _PLAIN_HASHABLE_TYPES,
+                step.rows,
+                step.columnar_changes,
+                step.columnar_parts,
             )
-            counts = table.counts
-            rows, folded, parts = step.rows, step.columnar_rows, step.columnar_parts
-            match_indexes, text = step.shape.match_indexes, step.shape.text
+            if stop > position:
+                step.columnar_times += [self._last_commit_time] * (stop - position)
+                table.counts["insert"] += inserts
+                table.counts["update"] += updates
+                position = stop
 
     def _columnar_step(self) -> tuple[_TablePlan, _OpenStep] | None:
         """The table and step the last ``add_row`` planned into, when the next change of its
@@ -994,14 +959,15 @@ class _Planner:
         new_identity = self._identity(change, shape, new)
         prior = step.rows.get(old_identity)
         moved_from: MovedFrom | None = None
-        if prior is not None and not prior.delete:
+        if prior is not None and (isinstance(prior, int) or not prior.delete):
             # An earlier change of this row in the step fills what this one did not send.
             if UNCHANGED_TOAST in new:
-                prior_values = self._values(prior, shape)
+                prior_values = self._prior_values(prior, step)
                 for i, value in enumerate(new):
                     if value is UNCHANGED_TOAST:
                         new[i] = prior_values[i]
-            moved_from = prior.moved_from
+            if type(prior) is _Row:  # a columnar row never moved (it keeps no column)
+                moved_from = prior.moved_from
         if table.changes is not None:
             _record(table.changes, change, commit_time, shape, new, old)
         if old_identity != new_identity:
@@ -1038,7 +1004,7 @@ class _Planner:
         shape = step.shape
         identity = pick_text_values(wire[0], wire[1], shape.match_indexes, shape.text)
         if identity is None:
-            if not step.columnar_rows:
+            if not step.columnar_changes:
                 step.columnar_misses += 1
             return False
         if len(identity) == 1:
@@ -1050,10 +1016,10 @@ class _Planner:
         # no value is unchanged TOAST, so nothing is kept and nothing moves.
         if change.op != "insert":
             step.rows.pop(identity, None)
-        row = _Row(False, None, None, change.commit_lsn, commit_time, change.ordinal, change)
-        step.rows[identity] = row
-        step.columnar_rows.append(row)
+        step.rows[identity] = len(step.columnar_changes)
+        step.columnar_changes.append(change)
         step.columnar_parts.append(wire)
+        step.columnar_times.append(commit_time)
         return True
 
     def _add_keyless_row(
@@ -1125,8 +1091,9 @@ _COLUMNAR_TRIES: Final = 64
 binary-mode stream, whose values the kernel does not gather, would pay for the attempt."""
 
 _IDENTITY_NAMES: Final = {"d": "DEFAULT", "n": "NOTHING", "f": "FULL", "i": "USING INDEX"}
-_PLAIN_HASHABLE: Final = frozenset({int, str, bytes, bool, Decimal, date, datetime, type(None)})
+_PLAIN_HASHABLE_TYPES: Final = (int, str, bytes, bool, Decimal, date, datetime, type(None))
 """Types of Delta values that ``hashable`` returns unchanged (neither lists nor floats)."""
+_PLAIN_HASHABLE: Final = frozenset(_PLAIN_HASHABLE_TYPES)
 
 
 def _record(  # noqa: PLR0917 - positional on purpose: one call per recorded change

@@ -24,6 +24,7 @@ from decoder import (
     RowChange,
     TruncateChange,
     TupleData,
+    fold_text_rows,
     gather_text_columns,
     pick_text_values,
 )
@@ -46,6 +47,7 @@ from tests.support.pg_text_forms import (
 )
 from tests.support.pgoutput_builder import encode_tuple
 from tests.support.sink_changes import (
+    INT8,
     U,
     Value,
     batch,
@@ -328,6 +330,158 @@ def test_gather_answers_none_for_anything_but_text_and_nulls() -> None:
     assert gather_text_columns([good, (good[0][:-1], 2)], 2) is None
     assert gather_text_columns([good, [good[0], 2]], 2) is None  # type: ignore[list-item]
     assert gather_text_columns([], 2) is not None
+
+
+_FOLD_REL = rel("public.f", col("id", INT8, key=True), col("v"))
+_PLAIN = (int, str, type(None))
+
+
+def _wired(change: RowChange) -> RowChange:
+    return as_wire(batch(change)).changes[0]  # type: ignore[return-value]
+
+
+def _fold(
+    changes: list[RowChange | MessageChange], start: int = 0, rows: dict | None = None
+) -> tuple[tuple[int, int, int], dict, list, list]:
+    """Fold ``changes[start:]`` as a run of ``_FOLD_REL`` at the first change's commit time."""
+    rows = {} if rows is None else rows
+    folded: list[RowChange] = []
+    parts: list[tuple[bytes, int]] = []
+    timestamp = changes[0].commit_time
+    assert timestamp is not None
+    answer = fold_text_rows(
+        changes,
+        start,
+        _FOLD_REL,
+        timestamp,
+        (0,),
+        (int, bytes.decode),
+        _PLAIN,
+        rows,
+        folded,
+        parts,
+    )
+    return answer, rows, folded, parts
+
+
+def test_fold_folds_a_run_of_plain_changes_as_the_row_path_does() -> None:
+    changes: list[RowChange | MessageChange] = [
+        _wired(insert(_FOLD_REL, "1", "a", lsn=10)),
+        _wired(insert(_FOLD_REL, "2", "b", lsn=10, ordinal=1)),
+        _wired(update(_FOLD_REL, "1", "c", lsn=10, ordinal=2)),
+        _wired(insert(_FOLD_REL, "2", None, lsn=10, ordinal=3)),
+        _wired(insert(_FOLD_REL, None, "n", lsn=10, ordinal=4)),
+    ]
+    (stop, inserts, updates), rows, folded, parts = _fold(changes)
+    assert (stop, inserts, updates) == (5, 4, 1)
+    # An update moves its identity last; an insert takes the place the identity had.
+    assert list(rows.items()) == [((2,), 3), ((1,), 2), ((None,), 4)]
+    assert folded == changes
+    assert parts == [c.new.wire for c in changes]  # type: ignore[union-attr]
+
+
+def test_fold_starts_where_it_is_told_and_replaces_what_the_row_path_planned() -> None:
+    changes: list[RowChange | MessageChange] = [
+        _wired(insert(_FOLD_REL, "1", "a", lsn=10)),
+        _wired(update(_FOLD_REL, "7", "b", lsn=10, ordinal=1)),
+    ]
+    planned = {(7,): "a row the row path folded", (8,): "another"}
+    (stop, inserts, updates), rows, folded, _ = _fold(changes, 1, planned)
+    assert (stop, inserts, updates) == (2, 0, 1)
+    assert rows is planned
+    assert list(rows.items()) == [((8,), "another"), ((7,), 0)]
+    assert folded == [changes[1]]
+    assert _fold(changes, 2, {})[0] == (2, 0, 0)
+
+
+@pytest.mark.parametrize(
+    "ends_the_run",
+    [
+        "delete",
+        "update with an old tuple",
+        "an equal relation, another object",
+        "another commit time",
+        "a message",
+        "unchanged toast",
+        "binary",
+        "split tuple",
+        "identity not plain",
+        "identity the loader refuses",
+    ],
+)
+def test_fold_stops_at_the_first_change_that_is_not_plain(ends_the_run: str) -> None:
+    first = _wired(insert(_FOLD_REL, "1", "a", lsn=10))
+    other: RowChange | MessageChange
+    if ends_the_run == "delete":
+        other = _wired(delete(_FOLD_REL, "1", None, lsn=10, ordinal=1))
+    elif ends_the_run == "update with an old tuple":
+        other = _wired(update(_FOLD_REL, "2", "b", lsn=10, ordinal=1, old=["1", None]))
+    elif ends_the_run == "an equal relation, another object":
+        twin = rel("public.f", col("id", INT8, key=True), col("v"))
+        assert twin == _FOLD_REL
+        other = _wired(insert(twin, "2", "b", lsn=10, ordinal=1))
+    elif ends_the_run == "another commit time":
+        other = _wired(insert(_FOLD_REL, "2", "b", lsn=11))
+    elif ends_the_run == "a message":
+        other = message(b"m", lsn=10, commit_lsn=10, ordinal=1)
+    elif ends_the_run == "unchanged toast":
+        other = _wired(update(_FOLD_REL, "2", U, lsn=10, ordinal=1))
+    elif ends_the_run == "binary":
+        change = insert(_FOLD_REL, "2", "b", lsn=10, ordinal=1)
+        binary = tup([struct.pack(">q", 2), b"b"], binary=True)
+        other = RowChange(**{**_fields(change), "new": _wire_of(binary)})
+    elif ends_the_run == "split tuple":
+        other = insert(_FOLD_REL, "2", "b", lsn=10, ordinal=1)  # values, no wire
+    elif ends_the_run == "identity not plain":
+        other = _wired(insert(_FOLD_REL, "2.5", "b", lsn=10, ordinal=1))
+    else:
+        other = _wired(insert(_FOLD_REL, "two", "b", lsn=10, ordinal=1))
+    last = _wired(insert(_FOLD_REL, "3", "c", lsn=10, ordinal=2))
+    changes = [first, other, last]
+    rows = {}
+    answer = fold_text_rows(
+        changes,
+        0,
+        _FOLD_REL,
+        first.commit_time,
+        (0,),
+        (_float_if_dotted, bytes.decode),
+        _PLAIN,
+        rows,
+        [],
+        [],
+    )
+    assert answer == (1, 1, 0)
+    assert rows == {(1,): 0}
+
+
+def _float_if_dotted(data: bytes) -> object:
+    return float(data) if b"." in data else int(data)
+
+
+def _fields(change: RowChange) -> dict[str, object]:
+    return {name: getattr(change, name) for name in RowChange.__dataclass_fields__}
+
+
+def _wire_of(data: TupleData) -> TupleData:
+    return TupleData.from_wire(b"??" + encode_tuple(data), 2)
+
+
+def test_fold_refuses_containers_it_cannot_fill() -> None:
+    change = _wired(insert(_FOLD_REL, "1", "a", lsn=10))
+    with pytest.raises(TypeError):
+        fold_text_rows(
+            [change],
+            0,
+            _FOLD_REL,
+            change.commit_time,
+            (0,),
+            (int, bytes.decode),
+            _PLAIN,
+            {},
+            (),
+            [],  # type: ignore[arg-type]
+        )
 
 
 def test_a_bad_value_in_a_row_replaced_later_in_the_batch_is_still_an_error() -> None:
