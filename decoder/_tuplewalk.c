@@ -32,6 +32,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -440,13 +441,13 @@ pick(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 PyDoc_STRVAR(fold_doc,
-"fold(changes, start, row_type, relation, timestamp, indexes, text, plain, rows, folded,\n"
-"     parts, /)\n--\n\n"
+"fold(changes, start, row_type, tuple_type, relation, timestamp, indexes, text, plain,\n"
+"     rows, folded, parts, /)\n--\n\n"
 "Fold the run of plain changes at changes[start:] into a merge step's columnar rows, and\n"
 "answer (stop, inserts, updates): the index of the first change not folded and how many\n"
 "of each were. A change is folded while it is a row_type instance of relation (the same\n"
 "object), committed at timestamp, an insert or update without an old tuple whose new\n"
-"tuple is unsplit (TupleData.wire), holds only text values and NULLs and has an\n"
+"tuple is unsplit (the wire of a tuple_type), holds only text values and NULLs and has an\n"
 "identity - pick(..., indexes, text) - of values whose types are in plain (a tuple of\n"
 "types). Folding one: an update first removes its identity from rows; then\n"
 "rows[identity] = len(folded), and the change and its wire go to folded and parts.\n"
@@ -455,6 +456,7 @@ PyDoc_STRVAR(fold_doc,
 
 /* Attribute names of RowChange and TupleData, interned once. */
 static PyObject *name_relation, *name_old, *name_commit_time, *name_op, *name_new, *name_wire;
+static PyObject *name_values, *name_buf, *name_start;
 static PyObject *op_insert, *op_update;
 
 static int
@@ -470,18 +472,85 @@ fold_names_ready(void)
     name_new = PyUnicode_InternFromString("new");
     op_insert = PyUnicode_InternFromString("insert");
     op_update = PyUnicode_InternFromString("update");
+    name_values = PyUnicode_InternFromString("_values");
+    name_buf = PyUnicode_InternFromString("_buf");
+    name_start = PyUnicode_InternFromString("_start");
     name_wire = PyUnicode_InternFromString("wire");
     return (name_relation && name_old && name_commit_time && name_op && name_new && op_insert
-            && op_update && name_wire)
+            && op_update && name_values && name_buf && name_start && name_wire)
                ? 0
                : -1;
 }
 
-/* 1 when attribute ``name`` of ``obj`` is ``expected`` (identity), 0 when not, -1 on error. */
-static int
-attribute_is(PyObject *obj, PyObject *name, PyObject *expected)
+/* How fold reads one attribute of a change: straight from its slot when the class
+ * declares it in __slots__ (a member descriptor, as a frozen slots dataclass does), else
+ * through getattr. */
+typedef struct {
+    PyObject *name;
+    PyMemberDef *member;
+} Field;
+
+static void
+field_of(PyObject *type, PyObject *name, Field *field)
 {
-    PyObject *value = PyObject_GetAttr(obj, name);
+    field->name = name;
+    field->member = NULL;
+    PyObject *descriptor = PyObject_GetAttr(type, name);
+    if (descriptor == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (Py_IS_TYPE(descriptor, &PyMemberDescr_Type)) {
+        field->member = ((PyMemberDescrObject *)descriptor)->d_member;
+    }
+    Py_DECREF(descriptor); /* the class keeps the descriptor and its definition alive */
+}
+
+/* The attribute, a new reference; NULL with an exception set. */
+static PyObject *
+read_field(PyObject *obj, const Field *field)
+{
+    return field->member == NULL ? PyObject_GetAttr(obj, field->name)
+                                 : PyMember_GetOne((const char *)obj, field->member);
+}
+
+enum { F_RELATION, F_OLD, F_COMMIT_TIME, F_OP, F_NEW, F_VALUES, F_BUF, F_START, FIELDS };
+
+/* TupleData.wire of ``tuple`` (a new reference: None, or (bytes, start) of a tuple not yet
+ * split), read from the slots the property reads when TupleData has them (fields[F_VALUES]
+ * and on, looked up by fold), else through the property. NULL with an exception set. */
+static PyObject *
+unsplit_wire(PyObject *tuple, PyObject *tuple_type, const Field *fields)
+{
+    if (tuple == Py_None) {
+        Py_RETURN_NONE;
+    }
+    if ((PyObject *)Py_TYPE(tuple) != tuple_type || fields[F_VALUES].member == NULL || fields[F_BUF].member == NULL
+        || fields[F_START].member == NULL) {
+        return PyObject_GetAttr(tuple, name_wire);
+    }
+    PyObject *values = read_field(tuple, &fields[F_VALUES]);
+    if (values == NULL) {
+        return NULL;
+    }
+    int split = values != Py_None;
+    Py_DECREF(values);
+    PyObject *buf = split ? (Py_INCREF(Py_None), Py_None) : read_field(tuple, &fields[F_BUF]);
+    if (buf == NULL || buf == Py_None) {
+        return buf;
+    }
+    PyObject *start = read_field(tuple, &fields[F_START]);
+    PyObject *wire = start == NULL ? NULL : PyTuple_Pack(2, buf, start);
+    Py_DECREF(buf);
+    Py_XDECREF(start);
+    return wire;
+}
+
+/* 1 when attribute ``field`` of ``obj`` is ``expected`` (identity), 0 when not, -1 on error. */
+static int
+attribute_is(PyObject *obj, const Field *field, PyObject *expected)
+{
+    PyObject *value = read_field(obj, field);
     if (value == NULL) {
         return -1;
     }
@@ -511,22 +580,23 @@ plainly_hashable(PyObject *identity, PyObject *plain)
 /* Fold ``change`` (see fold_doc): 1 folded as an insert, 2 as an update, 0 when it is not
  * plain (nothing changed), -1 on an error (an exception is set). */
 static int
-fold_one(PyObject *change, PyObject *const *args, Py_ssize_t count, Py_ssize_t *offsets)
+fold_one(PyObject *change, PyObject *const *args, const Field *fields, Py_ssize_t count,
+         Py_ssize_t *offsets)
 {
-    PyObject *row_type = args[2], *relation = args[3], *timestamp = args[4];
-    PyObject *indexes = args[5], *text = args[6], *plain = args[7];
-    PyObject *rows = args[8], *folded = args[9], *parts = args[10];
+    PyObject *row_type = args[2], *tuple_type = args[3], *relation = args[4];
+    PyObject *timestamp = args[5], *indexes = args[6], *text = args[7], *plain = args[8];
+    PyObject *rows = args[9], *folded = args[10], *parts = args[11];
     if ((PyObject *)Py_TYPE(change) != row_type) {
         return 0;
     }
-    int same = attribute_is(change, name_relation, relation);
+    int same = attribute_is(change, &fields[F_RELATION], relation);
     if (same <= 0) {
         return same;
     }
-    if ((same = attribute_is(change, name_old, Py_None)) <= 0) {
+    if ((same = attribute_is(change, &fields[F_OLD], Py_None)) <= 0) {
         return same;
     }
-    PyObject *value = PyObject_GetAttr(change, name_commit_time);
+    PyObject *value = read_field(change, &fields[F_COMMIT_TIME]);
     if (value == NULL) {
         return -1;
     }
@@ -535,7 +605,7 @@ fold_one(PyObject *change, PyObject *const *args, Py_ssize_t count, Py_ssize_t *
     if (same <= 0) {
         return same;
     }
-    PyObject *op = PyObject_GetAttr(change, name_op);
+    PyObject *op = read_field(change, &fields[F_OP]);
     if (op == NULL) {
         return -1;
     }
@@ -552,12 +622,11 @@ fold_one(PyObject *change, PyObject *const *args, Py_ssize_t count, Py_ssize_t *
     if (kind == 0) {
         return 0;
     }
-    PyObject *new = PyObject_GetAttr(change, name_new);
+    PyObject *new = read_field(change, &fields[F_NEW]);
     if (new == NULL) {
         return -1;
     }
-    PyObject *wire = new == Py_None ? (Py_INCREF(Py_None), Py_None)
-                                    : PyObject_GetAttr(new, name_wire);
+    PyObject *wire = unsplit_wire(new, tuple_type, fields);
     Py_DECREF(new);
     if (wire == NULL) {
         return -1;
@@ -600,19 +669,20 @@ static PyObject *
 fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_ssize_t start;
-    if (start_argument("fold", args, nargs, 11, &start) < 0 || fold_names_ready() < 0) {
+    if (start_argument("fold", args, nargs, 12, &start) < 0 || fold_names_ready() < 0) {
         return NULL;
     }
     PyObject *changes = args[0];
-    if (!(PyList_CheckExact(changes) || PyTuple_CheckExact(changes)) || !PyTuple_CheckExact(args[5])
-        || !PyTuple_CheckExact(args[7]) || !PyDict_CheckExact(args[8])
-        || !PyList_CheckExact(args[9]) || !PyList_CheckExact(args[10])) {
+    if (!(PyList_CheckExact(changes) || PyTuple_CheckExact(changes))
+        || !PyType_Check(args[2]) || !PyType_Check(args[3]) || !PyTuple_CheckExact(args[6])
+        || !PyTuple_CheckExact(args[8]) || !PyDict_CheckExact(args[9])
+        || !PyList_CheckExact(args[10]) || !PyList_CheckExact(args[11])) {
         PyErr_SetString(PyExc_TypeError,
-                        "fold takes a list or tuple of changes, tuples of indexes and of "
-                        "types, a dict and two lists");
+                        "fold takes a list or tuple of changes, two types, tuples of indexes "
+                        "and of types, a dict and two lists");
         return NULL;
     }
-    Py_ssize_t count = PyObject_Length(args[6]);
+    Py_ssize_t count = PyObject_Length(args[7]);
     if (count < 0) {
         return NULL;
     }
@@ -620,13 +690,22 @@ fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (offsets == NULL) {
         return PyErr_NoMemory();
     }
+    Field fields[FIELDS];
+    field_of(args[2], name_relation, &fields[F_RELATION]);
+    field_of(args[2], name_old, &fields[F_OLD]);
+    field_of(args[2], name_commit_time, &fields[F_COMMIT_TIME]);
+    field_of(args[2], name_op, &fields[F_OP]);
+    field_of(args[2], name_new, &fields[F_NEW]);
+    field_of(args[3], name_values, &fields[F_VALUES]);
+    field_of(args[3], name_buf, &fields[F_BUF]);
+    field_of(args[3], name_start, &fields[F_START]);
     Py_ssize_t folded[3] = {0, 0, 0};
     Py_ssize_t at = start < 0 ? 0 : start;
     /* the same macros read a list and a tuple; a list's size is read again every time */
     while (at < PySequence_Fast_GET_SIZE(changes)) {
         PyObject *change = PySequence_Fast_GET_ITEM(changes, at);
         Py_INCREF(change);
-        int kind = fold_one(change, args, count, offsets);
+        int kind = fold_one(change, args, fields, count, offsets);
         Py_DECREF(change);
         if (kind < 0) {
             PyMem_Free(offsets);

@@ -34,6 +34,7 @@ def fold(
     changes: Sequence[object],
     start: int,
     row_type: type,
+    tuple_type: type,
     relation: object,
     timestamp: int,
     indexes: tuple[int, ...],

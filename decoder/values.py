@@ -351,6 +351,7 @@ def fold_text_rows(  # noqa: PLR0917 - the kernel's arguments, once per run of c
         changes,
         start,
         RowChange,
+        TupleData,
         relation,
         timestamp,
         indexes,
