@@ -12,11 +12,14 @@
  * value - its loader's result (the loaders stay Python callables, psycopg's), or the NULL or
  * unchanged-TOAST marker it is given.
  *
- * Two more functions serve the sink's columnar planner (sink/columnar.py): pick converts
- * only a row's identity columns, and gather lays the text values of many rows out column by
- * column in Arrow's binary layout. They have no Python twin: without the kernel the
- * planner converts rows one by one (its reference path), and they answer None for anything
- * but text values and NULLs, so the row path also raises every error.
+ * Three more functions serve the sink's columnar planner (sink/columnar.py): pick converts
+ * only a row's identity columns, fold folds a run of plain inserts and updates by that
+ * identity (the planner's inner loop: per change a few slot reads, pick and two dict
+ * operations, no Python frame), and gather lays the text values of many rows out column
+ * by column in Arrow's binary layout. They have no Python twin: without the kernel the
+ * planner converts rows one by one (its reference path), and they answer None - or, for
+ * fold, stop at the change - for anything but text values and NULLs, so the row path
+ * also raises every error (tests/unit/sink/test_columnar.py compares both planners).
  *
  * The Python functions stay the reference (decoder/native.py picks one of the two forms at
  * import): both answer the same for every input (tests/unit/decoder/test_native.py compares

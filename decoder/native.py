@@ -9,9 +9,10 @@ names); both forms give the same answer for every input
 (``tests/unit/decoder/test_native.py``), and whatever the C walk cannot finish is done
 again by the reference, which words the error.
 
-The kernel also holds ``pick`` and ``gather`` (``values.pick_text_values`` and
-``values.gather_text_columns``), which the sink's columnar planner uses; without the kernel
-they answer None and the planner converts row by row, its reference path.
+The kernel also holds ``pick``, ``fold`` and ``gather`` (``values.pick_text_values``,
+``values.fold_text_rows`` and ``values.gather_text_columns``), which the sink's columnar
+planner uses; without the kernel they answer None (``fold_text_rows`` folds nothing) and
+the planner converts row by row, its reference path.
 
 The extension is optional at install (a machine without a C compiler still gets a
 working, slower daemon); ``KERNEL`` says which form runs, and the daemon reports it in

@@ -6,7 +6,9 @@ Most changes a batch folds are inserts, and updates that send every column and k
 identity. The row path (``plan``) turns each of their values into a Python object, freezes
 one ``PlannedRow`` per row, and ``arrow.source_table`` turns the rows back into columns.
 For these rows the planner converts only the identity (``decoder.pick_text_values``, what
-the fold's dictionary needs) and keeps the message bytes. When the step is frozen,
+the fold's dictionary needs) and keeps the message bytes; a run of them is folded in C
+(``decoder.fold_text_rows``), each row an index into its step, no object of its own.
+When the step is frozen,
 ``column_arrays`` gathers the text values of the rows the fold kept into one Arrow array
 per column in C (``decoder.gather_text_columns``) and reads each with the exact vectorised
 casts of ``textcast``; a column whose type has no exact cast, or holds a value Arrow's
