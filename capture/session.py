@@ -172,10 +172,7 @@ class Session:
                 raise fatal
             self.state.last_loop_at = clock()
             frames = self.stream.read_frames()
-            for frame in frames:
-                self._on_frame(frame)
-                if self.endpos_reached:
-                    break
+            self._on_frames(frames)
             if frames:
                 self._update_gauges()
             self._collect_reports()
@@ -288,6 +285,31 @@ class Session:
         )
 
     # ------------------------------------------------------------------ frames
+
+    def _on_frames(self, frames: list[bytes]) -> None:
+        """Every frame of a read, in order; runs of row messages in bulk.
+
+        Inside a transaction the assembler takes a run of row messages in one call
+        (``Assembler.feed_row_frames``), exactly as ``_on_frame`` would take them one by
+        one; the frame that ends the run goes to ``_on_frame``. A frame tap sees every
+        frame, so with one every frame takes ``_on_frame``.
+        """
+        bulk = self.frame_tap is None
+        position, end = 0, len(frames)
+        while position < end and not self.endpos_reached:
+            if bulk:
+                run = self.assembler.feed_row_frames(frames, position)
+                if run is not None and run.stop > position:
+                    self._burst_bytes += run.payload_bytes
+                    tags = self._burst_tags
+                    tags[0x49] += run.inserts
+                    tags[0x55] += run.updates
+                    tags[0x44] += run.deletes
+                    self._burst_wal_start = run.wal_start
+                    position = run.stop
+                    continue
+            self._on_frame(frames[position])
+            position += 1
 
     def _on_frame(self, frame: bytes) -> None:
         xlog = read_xlog_data(frame)

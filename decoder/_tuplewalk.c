@@ -12,6 +12,18 @@
  * value - its loader's result (the loaders stay Python callables, psycopg's), or the NULL or
  * unchanged-TOAST marker it is given.
  *
+ * replay_rows is the replay loop's (decoder.replay.ReplayQueue._chunks): it turns a run of
+ * plain row records of one relation - INSERT, or UPDATE with only a new tuple - into
+ * RowChange objects over unsplit TupleData, built straight into their slots as
+ * decoder.fastbuild builds them; the Python loop takes every other record and stays the
+ * reference (tests/unit/decoder/test_replay_chunks.py replays both ways).
+ *
+ * absorb is the receive loop's bulk path (decoder.spill.FileChangeBuffer.absorb_frames):
+ * it takes a run of XLogData frames holding row messages inside a transaction, checks each
+ * message as row_message_is_valid does and appends its payload to the transaction's
+ * in-memory records - what Assembler.feed does one frame at a time, which stays the
+ * reference (tests/unit/decoder/test_bulk_frames.py feeds both ways).
+ *
  * Three more functions serve the sink's columnar planner (sink/columnar.py): pick converts
  * only a row's identity columns, fold folds a run of plain inserts and updates by that
  * identity (the planner's inner loop: per change a few slot reads, pick and two dict
@@ -845,6 +857,253 @@ none:
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(replay_rows_doc,
+"replay_rows(records, relations, relation, row_type, tuple_type, id_at, commit_lsn,\n"
+"            commit_time, xid, ordinal, chunk, weight, max_changes, max_weight, overhead,\n"
+"            /)\n--\n\n"
+"Replay the run of plain row records next in the iterator records into chunk: each an\n"
+"INSERT, or an UPDATE with only its new tuple, of relation (relations[id] is relation,\n"
+"the id read at id_at). Each becomes row_type(op, relation, new, None, None, commit_lsn,\n"
+"commit_time, ordinal, xid) with new a tuple_type over the record's unsplit tuple, as\n"
+"replay.ReplayQueue._chunks builds it, ordinal counting up, weight growing by\n"
+"overhead + len(record). The run ends after the change that makes chunk max_changes\n"
+"long or its weight max_weight (negative: no limit), at the first record that is not\n"
+"such a row, or when records ends. Answers (ordinal, weight, inserts, updates, record):\n"
+"record is the record read and not replayed (the caller replays it), or None when none\n"
+"was read past the run.");
+
+/* Members of RowChange, in its constructor's order, and of a wire TupleData. */
+static const char *const change_fields[] = {"op",          "relation", "new",     "old", "old_kind",
+                                            "commit_lsn",  "commit_time", "ordinal", "xid"};
+enum { C_OP, C_RELATION, C_NEW, C_OLD, C_OLD_KIND, C_COMMIT_LSN, C_COMMIT_TIME, C_ORDINAL, C_XID,
+       CHANGE_FIELDS };
+static const char *const tuple_fields[] = {"_buf", "_start", "_values"};
+enum { T_BUF, T_START, T_VALUES, TUPLE_FIELDS };
+
+/* The member definitions of ``names`` in ``type``; -1 with a TypeError when one is not a
+ * slot (the caller's classes are frozen slots dataclasses). */
+static int
+members_of(PyObject *type, const char *const *names, int count, PyMemberDef **members)
+{
+    for (int i = 0; i < count; i++) {
+        PyObject *descriptor = PyObject_GetAttrString(type, names[i]);
+        if (descriptor == NULL) {
+            return -1;
+        }
+        members[i] = Py_IS_TYPE(descriptor, &PyMemberDescr_Type)
+                         ? ((PyMemberDescrObject *)descriptor)->d_member
+                         : NULL;
+        Py_DECREF(descriptor);
+        if (members[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "%R.%s is not a slot", type, names[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A new instance of ``type`` with ``values`` in its slots, without its constructor (as
+ * decoder.fastbuild builds one). NULL with an exception set. */
+static PyObject *
+new_slotted(PyTypeObject *type, PyMemberDef **members, PyObject **values, int count)
+{
+    PyObject *obj = type->tp_alloc(type, 0);
+    if (obj == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < count; i++) {
+        if (PyMember_SetOne((char *)obj, members[i], values[i]) < 0) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+    }
+    return obj;
+}
+
+static PyObject *
+replay_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (argument_count("replay_rows", nargs, 15) < 0) {
+        return NULL;
+    }
+    PyObject *records = args[0], *relations = args[1], *relation = args[2];
+    PyObject *row_type = args[3], *tuple_type = args[4], *chunk = args[10];
+    if (!PyIter_Check(records) || !PyDict_CheckExact(relations) || !PyType_Check(row_type)
+        || !PyType_Check(tuple_type) || !PyList_CheckExact(chunk)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "replay_rows takes an iterator, a dict, a relation, two types and a list");
+        return NULL;
+    }
+    Py_ssize_t id_at = PyLong_AsSsize_t(args[5]);
+    Py_ssize_t ordinal = PyLong_AsSsize_t(args[9]);
+    Py_ssize_t weight = PyLong_AsSsize_t(args[11]);
+    Py_ssize_t max_changes = PyLong_AsSsize_t(args[12]);
+    Py_ssize_t max_weight = PyLong_AsSsize_t(args[13]);
+    Py_ssize_t overhead = PyLong_AsSsize_t(args[14]);
+    if (PyErr_Occurred() || fold_names_ready() < 0) {
+        return NULL;
+    }
+    PyMemberDef *change_members[CHANGE_FIELDS], *tuple_members[TUPLE_FIELDS];
+    if (members_of(row_type, change_fields, CHANGE_FIELDS, change_members) < 0
+        || members_of(tuple_type, tuple_fields, TUPLE_FIELDS, tuple_members) < 0) {
+        return NULL;
+    }
+    Py_ssize_t tuple_at = id_at + 5; /* relation id, then the 'N' marker */
+    PyObject *start = PyLong_FromSsize_t(tuple_at);
+    if (start == NULL) {
+        return NULL;
+    }
+    Py_ssize_t taken[2] = {0, 0};
+    PyObject *left = NULL; /* a record read and not replayed */
+    PyObject *failed = NULL;
+    for (;;) {
+        if (PyList_GET_SIZE(chunk) >= max_changes || (max_weight >= 0 && weight >= max_weight)) {
+            break;
+        }
+        PyObject *record = PyIter_Next(records);
+        if (record == NULL) {
+            if (PyErr_Occurred()) {
+                failed = record; /* NULL: the error propagates */
+                goto fail;
+            }
+            break;
+        }
+        const unsigned char *data;
+        Py_ssize_t len;
+        int kind = -1;
+        if (PyBytes_CheckExact(record) && (len = PyBytes_GET_SIZE(record)) > tuple_at) {
+            data = (const unsigned char *)PyBytes_AS_STRING(record);
+            if (data[0] == 'I') {
+                kind = 0;
+            }
+            else if (data[0] == 'U' && data[id_at + 4] == 'N') {
+                kind = 1;
+            }
+        }
+        PyObject *id = NULL;
+        if (kind >= 0) {
+            uint32_t value = ((uint32_t)data[id_at] << 24) | ((uint32_t)data[id_at + 1] << 16)
+                             | ((uint32_t)data[id_at + 2] << 8) | (uint32_t)data[id_at + 3];
+            id = PyLong_FromUnsignedLong(value);
+            if (id == NULL) {
+                Py_DECREF(record);
+                goto fail;
+            }
+        }
+        if (kind < 0 || PyDict_GetItemWithError(relations, id) != relation) {
+            Py_XDECREF(id);
+            if (PyErr_Occurred()) {
+                Py_DECREF(record);
+                goto fail;
+            }
+            left = record;
+            break;
+        }
+        Py_DECREF(id);
+        PyObject *tuple_values[TUPLE_FIELDS] = {record, start, Py_None};
+        PyObject *tuple = new_slotted((PyTypeObject *)tuple_type, tuple_members, tuple_values,
+                                      TUPLE_FIELDS);
+        PyObject *number = tuple == NULL ? NULL : PyLong_FromSsize_t(ordinal);
+        PyObject *change = NULL;
+        if (number != NULL) {
+            PyObject *change_values[CHANGE_FIELDS] = {
+                kind == 0 ? op_insert : op_update, relation, tuple,   Py_None, Py_None,
+                args[6],                           args[7],  number, args[8]};
+            change = new_slotted((PyTypeObject *)row_type, change_members, change_values,
+                                 CHANGE_FIELDS);
+        }
+        Py_XDECREF(number);
+        Py_XDECREF(tuple);
+        int appended = change == NULL ? -1 : PyList_Append(chunk, change);
+        Py_XDECREF(change);
+        if (appended < 0) {
+            Py_DECREF(record);
+            goto fail;
+        }
+        weight += overhead + len;
+        ordinal++;
+        taken[kind]++;
+        Py_DECREF(record);
+    }
+    Py_DECREF(start);
+    return Py_BuildValue("(nnnnN)", ordinal, weight, taken[0], taken[1],
+                         left == NULL ? (Py_INCREF(Py_None), Py_None) : left);
+fail:
+    Py_DECREF(start);
+    return failed;
+}
+
+PyDoc_STRVAR(absorb_doc,
+"absorb(frames, start, records, room, overhead, /)\n--\n\n"
+"Take the run of row messages at frames[start:] into a transaction's in-memory records:\n"
+"the receive loop's bulk, for a transaction open outside a stream block. A frame belongs\n"
+"to the run while it is bytes holding an XLogData frame ('w', 24 header bytes) whose\n"
+"payload row_message_is_valid(payload, False) accepts and fits the room left: each takes\n"
+"len(payload) + overhead bytes of room. Each payload is appended to records (a list) as\n"
+"bytes. Answers (stop, used, payload_bytes, wal_start, inserts, updates, deletes): the\n"
+"index of the first frame not taken (untouched: the caller feeds it the general way),\n"
+"the room used, the payloads' total length, the WAL start of the last frame taken (0\n"
+"when none was) and how many of each row message were taken.");
+
+/* The offset of an XLogData frame's payload: 'w', then start LSN, end LSN, send time. */
+#define XLOG_PAYLOAD 25
+
+static PyObject *
+absorb(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t start;
+    if (start_argument("absorb", args, nargs, 5, &start) < 0) {
+        return NULL;
+    }
+    PyObject *frames = args[0], *records = args[2];
+    if (!PyList_CheckExact(frames) || !PyList_CheckExact(records)) {
+        PyErr_SetString(PyExc_TypeError, "absorb takes a list of frames and a list of records");
+        return NULL;
+    }
+    Py_ssize_t room = PyLong_AsSsize_t(args[3]);
+    if (room == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t overhead = PyLong_AsSsize_t(args[4]);
+    if (overhead == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t used = 0, payload_bytes = 0, taken[3] = {0, 0, 0};
+    unsigned long long wal_start = 0;
+    Py_ssize_t at = start < 0 ? 0 : start;
+    for (; at < PyList_GET_SIZE(frames); at++) {
+        PyObject *frame = PyList_GET_ITEM(frames, at);
+        if (!PyBytes_CheckExact(frame) || PyBytes_GET_SIZE(frame) <= XLOG_PAYLOAD) {
+            break;
+        }
+        const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(frame);
+        Py_ssize_t size = PyBytes_GET_SIZE(frame) - XLOG_PAYLOAD;
+        const unsigned char *payload = data + XLOG_PAYLOAD;
+        if (data[0] != 'w' || size + overhead > room - used
+            || !row_message_valid(payload, size, 0)) {
+            break;
+        }
+        PyObject *record = PyBytes_FromStringAndSize((const char *)payload, size);
+        if (record == NULL) {
+            return NULL;
+        }
+        int appended = PyList_Append(records, record);
+        Py_DECREF(record);
+        if (appended < 0) {
+            return NULL;
+        }
+        used += size + overhead;
+        payload_bytes += size;
+        taken[payload[0] == 'I' ? 0 : payload[0] == 'U' ? 1 : 2]++;
+        wal_start = 0;
+        for (int i = 1; i <= 8; i++) {
+            wal_start = (wal_start << 8) | data[i];
+        }
+    }
+    return Py_BuildValue("(nnnKnnn)", at, used, payload_bytes, wal_start, taken[0], taken[1],
+                         taken[2]);
+}
+
 PyDoc_STRVAR(row_message_is_valid_doc,
 "row_message_is_valid(buf, in_stream, /)\n--\n\n"
 "True when buf is an INSERT, UPDATE or DELETE that scan_row_message accepts; False means\n"
@@ -877,6 +1136,8 @@ static PyMethodDef methods[] = {
     {"pick", (PyCFunction)(void (*)(void))pick, METH_FASTCALL, pick_doc},
     {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL, gather_doc},
     {"fold", (PyCFunction)(void (*)(void))fold, METH_FASTCALL, fold_doc},
+    {"absorb", (PyCFunction)(void (*)(void))absorb, METH_FASTCALL, absorb_doc},
+    {"replay_rows", (PyCFunction)(void (*)(void))replay_rows, METH_FASTCALL, replay_rows_doc},
     {"row_message_is_valid", (PyCFunction)(void (*)(void))row_message_is_valid, METH_FASTCALL,
      row_message_is_valid_doc},
     {NULL, NULL, 0, NULL},

@@ -1,6 +1,6 @@
 """Types of the compiled kernel ``decoder/_tuplewalk.c`` (see ``decoder.native``)."""
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 def row_message_is_valid(buf: bytes, in_stream: bool, /) -> bool: ...
@@ -45,6 +45,27 @@ def fold(
     parts: list[tuple[bytes, int]],
     /,
 ) -> tuple[int, int, int]: ...
+def absorb(
+    frames: list[bytes], start: int, records: list[bytes], room: int, overhead: int, /
+) -> tuple[int, int, int, int, int, int, int]: ...
+def replay_rows(
+    records: Iterator[bytes],
+    relations: dict[int, Any],
+    relation: object,
+    row_type: type,
+    tuple_type: type,
+    id_at: int,
+    commit_lsn: int,
+    commit_time: int,
+    xid: int | None,
+    ordinal: int,
+    chunk: list[Any],
+    weight: int,
+    max_changes: int,
+    max_weight: int,
+    overhead: int,
+    /,
+) -> tuple[int, int, int, int, bytes | None]: ...
 def gather(
     parts: list[tuple[bytes, int]], count: int, /
 ) -> list[tuple[bytes, bytes, bytes | None, int]] | None: ...

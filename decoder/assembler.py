@@ -33,7 +33,9 @@ Row messages are nearly all of a stream, so they take a fast path at both ends (
 ``row_message_is_valid``, which builds nothing (``tupledata.walk_tuple`` without
 output); only when it cannot (a damaged message, or
 a state the fast path does not cover) does the general path parse it and raise the
-precise error. ``replay`` then reads just the row header and hands out
+precise error. ``feed_row_frames`` does what that fast path does for a whole run of
+XLogData frames in one call (the kernel's ``absorb``), and stops, untouched, at the first
+frame ``feed`` would treat otherwise. ``replay`` then reads just the row header and hands out
 ``TupleData.from_wire`` tuples, whose columns are split when first read, so the bytes of
 a column are walked once at feed and once by whoever converts the values. Replays happen
 once each, in the order the commits arrived, so the cache always holds the schema that
@@ -118,7 +120,7 @@ from decoder.parser import (
 )
 from decoder.relations import RelationCache
 from decoder.replay import ChunkLimits, ReplayChunk, ReplayQueue, SpooledTransaction, Subxact
-from decoder.spill import ChangeBufferFactory, MemoryChangeBuffer
+from decoder.spill import AbsorbedFrames, ChangeBufferFactory, MemoryChangeBuffer
 from decoder.transitions import (
     MESSAGE_EVENTS,
     STREAM_EVENTS,
@@ -209,6 +211,26 @@ class Assembler:
         return self._replays.relations
 
     # ------------------------------------------------------------------------- input
+
+    def feed_row_frames(self, frames: list[bytes], start: int) -> AbsorbedFrames | None:
+        """Take the run of row messages at ``frames[start:]`` as ``feed`` would, in bulk.
+
+        ``frames`` are XLogData frames as received. Inside BEGIN ... COMMIT ``feed`` only
+        checks a row message and appends it to the transaction's buffer; this does the
+        same for a whole run of them in one call (``ChangeBuffer.absorb_frames``), and
+        ``feed`` stays the reference: the run ends, untouched, at the first frame it
+        would treat otherwise (another message, a keepalive, a damaged message, a record
+        that would spill). None when no run can be taken here (another state, or a buffer
+        that takes none): feed every frame.
+        """
+        if self._state is not AssemblerState.IN_TRANSACTION:
+            return None
+        txn = self._current
+        assert txn is not None
+        absorbed = txn.buffer.absorb_frames(frames, start)
+        if absorbed is not None:
+            txn.change_count += absorbed.records
+        return absorbed
 
     def feed(self, wal_start: int, payload: bytes | memoryview) -> list[AssemblerOutput]:
         """Process one pgoutput message.

@@ -9,7 +9,10 @@ names); both forms give the same answer for every input
 (``tests/unit/decoder/test_native.py``), and whatever the C walk cannot finish is done
 again by the reference, which words the error.
 
-The kernel also holds ``pick``, ``fold`` and ``gather`` (``values.pick_text_values``,
+The kernel also holds ``absorb`` and ``replay_rows``, the receive and replay loops' bulk
+paths (``spill.FileChangeBuffer.absorb_frames``, ``replay.ReplayQueue._chunks``; without
+the kernel every frame is fed and every record replayed one by one, the reference
+paths), and ``pick``, ``fold`` and ``gather`` (``values.pick_text_values``,
 ``values.fold_text_rows`` and ``values.gather_text_columns``), which the sink's columnar
 planner uses; without the kernel they answer None (``fold_text_rows`` folds nothing) and
 the planner converts row by row, its reference path.

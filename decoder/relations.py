@@ -42,6 +42,12 @@ class RelationCache:
         return self._relations.get(relation_id)
 
     @property
+    def by_id(self) -> dict[int, Relation]:
+        """The relations by OID: the cache's own dict, for the compiled replay loop to read
+        (``replay.ReplayQueue._chunks``); never change it."""
+        return self._relations
+
+    @property
     def lookup(self) -> Callable[[int], Relation | None]:
         """``relation`` without the method call: the replay loop asks once per change."""
         return self._relations.get

@@ -11,7 +11,10 @@ the schema that was current when it was made, however late the caller replays.
 
 Row records are nearly all of a stream, and they were validated when they arrived, so
 replay reads only their header (relation id, tuple marker) and hands out
-``TupleData.from_wire`` tuples whose columns are split when first read. Every other record
+``TupleData.from_wire`` tuples whose columns are split when first read. After each row
+change the kernel's ``replay_rows`` (``decoder.native``) replays the run of plain inserts
+and updates of the same relation that follows, building the same objects; the record that
+ends the run comes back to the Python loop, which stays the reference. Every other record
 goes through ``parse_message``; no row record does (the row branch takes every INSERT,
 UPDATE and DELETE tag, and ``parse_message`` makes those classes only from those tags).
 """
@@ -22,17 +25,37 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
-from decoder.changes import Change, MessageChange, RowOperation, TruncateChange, new_row_change
+from decoder.changes import (
+    Change,
+    MessageChange,
+    RowChange,
+    RowOperation,
+    TruncateChange,
+    new_row_change,
+)
 from decoder.errors import DecodeError, ProtocolSequenceError
 from decoder.lsn import Lsn, Xid, format_lsn
-from decoder.messages import Begin, BeginPrepare, LogicalMessage, Relation, Truncate, Type
+from decoder.messages import (
+    Begin,
+    BeginPrepare,
+    LogicalMessage,
+    Relation,
+    Truncate,
+    TupleData,
+    Type,
+)
 from decoder.messages import new_wire_tuple as _new_wire_tuple
+from decoder.native import COMPILED
 from decoder.options import ProtocolOptions
 from decoder.outputs import CommittedTransaction
 from decoder.parser import ROW_MESSAGE_TYPES, parse_message, row_parts
 from decoder.relations import RelationCache
 from decoder.spill import ChangeBuffer
 from decoder.wire import U32
+
+_replay_rows = None if COMPILED is None else COMPILED.replay_rows
+"""The kernel's loop over a run of plain row records (``ReplayQueue._chunks``); None
+without the kernel, when every record takes the Python loop, the reference."""
 
 _TALLIED_OPERATIONS: tuple[tuple[int, RowOperation], ...] = (
     (0x49, "insert"),
@@ -278,8 +301,15 @@ class ReplayQueue:
         tallies: dict[int, tuple[Relation, list[int]]] = {}
         tallied: Relation | None = None
         tally: list[int] = []
+        # After each row change, the kernel replays the plain rows of its relation that
+        # follow (``replay_rows``), as this loop would; the record that ends the run comes
+        # back here. Without the kernel every record takes this loop.
+        bulk = _replay_rows
+        by_id = self.relations.by_id
+        records = iter(txn.buffer)
+        record: bytes | None = next(records, None)
         try:
-            for record in txn.buffer:
+            while record is not None:
                 tag = record[0]
                 if tag in row_types:
                     relation = known_relation(unpack_id(record, id_at)[0])
@@ -311,12 +341,45 @@ class ReplayQueue:
                         tally = tallies.setdefault(id(relation), (relation, [0] * 256))[1]
                     tally[tag] += 1
                     weight += overhead + len(record)
+                    if bulk is not None:
+                        ordinal += 1
+                        append(change)
+                        ordinal, weight, inserts, updates, record = bulk(
+                            records,
+                            by_id,
+                            relation,
+                            RowChange,
+                            TupleData,
+                            id_at,
+                            commit_lsn,
+                            commit_time,
+                            xid,
+                            ordinal,
+                            chunk,
+                            weight,
+                            max_changes,
+                            max_weight,
+                            overhead,
+                        )
+                        tally[0x49] += inserts
+                        tally[0x55] += updates
+                        if len(chunk) >= max_changes or weight >= max_weight >= 0:
+                            yield ReplayChunk(chunk, weight)
+                            chunk = []
+                            append = chunk.append
+                            weight = 0
+                            max_changes = limits.max_changes
+                            max_weight = limits.max_weight
+                        if record is None:
+                            record = next(records, None)
+                        continue
                 else:
                     message = parse_message(record, options=options, in_stream=streamed)
                     match message:
                         case Relation() | Type():
                             apply_schema(message)
                             schema_seen += 1
+                            record = next(records, None)
                             continue
                         case Truncate():
                             change = TruncateChange(
@@ -360,6 +423,7 @@ class ReplayQueue:
                     weight = 0
                     max_changes = limits.max_changes
                     max_weight = limits.max_weight
+                record = next(records, None)
             if chunk:
                 yield ReplayChunk(chunk, weight)
             finished = True

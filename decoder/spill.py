@@ -20,6 +20,11 @@ behind ``stream_write_change``. The file is deleted on ``close()``, or when the 
 garbage-collected without being closed.
 
 A mark is an opaque integer, meaningful only to the buffer that returned it.
+
+``absorb_frames`` is the receive loop's bulk path: a ``FileChangeBuffer`` still in memory
+takes a run of row messages straight from their XLogData frames, in C (the kernel's
+``absorb``), as ``append`` would take them one by one. A buffer that cannot (spilled, empty,
+another kind, no kernel) answers None and the caller feeds the frames one by one.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ import tempfile
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO, Final, Protocol
+from typing import BinaryIO, Final, NamedTuple, Protocol
+
+from decoder.native import COMPILED
 
 _LENGTH: Final = struct.Struct(">I")
 # A spool file is read back 1 MiB at a time. Each read gives the GIL up for a moment;
@@ -45,11 +52,43 @@ _READ_BUFFER_BYTES: Final = 1024 * 1024
 _WRITE_BLOCK_BYTES: Final = 64 * 1024
 
 
+class AbsorbedFrames(NamedTuple):
+    """What ``ChangeBuffer.absorb_frames`` took: the kernel's ``absorb`` answer."""
+
+    stop: int
+    """Index of the first frame not taken (the caller feeds it the general way)."""
+    used_bytes: int
+    """Bytes the records added (payload plus four bytes each, as ``append`` counts)."""
+    payload_bytes: int
+    """The payloads' total length."""
+    wal_start: int
+    """WAL start of the last frame taken (0 when none was)."""
+    inserts: int
+    updates: int
+    deletes: int
+
+    @property
+    def records(self) -> int:
+        """Records taken."""
+        return self.inserts + self.updates + self.deletes
+
+
 class ChangeBuffer(Protocol):
     """An append-only sequence of records that can be truncated back to a mark."""
 
     def append(self, record: bytes) -> None:
         """Add a record at the end."""
+        ...
+
+    def absorb_frames(self, frames: list[bytes], start: int) -> AbsorbedFrames | None:
+        """Append the payloads of the run of valid row messages at ``frames[start:]``.
+
+        ``frames`` are CopyData payloads as received (XLogData frames). The run ends at the
+        first frame that is not an XLogData frame holding a row message the assembler's
+        check accepts (``parser.row_message_is_valid`` outside a stream block), or that
+        ``append`` would not keep in memory. None when the buffer takes no run at all
+        (the caller then feeds every frame the general way).
+        """
         ...
 
     def mark(self) -> int:
@@ -93,6 +132,10 @@ class MemoryChangeBuffer:
         """Add a record at the end."""
         self._records.append(record)
         self._size += _LENGTH.size + len(record)
+
+    def absorb_frames(self, frames: list[bytes], start: int) -> AbsorbedFrames | None:
+        """None: records are appended one by one (the reference path)."""
+        return None
 
     def mark(self) -> int:
         """Return the current record count."""
@@ -148,6 +191,10 @@ class CountingChangeBuffer:
         """Count a record."""
         self._count += 1
         self._size += _LENGTH.size + len(record)
+
+    def absorb_frames(self, frames: list[bytes], start: int) -> AbsorbedFrames | None:
+        """None: records are counted one by one."""
+        return None
 
     def mark(self) -> int:
         """Return the current record count."""
@@ -297,6 +344,25 @@ class FileChangeBuffer:
         self._file_bytes += size
         if len(pending) >= _WRITE_BLOCK_BYTES:
             self._write_pending()
+
+    def absorb_frames(self, frames: list[bytes], start: int) -> AbsorbedFrames | None:
+        """``ChangeBuffer.absorb_frames``, in C: the frames that fit the shared budget.
+
+        Only while the buffer is in memory and holds a record already (the first record
+        registers the buffer with the budget, ``append`` does that); the run then ends at
+        the record that would cross the budget, which ``append`` takes and spills.
+        """
+        if COMPILED is None or self._file is not None or not self._memory:
+            return None
+        budget = self._budget
+        absorbed = AbsorbedFrames._make(
+            COMPILED.absorb(
+                frames, start, self._memory, budget.limit_bytes - budget.used_bytes, _LENGTH.size
+            )
+        )
+        self._memory_bytes += absorbed.used_bytes
+        budget.used_bytes += absorbed.used_bytes
+        return absorbed
 
     def _write_pending(self) -> None:
         """Write the staged records to the spool file."""

@@ -4,6 +4,7 @@ and counted per relation and operation in the same pass (the capture session's h
 from __future__ import annotations
 
 from collections.abc import Sequence
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given
@@ -23,6 +24,9 @@ from decoder import (
     TruncateChange,
     Update,
 )
+from decoder import replay as replay_module
+from decoder.errors import ProtocolSequenceError
+from decoder.messages import StreamStop
 from tests.support.pgoutput_builder import (
     INT4_OID,
     TEXT_OID,
@@ -33,6 +37,8 @@ from tests.support.pgoutput_builder import (
     insert,
     logical_message,
     relation,
+    stream_commit,
+    stream_start,
     text_tuple,
 )
 
@@ -200,3 +206,135 @@ def test_the_next_replay_waits_for_the_chunks_to_be_read() -> None:
     with pytest.raises(Exception, match="unfinished"):
         assembler.replay(txn)
     chunks.close()
+
+
+# --- the compiled loop (``replay_rows``) against the Python loop --------------------------
+
+
+def _runs(kinds: list[tuple[int, int]], *, xid: int | None) -> list[Message]:
+    """Row messages in runs: ``(kind, length)`` pairs; kind 0 inserts into T, 1 updates T
+    without an old key, 2 updates T with one, 3 deletes from T, 4 inserts into U, 5 a
+    RELATION message for T in the middle of the transaction, 6 a logical message."""
+    out: list[Message] = []
+    n = 0
+    for kind, length in kinds:
+        for _ in range(length):
+            n += 1
+            key, note = str(n), "v" * (n % 5)
+            match kind:
+                case 0:
+                    out.append(insert(T, key, note, xid=xid))
+                case 1:
+                    out.append(
+                        Update(
+                            xid=xid,
+                            relation_id=T,
+                            old_kind=None,
+                            old_tuple=None,
+                            new_tuple=text_tuple(key, note),
+                        )
+                    )
+                case 2:
+                    out.append(
+                        Update(
+                            xid=xid,
+                            relation_id=T,
+                            old_kind="K",
+                            old_tuple=text_tuple(str(n - 1), None),
+                            new_tuple=text_tuple(key, note),
+                        )
+                    )
+                case 3:
+                    out.append(
+                        Delete(
+                            xid=xid, relation_id=T, old_kind="K", old_tuple=text_tuple(key, None)
+                        )
+                    )
+                case 4:
+                    out.append(insert(U, key, note, xid=xid))
+                case 5:
+                    out.append(relation(T, f"t{n}", COLUMNS, xid=xid))
+                case _:
+                    out.append(logical_message("audit", key.encode(), transactional=True, xid=xid))
+    return out
+
+
+def _replayed(
+    messages: Sequence[Message], options: ProtocolOptions, sizes: list[int], weights: list[int]
+) -> tuple[list[tuple[list[object], int]], dict[tuple[str, str], int]]:
+    assembler = Assembler(options)
+    outputs = feed_messages(assembler, messages)
+    chunks_out: list[tuple[list[object], int]] = []
+    counts: dict[tuple[int, str], int] = {}
+    relations: dict[tuple[int, str], Relation] = {}
+    index = 0
+    for txn in [o for o in outputs if isinstance(o, CommittedTransaction)]:
+        limits = ChunkLimits(change_overhead=OVERHEAD)
+        chunks = assembler.replay_chunks(txn, limits, counts, relations)
+        while True:
+            limits.max_changes = sizes[index % len(sizes)]
+            limits.max_weight = weights[index % len(weights)]
+            chunk = next(chunks, None)
+            if chunk is None:
+                break
+            index += 1
+            described = [
+                (type(c), c, c.new.wire if isinstance(c, RowChange) and c.new else None)
+                for c in chunk.changes
+            ]
+            chunks_out.append((described, chunk.weight))
+    by_name = {(relations[key].relation_name, key[1]): count for key, count in counts.items()}
+    return chunks_out, by_name
+
+
+@given(
+    kinds=st.lists(st.tuples(st.integers(0, 6), st.integers(1, 8)), max_size=10),
+    streamed=st.booleans(),
+    sizes=st.lists(st.integers(min_value=0, max_value=12), min_size=1, max_size=8),
+    weights=st.lists(st.integers(min_value=-1, max_value=900), min_size=1, max_size=8),
+)
+def test_the_compiled_loop_replays_what_the_python_loop_replays(
+    kinds: list[tuple[int, int]], streamed: bool, sizes: list[int], weights: list[int]
+) -> None:
+    if replay_module._replay_rows is None:
+        pytest.fail("the C kernel was not built (no C compiler at install?)")
+    if streamed:
+        options = ProtocolOptions(proto_version=2, streaming="on", messages=True)
+        body = _runs(kinds, xid=900)
+        messages: list[Message] = [
+            stream_start(900, first_segment=True),
+            relation(T, "t", COLUMNS, xid=900),
+            relation(U, "u", COLUMNS, xid=900),
+            *body,
+            StreamStop(),
+            stream_commit(900, 0x9000),
+        ]
+    else:
+        options = ProtocolOptions(proto_version=1, messages=True)
+        body = _runs(kinds, xid=None)
+        messages = [
+            begin(700, 0x9000),
+            relation(T, "t", COLUMNS),
+            relation(U, "u", COLUMNS),
+            *body,
+            commit(0x9000),
+        ]
+    compiled = _replayed(messages, options, sizes, weights)
+    with patch.object(replay_module, "_replay_rows", None):
+        reference = _replayed(messages, options, sizes, weights)
+    assert compiled == reference
+
+
+def test_the_compiled_loop_stops_at_a_relation_it_does_not_know() -> None:
+    if replay_module._replay_rows is None:
+        pytest.fail("the C kernel was not built (no C compiler at install?)")
+    messages = [
+        begin(700, 0x9000),
+        relation(T, "t", COLUMNS),
+        insert(T, "1", "a"),
+        insert(U, "2", "b"),
+        commit(0x9000),
+    ]
+    assembler, txn = _committed(messages)
+    with pytest.raises(ProtocolSequenceError, match=f"relation {U} is unknown"):
+        list(assembler.replay(txn))
