@@ -341,38 +341,6 @@ class ReplayQueue:
                         tally = tallies.setdefault(id(relation), (relation, [0] * 256))[1]
                     tally[tag] += 1
                     weight += overhead + len(record)
-                    if bulk is not None:
-                        ordinal += 1
-                        append(change)
-                        ordinal, weight, inserts, updates, record = bulk(
-                            records,
-                            by_id,
-                            relation,
-                            RowChange,
-                            TupleData,
-                            id_at,
-                            commit_lsn,
-                            commit_time,
-                            xid,
-                            ordinal,
-                            chunk,
-                            weight,
-                            max_changes,
-                            max_weight,
-                            overhead,
-                        )
-                        tally[0x49] += inserts
-                        tally[0x55] += updates
-                        if len(chunk) >= max_changes or weight >= max_weight >= 0:
-                            yield ReplayChunk(chunk, weight)
-                            chunk = []
-                            append = chunk.append
-                            weight = 0
-                            max_changes = limits.max_changes
-                            max_weight = limits.max_weight
-                        if record is None:
-                            record = next(records, None)
-                        continue
                 else:
                     message = parse_message(record, options=options, in_stream=streamed)
                     match message:
@@ -416,6 +384,31 @@ class ReplayQueue:
                             raise AssertionError(f"{type(message).__name__} is never spooled")
                 ordinal += 1
                 append(change)
+                # A row change: the kernel goes on with the plain rows of its relation (it
+                # stops at once when the chunk is full) and answers the record after them,
+                # or None when it read none past them.
+                if bulk is not None and tag in row_types:
+                    ordinal, weight, inserts, updates, record = bulk(
+                        records,
+                        by_id,
+                        relation,
+                        RowChange,
+                        TupleData,
+                        id_at,
+                        commit_lsn,
+                        commit_time,
+                        xid,
+                        ordinal,
+                        chunk,
+                        weight,
+                        max_changes,
+                        max_weight,
+                        overhead,
+                    )
+                    tally[0x49] += inserts
+                    tally[0x55] += updates
+                else:
+                    record = None
                 if len(chunk) >= max_changes or weight >= max_weight >= 0:
                     yield ReplayChunk(chunk, weight)
                     chunk = []
@@ -423,7 +416,8 @@ class ReplayQueue:
                     weight = 0
                     max_changes = limits.max_changes
                     max_weight = limits.max_weight
-                record = next(records, None)
+                if record is None:
+                    record = next(records, None)
             if chunk:
                 yield ReplayChunk(chunk, weight)
             finished = True

@@ -3,7 +3,7 @@ and counted per relation and operation in the same pass (the capture session's h
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from unittest.mock import patch
 
 import pytest
@@ -27,6 +27,7 @@ from decoder import (
 from decoder import replay as replay_module
 from decoder.errors import ProtocolSequenceError
 from decoder.messages import StreamStop
+from decoder.replay import ReplayChunk
 from tests.support.pgoutput_builder import (
     INT4_OID,
     TEXT_OID,
@@ -104,6 +105,22 @@ def _weight(message: Message, change: object) -> int:
     return OVERHEAD + len(encode_message(message))
 
 
+def _cut(
+    chunks: Iterator[ReplayChunk], limits: ChunkLimits, sizes: list[int], weights: list[int]
+) -> Iterator[ReplayChunk]:
+    """Read ``chunks``, setting the limits of each next chunk from ``sizes`` and ``weights``
+    in turn (they stay set while the caller looks at the chunk)."""
+    index = 0
+    while True:
+        limits.max_changes = sizes[index % len(sizes)]
+        limits.max_weight = weights[index % len(weights)]
+        chunk = next(chunks, None)
+        if chunk is None:
+            return
+        index += 1
+        yield chunk
+
+
 @given(
     rows=st.integers(min_value=0, max_value=60),
     sizes=st.lists(st.integers(min_value=0, max_value=9), min_size=1, max_size=20),
@@ -123,14 +140,7 @@ def test_chunks_hold_the_replayed_changes_cut_at_the_limits_of_each_chunk(
     relations: dict[tuple[int, str], Relation] = {}
     taken: list[object] = []
     chunks = assembler.replay_chunks(txn, limits, counts, relations)
-    index = 0
-    while True:
-        limits.max_changes = sizes[index % len(sizes)]
-        limits.max_weight = weights[index % len(weights)]
-        chunk = next(chunks, None)
-        if chunk is None:
-            break
-        index += 1
+    for chunk in _cut(chunks, limits, sizes, weights):
         start = len(taken)
         taken.extend(chunk.changes)
         weighed = [_weight(sent[i], taken[i]) for i in range(start, len(taken))]
@@ -267,17 +277,10 @@ def _replayed(
     chunks_out: list[tuple[list[object], int]] = []
     counts: dict[tuple[int, str], int] = {}
     relations: dict[tuple[int, str], Relation] = {}
-    index = 0
     for txn in [o for o in outputs if isinstance(o, CommittedTransaction)]:
         limits = ChunkLimits(change_overhead=OVERHEAD)
         chunks = assembler.replay_chunks(txn, limits, counts, relations)
-        while True:
-            limits.max_changes = sizes[index % len(sizes)]
-            limits.max_weight = weights[index % len(weights)]
-            chunk = next(chunks, None)
-            if chunk is None:
-                break
-            index += 1
+        for chunk in _cut(chunks, limits, sizes, weights):
             described = [
                 (type(c), c, c.new.wire if isinstance(c, RowChange) and c.new else None)
                 for c in chunk.changes
