@@ -139,6 +139,7 @@ class Session:
         clock: Callable[[], float] = time.monotonic,
         frame_tap: Callable[[int, bytes], None] | None = None,
         replay_changes: bool = True,
+        frames_tap: Callable[[list[bytes], int, int], None] | None = None,
     ) -> None:
         self.stream = stream
         self.assembler = assembler
@@ -155,6 +156,9 @@ class Session:
         self.endpos = endpos
         self.clock = clock
         self.frame_tap = frame_tap
+        self.frames_tap = frames_tap
+        """With ``frame_tap``: sees the runs of frames taken in bulk, ``frames[start:stop]``
+        (``frame_tap`` sees every other frame); without it no run is taken in bulk."""
         self.replay_changes = replay_changes
         self.endpos_reached = False
         self._message_counters: dict[str, Counter] = {}
@@ -292,14 +296,17 @@ class Session:
         Inside a transaction the assembler takes a run of row messages in one call
         (``Assembler.feed_row_frames``), exactly as ``_on_frame`` would take them one by
         one; the frame that ends the run goes to ``_on_frame``. A frame tap sees every
-        frame, so with one every frame takes ``_on_frame``.
+        frame: the runs through ``frames_tap``, or, without one, no run is taken.
         """
-        bulk = self.frame_tap is None
+        frames_tap = self.frames_tap
+        bulk = self.frame_tap is None or frames_tap is not None
         position, end = 0, len(frames)
         while position < end and not self.endpos_reached:
             if bulk:
                 run = self.assembler.feed_row_frames(frames, position)
                 if run is not None and run.stop > position:
+                    if frames_tap is not None:
+                        frames_tap(frames, position, run.stop)
                     self._burst_bytes += run.payload_bytes
                     tags = self._burst_tags
                     tags[0x49] += run.inserts

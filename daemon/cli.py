@@ -152,6 +152,7 @@ def _cmd_capture(args: argparse.Namespace) -> int:
         endpos=args.endpos,
         stop_event=stop,
         frame_tap=recorder.write,
+        frames_tap=recorder.write_frames,
         replay_changes=False,
     )
     try:

@@ -39,6 +39,7 @@ from decoder import (
     TupleData,
     format_lsn,
     pg_timestamp_to_datetime,
+    xlog_records,
 )
 from sink import Batch, BatchResult
 
@@ -67,6 +68,14 @@ class StreamRecorder:
     def write(self, wal_start: int, payload: bytes) -> None:
         pending = self._pending
         pending.append(_pack_header(wal_start, len(payload)) + payload)
+        if len(pending) >= _PENDING_RECORDS:
+            self._write_pending()
+
+    def write_frames(self, frames: list[bytes], start: int, stop: int) -> None:
+        """``write`` for each XLogData frame of ``frames[start:stop]``, at once (in C when
+        the kernel is built): the capture loop hands over the runs it takes in bulk."""
+        pending = self._pending
+        xlog_records(frames, start, stop, pending)  # the records ``write`` makes
         if len(pending) >= _PENDING_RECORDS:
             self._write_pending()
 

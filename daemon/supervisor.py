@@ -90,15 +90,18 @@ class Supervisor:
         stop_event: threading.Event | None = None,
         clock: Callable[[], float] = time.monotonic,
         frame_tap: Callable[[int, bytes], None] | None = None,
+        frames_tap: Callable[[list[bytes], int, int], None] | None = None,
         replay_changes: bool = True,
     ) -> None:
-        """``frame_tap`` sees every XLogData payload as it arrives; ``replay_changes``
-        False hands the sink only transaction ends (``wal2delta capture``, whose sink
-        makes the recording durable)."""
+        """``frame_tap`` sees every XLogData payload as it arrives - the runs of frames
+        the loop takes in bulk through ``frames_tap`` when one is given
+        (``capture.session.Session``); ``replay_changes`` False hands the sink only
+        transaction ends (``wal2delta capture``, whose sink makes the recording durable)."""
         self.config = config
         self.settings: CaptureSettings = capture_settings(config)
         self.reconnect: ReconnectSettings = reconnect_settings(config)
         self.frame_tap = frame_tap
+        self.frames_tap = frames_tap
         self.replay_changes = replay_changes
         self.sink = sink
         self.metrics = metrics if metrics is not None else Metrics()
@@ -295,6 +298,7 @@ class Supervisor:
                 endpos=self.endpos,
                 clock=self.clock,
                 frame_tap=self.frame_tap,
+                frames_tap=self.frames_tap,
                 replay_changes=self.replay_changes,
             )
             self._session = session

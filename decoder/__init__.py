@@ -19,6 +19,7 @@ from decoder.frames import (
     encode_standby_status_update,
     parse_copy_data,
     read_xlog_data,
+    xlog_records,
 )
 from decoder.lsn import (
     Lsn,
@@ -207,4 +208,5 @@ __all__ = [
     "read_xlog_data",
     "spilling_buffers",
     "utc_offset",
+    "xlog_records",
 ]

@@ -1040,7 +1040,7 @@ PyDoc_STRVAR(absorb_doc,
 "to the run while it is bytes holding an XLogData frame ('w', 24 header bytes) whose\n"
 "payload row_message_is_valid(payload, False) accepts and fits the room left: each takes\n"
 "len(payload) + overhead bytes of room. Each payload is appended to records (a list) as\n"
-"bytes. Answers (stop, used, payload_bytes, wal_start, inserts, updates, deletes): the\n"
+"bytes; with records None the run is only checked and counted. Answers (stop, used, payload_bytes, wal_start, inserts, updates, deletes): the\n"
 "index of the first frame not taken (untouched: the caller feeds it the general way),\n"
 "the room used, the payloads' total length, the WAL start of the last frame taken (0\n"
 "when none was) and how many of each row message were taken.");
@@ -1056,8 +1056,9 @@ absorb(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *frames = args[0], *records = args[2];
-    if (!PyList_CheckExact(frames) || !PyList_CheckExact(records)) {
-        PyErr_SetString(PyExc_TypeError, "absorb takes a list of frames and a list of records");
+    if (!PyList_CheckExact(frames) || !(records == Py_None || PyList_CheckExact(records))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "absorb takes a list of frames and a list of records or None");
         return NULL;
     }
     Py_ssize_t room = PyLong_AsSsize_t(args[3]);
@@ -1083,14 +1084,16 @@ absorb(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             || !row_message_valid(payload, size, 0)) {
             break;
         }
-        PyObject *record = PyBytes_FromStringAndSize((const char *)payload, size);
-        if (record == NULL) {
-            return NULL;
-        }
-        int appended = PyList_Append(records, record);
-        Py_DECREF(record);
-        if (appended < 0) {
-            return NULL;
+        if (records != Py_None) {
+            PyObject *record = PyBytes_FromStringAndSize((const char *)payload, size);
+            if (record == NULL) {
+                return NULL;
+            }
+            int appended = PyList_Append(records, record);
+            Py_DECREF(record);
+            if (appended < 0) {
+                return NULL;
+            }
         }
         used += size + overhead;
         payload_bytes += size;
@@ -1102,6 +1105,66 @@ absorb(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     return Py_BuildValue("(nnnKnnn)", at, used, payload_bytes, wal_start, taken[0], taken[1],
                          taken[2]);
+}
+
+PyDoc_STRVAR(xlog_records_doc,
+"xlog_records(frames, start, stop, out, /)\n--\n\n"
+"Append to out (a list) one recording record per XLogData frame of frames[start:stop]:\n"
+"the frame's start LSN (8 bytes), its payload length (4 bytes, both big-endian) and the\n"
+"payload - the record daemon.recording writes. A ValueError for a frame that is not an\n"
+"XLogData frame (the caller hands only frames absorb took).");
+
+static PyObject *
+xlog_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t start;
+    if (start_argument("xlog_records", args, nargs, 4, &start) < 0) {
+        return NULL;
+    }
+    PyObject *frames = args[0], *out = args[3];
+    Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
+    if (stop == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!PyList_CheckExact(frames) || !PyList_CheckExact(out)) {
+        PyErr_SetString(PyExc_TypeError, "xlog_records takes a list of frames and a list");
+        return NULL;
+    }
+    if (start < 0 || stop > PyList_GET_SIZE(frames)) {
+        PyErr_SetString(PyExc_IndexError, "xlog_records: start or stop outside the frames");
+        return NULL;
+    }
+    for (Py_ssize_t at = start; at < stop; at++) {
+        PyObject *frame = PyList_GET_ITEM(frames, at);
+        if (!PyBytes_CheckExact(frame) || PyBytes_GET_SIZE(frame) < XLOG_PAYLOAD
+            || PyBytes_AS_STRING(frame)[0] != 'w') {
+            PyErr_Format(PyExc_ValueError, "frame %zd is not an XLogData frame", at);
+            return NULL;
+        }
+        Py_ssize_t size = PyBytes_GET_SIZE(frame) - XLOG_PAYLOAD;
+        if (size > (Py_ssize_t)UINT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "frame %zd holds more than 4 GiB", at);
+            return NULL;
+        }
+        PyObject *record = PyBytes_FromStringAndSize(NULL, 12 + size);
+        if (record == NULL) {
+            return NULL;
+        }
+        unsigned char *to = (unsigned char *)PyBytes_AS_STRING(record);
+        const unsigned char *from = (const unsigned char *)PyBytes_AS_STRING(frame);
+        memcpy(to, from + 1, 8); /* the start LSN, big-endian already */
+        to[8] = (unsigned char)(size >> 24);
+        to[9] = (unsigned char)(size >> 16);
+        to[10] = (unsigned char)(size >> 8);
+        to[11] = (unsigned char)size;
+        memcpy(to + 12, from + XLOG_PAYLOAD, (size_t)size);
+        int appended = PyList_Append(out, record);
+        Py_DECREF(record);
+        if (appended < 0) {
+            return NULL;
+        }
+    }
+    Py_RETURN_NONE;
 }
 
 PyDoc_STRVAR(row_message_is_valid_doc,
@@ -1137,6 +1200,7 @@ static PyMethodDef methods[] = {
     {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL, gather_doc},
     {"fold", (PyCFunction)(void (*)(void))fold, METH_FASTCALL, fold_doc},
     {"absorb", (PyCFunction)(void (*)(void))absorb, METH_FASTCALL, absorb_doc},
+    {"xlog_records", (PyCFunction)(void (*)(void))xlog_records, METH_FASTCALL, xlog_records_doc},
     {"replay_rows", (PyCFunction)(void (*)(void))replay_rows, METH_FASTCALL, replay_rows_doc},
     {"row_message_is_valid", (PyCFunction)(void (*)(void))row_message_is_valid, METH_FASTCALL,
      row_message_is_valid_doc},

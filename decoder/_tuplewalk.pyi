@@ -46,8 +46,9 @@ def fold(
     /,
 ) -> tuple[int, int, int]: ...
 def absorb(
-    frames: list[bytes], start: int, records: list[bytes], room: int, overhead: int, /
+    frames: list[bytes], start: int, records: list[bytes] | None, room: int, overhead: int, /
 ) -> tuple[int, int, int, int, int, int, int]: ...
+def xlog_records(frames: list[bytes], start: int, stop: int, out: list[bytes], /) -> None: ...
 def replay_rows(
     records: Iterator[bytes],
     relations: dict[int, Any],

@@ -17,6 +17,7 @@ from typing import Final
 from decoder.errors import MalformedMessageError
 from decoder.fastbuild import fast_constructor
 from decoder.lsn import Lsn, PgTimestamp
+from decoder.native import COMPILED
 from decoder.wire import U64
 
 _XLOG_HEADER: Final = struct.Struct(">QQq")
@@ -118,6 +119,34 @@ def read_xlog_data(buf: bytes) -> tuple[Lsn, bytes] | None:
     if len(buf) < _XLOG_PAYLOAD or buf[0] != 0x77:
         return None
     return Lsn(U64.unpack_from(buf, 1)[0]), buf[_XLOG_PAYLOAD:]
+
+
+_RECORD_LENGTH: Final = struct.Struct(">I")
+
+
+def xlog_records_reference(frames: list[bytes], start: int, stop: int, out: list[bytes]) -> None:
+    """``xlog_records`` in Python: the reference the kernel's form is compared with."""
+    for index in range(start, stop):
+        split = read_xlog_data(frames[index])
+        if split is None:
+            raise ValueError(f"frame {index} is not an XLogData frame")
+        wal_start, payload = split
+        out.append(U64.pack(wal_start) + _RECORD_LENGTH.pack(len(payload)) + payload)
+
+
+def xlog_records(frames: list[bytes], start: int, stop: int, out: list[bytes]) -> None:
+    """Append, per XLogData frame of ``frames[start:stop]``, its start LSN (8 bytes), its
+    payload's length (4 bytes, both big-endian) and the payload: how ``wal2delta capture``
+    records a frame (``daemon.recording``). In C when the kernel is built.
+
+    Raises:
+        ValueError: a frame is not an XLogData frame (callers hand over runs of frames the
+            assembler took, ``Assembler.feed_row_frames``).
+    """
+    if COMPILED is None:
+        xlog_records_reference(frames, start, stop, out)
+    else:
+        COMPILED.xlog_records(frames, start, stop, out)
 
 
 def encode_standby_status_update(

@@ -33,6 +33,7 @@ import contextlib
 import functools
 import os
 import struct
+import sys
 import tempfile
 import weakref
 from collections.abc import Callable, Iterator
@@ -193,8 +194,15 @@ class CountingChangeBuffer:
         self._size += _LENGTH.size + len(record)
 
     def absorb_frames(self, frames: list[bytes], start: int) -> AbsorbedFrames | None:
-        """None: records are counted one by one."""
-        return None
+        """``ChangeBuffer.absorb_frames``, in C: the run is checked and counted, not kept."""
+        if COMPILED is None:
+            return None
+        absorbed = AbsorbedFrames._make(
+            COMPILED.absorb(frames, start, None, sys.maxsize, _LENGTH.size)
+        )
+        self._count += absorbed.records
+        self._size += absorbed.used_bytes
+        return absorbed
 
     def mark(self) -> int:
         """Return the current record count."""

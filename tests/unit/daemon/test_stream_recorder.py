@@ -3,6 +3,7 @@ every record reaches the file once, in order, and ``sync`` covers what was writt
 
 from __future__ import annotations
 
+import struct
 import threading
 from pathlib import Path
 
@@ -51,3 +52,17 @@ def test_records_written_while_another_thread_syncs_are_all_kept_in_order(
     assert recorder.records == 50_000
     assert len(synced_sizes) > 1, "the sink thread synced while records were written"
     assert synced_sizes == sorted(synced_sizes)
+
+
+def test_runs_of_frames_are_recorded_as_their_frames_one_by_one(tmp_path: Path) -> None:
+    frames = [b"w" + struct.pack(">QQQ", 0x2000 + n, 0, 0) + _payload(n) for n in range(3000)]
+    by_run, one_by_one = StreamRecorder(tmp_path / "runs"), StreamRecorder(tmp_path / "one")
+    by_run.write_frames(frames, 0, 1)
+    by_run.write_frames(frames, 1, 2999)  # over the pending limit: written out on the way
+    by_run.write_frames(frames, 2999, 3000)
+    for n in range(3000):
+        one_by_one.write(0x2000 + n, _payload(n))
+    by_run.close()
+    one_by_one.close()
+    assert (tmp_path / "runs").read_bytes() == (tmp_path / "one").read_bytes()
+    assert list(read_records(tmp_path / "runs"))[1500] == (0x2000 + 1500, _payload(1500))

@@ -20,13 +20,16 @@ from hypothesis import strategies as st
 from decoder import (
     Assembler,
     CommittedTransaction,
+    CountingChangeBuffer,
     DecodeError,
     MemoryChangeBuffer,
     ProtocolOptions,
     native,
     read_xlog_data,
     spilling_buffers,
+    xlog_records,
 )
+from decoder.frames import xlog_records_reference
 from decoder.messages import Delete, Insert, Message, Update
 from decoder.spill import AbsorbedFrames, ChangeBufferFactory, FileChangeBuffer, MemoryBudget
 from tests.support.pgoutput_builder import (
@@ -135,13 +138,16 @@ def _feed(frames: list[bytes], buffers: ChangeBufferFactory, *, bulk: bool) -> O
     return outputs, changes, error, position if error else len(frames)
 
 
-def _feed_relation(assembler: Assembler) -> None:
+def _feed_relation(assembler: Assembler, *, replay: bool = True) -> None:
     for output in assembler.feed(0x10, encode_message(begin(99, 0x20), OPTIONS)):
         raise AssertionError(output)
     assembler.feed(0x11, encode_message(RELATION, OPTIONS))
     for output in assembler.feed(0x12, encode_message(commit(0x20), OPTIONS)):
         assert isinstance(output, CommittedTransaction)
-        list(assembler.replay(output))
+        if replay:
+            list(assembler.replay(output))
+        else:
+            assembler.discard(output)
 
 
 @settings(
@@ -223,6 +229,20 @@ def test_absorb_stops_untouched_at_the_first_frame_it_does_not_take(ends_the_run
     assert (used, payload_bytes) == (len(good) - 25 + 4, len(good) - 25)
 
 
+def test_a_counting_buffer_counts_a_run_as_appends_would() -> None:
+    _kernel()
+    rows = [_row("insert", 1, "a"), _row("update", 1, "bb"), _row("delete", 2, "")]
+    frames = [xlog(encode_message(row, OPTIONS), 0x100 + i) for i, row in enumerate(rows)]
+    counted, appended = CountingChangeBuffer(), CountingChangeBuffer()
+    run = counted.absorb_frames(frames, 0)
+    for frame in frames:
+        appended.append(frame[25:])
+    assert run is not None
+    assert run.records == 3
+    assert counted.size_bytes == appended.size_bytes == run.used_bytes
+    assert counted.mark() == appended.mark() == 3
+
+
 def test_buffers_that_keep_no_memory_run_take_no_run(tmp_path: Path) -> None:
     frames = [xlog(encode_message(_row("insert", 1, "a"), OPTIONS), 0x100)]
     memory = MemoryChangeBuffer()
@@ -232,3 +252,65 @@ def test_buffers_that_keep_no_memory_run_take_no_run(tmp_path: Path) -> None:
     spilled.append(b"x")  # over a zero budget: on disk
     assert spilled.absorb_frames(frames, 0) is None
     spilled.close()
+
+
+def _count(frames: list[bytes], *, bulk: bool) -> tuple[list[object], tuple[str, str] | None]:
+    """Feed ``frames`` to an assembler that only counts (``wal2delta capture``'s)."""
+    assembler = Assembler(OPTIONS, buffers=CountingChangeBuffer)
+    outputs: list[object] = []
+    position = 0
+    try:
+        _feed_relation(assembler, replay=False)
+        while position < len(frames):
+            if bulk:
+                run = assembler.feed_row_frames(frames, position)
+                if run is not None and run.stop > position:
+                    position = run.stop
+                    continue
+            split = read_xlog_data(frames[position])
+            position += 1
+            for output in [] if split is None else assembler.feed(*split):
+                outputs.append(output)
+                if isinstance(output, CommittedTransaction):
+                    assembler.discard(output)
+    except DecodeError as exc:
+        return outputs, (type(exc).__name__, str(exc))
+    return outputs, None
+
+
+@settings(max_examples=100, deadline=None)
+@given(frames=streams())
+def test_a_counting_assembler_counts_bulk_runs_as_frames_fed_one_by_one(
+    frames: list[bytes],
+) -> None:
+    _kernel()
+    assert _count(frames, bulk=True) == _count(frames, bulk=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    frames=st.lists(
+        st.one_of(
+            st.binary(max_size=40).map(lambda p: xlog(p, 0x1234)),
+            st.binary(max_size=30),
+        ),
+        max_size=8,
+    ),
+    data=st.data(),
+)
+def test_xlog_records_answers_what_its_reference_answers(frames: list[bytes], data) -> None:
+    _kernel()
+    start = data.draw(st.integers(0, len(frames)))
+    stop = data.draw(st.integers(start, len(frames)))
+    compiled: list[bytes] = []
+    reference: list[bytes] = []
+    outcomes = []
+    for function, out in ((xlog_records, compiled), (xlog_records_reference, reference)):
+        try:
+            function(frames, start, stop, out)
+            outcomes.append("ok")
+        except ValueError:
+            outcomes.append("ValueError")
+    assert outcomes[0] == outcomes[1]
+    if outcomes[0] == "ok":
+        assert compiled == reference
