@@ -457,22 +457,23 @@ pick(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 PyDoc_STRVAR(fold_doc,
 "fold(changes, start, row_type, tuple_type, relation, timestamp, indexes, text, plain,\n"
-"     rows, folded, parts, /)\n--\n\n"
+"     rows, folded, parts, deletes, /)\n--\n\n"
 "Fold the run of plain changes at changes[start:] into a merge step's columnar rows, and\n"
-"answer (stop, inserts, updates): the index of the first change not folded and how many\n"
-"of each were. A change is folded while it is a row_type instance of relation (the same\n"
-"object), committed at timestamp, an insert or update without an old tuple whose new\n"
-"tuple is unsplit (the wire of a tuple_type), holds only text values and NULLs and has an\n"
-"identity - pick(..., indexes, text) - of values whose types are in plain (a tuple of\n"
-"types). Folding one: an update first removes its identity from rows; then\n"
-"rows[identity] = len(folded), and the change and its wire go to folded and parts.\n"
-"The first change that is anything else stops the run, untouched: the caller plans it\n"
-"the general way.");
+"answer (stop, inserts, updates, deletes): the index of the first change not folded and\n"
+"how many of each were. A change is folded while it is a row_type instance of relation\n"
+"(the same object), committed at timestamp, an insert or update without an old tuple or\n"
+"a delete, whose tuple (the new one; a delete's old one) is unsplit (the wire of a\n"
+"tuple_type), holds only text values and NULLs and has an identity - pick(..., indexes,\n"
+"text) - of values whose types are in plain (a tuple of types). Folding one: an update\n"
+"first removes its identity from rows; then rows[identity] = len(folded), and the change,\n"
+"its tuple's wire and whether it deletes go to folded, parts and deletes. The first\n"
+"change that is anything else stops the run, untouched: the caller plans it the general\n"
+"way.");
 
 /* Attribute names of RowChange and TupleData, interned once. */
 static PyObject *name_relation, *name_old, *name_commit_time, *name_op, *name_new, *name_wire;
 static PyObject *name_values, *name_buf, *name_start;
-static PyObject *op_insert, *op_update;
+static PyObject *op_insert, *op_update, *op_delete;
 
 static int
 fold_names_ready(void)
@@ -487,12 +488,13 @@ fold_names_ready(void)
     name_new = PyUnicode_InternFromString("new");
     op_insert = PyUnicode_InternFromString("insert");
     op_update = PyUnicode_InternFromString("update");
+    op_delete = PyUnicode_InternFromString("delete");
     name_values = PyUnicode_InternFromString("_values");
     name_buf = PyUnicode_InternFromString("_buf");
     name_start = PyUnicode_InternFromString("_start");
     name_wire = PyUnicode_InternFromString("wire");
     return (name_relation && name_old && name_commit_time && name_op && name_new && op_insert
-            && op_update && name_values && name_buf && name_start && name_wire)
+            && op_update && op_delete && name_values && name_buf && name_start && name_wire)
                ? 0
                : -1;
 }
@@ -600,15 +602,12 @@ fold_one(PyObject *change, PyObject *const *args, const Field *fields, Py_ssize_
 {
     PyObject *row_type = args[2], *tuple_type = args[3], *relation = args[4];
     PyObject *timestamp = args[5], *indexes = args[6], *text = args[7], *plain = args[8];
-    PyObject *rows = args[9], *folded = args[10], *parts = args[11];
+    PyObject *rows = args[9], *folded = args[10], *parts = args[11], *deletes = args[12];
     if ((PyObject *)Py_TYPE(change) != row_type) {
         return 0;
     }
     int same = attribute_is(change, &fields[F_RELATION], relation);
     if (same <= 0) {
-        return same;
-    }
-    if ((same = attribute_is(change, &fields[F_OLD], Py_None)) <= 0) {
         return same;
     }
     PyObject *value = read_field(change, &fields[F_COMMIT_TIME]);
@@ -628,6 +627,7 @@ fold_one(PyObject *change, PyObject *const *args, const Field *fields, Py_ssize_
     if (PyUnicode_Check(op)) {
         kind = (op == op_insert || PyUnicode_Compare(op, op_insert) == 0)   ? 1
                : (op == op_update || PyUnicode_Compare(op, op_update) == 0) ? 2
+               : (op == op_delete || PyUnicode_Compare(op, op_delete) == 0) ? 3
                                                                             : 0;
     }
     Py_DECREF(op);
@@ -637,12 +637,25 @@ fold_one(PyObject *change, PyObject *const *args, const Field *fields, Py_ssize_
     if (kind == 0) {
         return 0;
     }
-    PyObject *new = read_field(change, &fields[F_NEW]);
-    if (new == NULL) {
+    /* An insert or update without an old tuple folds its new tuple, a delete its old one. */
+    PyObject *old = read_field(change, &fields[F_OLD]);
+    if (old == NULL) {
         return -1;
     }
-    PyObject *wire = unsplit_wire(new, tuple_type, fields);
-    Py_DECREF(new);
+    if ((old != Py_None) != (kind == 3)) { /* an update with an old tuple: the row path's */
+        Py_DECREF(old);
+        return 0;
+    }
+    PyObject *tuple = old; /* a delete's */
+    if (kind != 3) {
+        Py_DECREF(old); /* None */
+        tuple = read_field(change, &fields[F_NEW]);
+        if (tuple == NULL) {
+            return -1;
+        }
+    }
+    PyObject *wire = unsplit_wire(tuple, tuple_type, fields);
+    Py_DECREF(tuple);
     if (wire == NULL) {
         return -1;
     }
@@ -659,7 +672,8 @@ fold_one(PyObject *change, PyObject *const *args, const Field *fields, Py_ssize_
         Py_DECREF(wire);
         return identity == NULL ? -1 : 0;
     }
-    /* As the row path: an insert takes its identity's place, an update moves it last. */
+    /* As the row path: an insert or delete takes its identity's place, an update moves it
+     * last. */
     int result = kind;
     if (kind == 2 && PyDict_DelItem(rows, identity) < 0) {
         if (PyErr_ExceptionMatches(PyExc_KeyError)) {
@@ -671,7 +685,8 @@ fold_one(PyObject *change, PyObject *const *args, const Field *fields, Py_ssize_
     }
     PyObject *index = result < 0 ? NULL : PyLong_FromSsize_t(PyList_GET_SIZE(folded));
     if (index == NULL || PyDict_SetItem(rows, identity, index) < 0
-        || PyList_Append(folded, change) < 0 || PyList_Append(parts, wire) < 0) {
+        || PyList_Append(folded, change) < 0 || PyList_Append(parts, wire) < 0
+        || PyList_Append(deletes, kind == 3 ? Py_True : Py_False) < 0) {
         result = -1;
     }
     Py_XDECREF(index);
@@ -684,17 +699,18 @@ static PyObject *
 fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_ssize_t start;
-    if (start_argument("fold", args, nargs, 12, &start) < 0 || fold_names_ready() < 0) {
+    if (start_argument("fold", args, nargs, 13, &start) < 0 || fold_names_ready() < 0) {
         return NULL;
     }
     PyObject *changes = args[0];
     if (!(PyList_CheckExact(changes) || PyTuple_CheckExact(changes))
         || !PyType_Check(args[2]) || !PyType_Check(args[3]) || !PyTuple_CheckExact(args[6])
         || !PyTuple_CheckExact(args[8]) || !PyDict_CheckExact(args[9])
-        || !PyList_CheckExact(args[10]) || !PyList_CheckExact(args[11])) {
+        || !PyList_CheckExact(args[10]) || !PyList_CheckExact(args[11])
+        || !PyList_CheckExact(args[12])) {
         PyErr_SetString(PyExc_TypeError,
                         "fold takes a list or tuple of changes, two types, tuples of indexes "
-                        "and of types, a dict and two lists");
+                        "and of types, a dict and three lists");
         return NULL;
     }
     Py_ssize_t count = PyObject_Length(args[7]);
@@ -714,7 +730,7 @@ fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     field_of(args[3], name_values, &fields[F_VALUES]);
     field_of(args[3], name_buf, &fields[F_BUF]);
     field_of(args[3], name_start, &fields[F_START]);
-    Py_ssize_t folded[3] = {0, 0, 0};
+    Py_ssize_t folded[4] = {0, 0, 0, 0};
     Py_ssize_t at = start < 0 ? 0 : start;
     /* the same macros read a list and a tuple; a list's size is read again every time */
     while (at < PySequence_Fast_GET_SIZE(changes)) {
@@ -733,7 +749,7 @@ fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         at++;
     }
     PyMem_Free(offsets);
-    return Py_BuildValue("(nnn)", at, folded[1], folded[2]);
+    return Py_BuildValue("(nnnn)", at, folded[1], folded[2], folded[3]);
 }
 
 PyDoc_STRVAR(gather_doc,

@@ -43,8 +43,9 @@ def fold(
     rows: dict[tuple[object, ...], object],
     folded: list[Any],
     parts: list[tuple[bytes, int]],
+    deletes: list[bool],
     /,
-) -> tuple[int, int, int]: ...
+) -> tuple[int, int, int, int]: ...
 def absorb(
     frames: list[bytes], start: int, records: list[bytes] | None, room: int, overhead: int, /
 ) -> tuple[int, int, int, int, int, int, int]: ...

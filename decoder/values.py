@@ -327,27 +327,30 @@ def fold_text_rows(  # noqa: PLR0917 - the kernel's arguments, once per run of c
     rows: dict[tuple[object, ...], Any],  # the caller's other values stay; ints are added
     folded: list[RowChange],
     parts: list[tuple[bytes, int]],
-) -> tuple[int, int, int]:
+    deletes: list[bool],
+) -> tuple[int, int, int, int]:
     """Fold the run of plain row changes at ``changes[start:]`` by identity, in C.
 
     This is the sink's columnar planner's inner loop (``sink.plan``). A change belongs to
     the run while it is a ``RowChange`` of ``relation`` (the same object) committed at
-    ``timestamp``, an insert or an update without an old tuple, whose new tuple is unsplit
-    (``TupleData.wire``), holds only text values and NULLs, and has an identity -
-    ``pick_text_values(..., indexes, text_loaders)`` - of values whose exact types are in
-    ``plain_types``. Each is folded as the row path folds it: an update first removes its
-    identity from ``rows``; then ``rows[identity]`` becomes the change's index in
-    ``folded``, and the change and its wire are appended to ``folded`` and ``parts``.
+    ``timestamp`` - an insert or an update without an old tuple, or a delete - whose tuple
+    (the new one; a delete's old one) is unsplit (``TupleData.wire``), holds only text
+    values and NULLs, and has an identity - ``pick_text_values(..., indexes,
+    text_loaders)`` - of values whose exact types are in ``plain_types``. Each is folded as
+    the row path folds it: an update first removes its identity from ``rows``; then
+    ``rows[identity]`` becomes the change's index in ``folded``, and the change, its
+    tuple's wire and whether it deletes are appended to ``folded``, ``parts`` and
+    ``deletes``.
 
     Returns:
-        ``(stop, inserts, updates)``: the index of the first change that is not plain (the
-        caller plans it the general way; it is untouched), and how many of each kind were
-        folded. Without the compiled kernel nothing is: ``(start, 0, 0)``, and the caller
-        plans every change the general way, its reference path.
+        ``(stop, inserts, updates, deletes)``: the index of the first change that is not
+        plain (the caller plans it the general way; it is untouched), and how many of each
+        kind were folded. Without the compiled kernel nothing is: ``(start, 0, 0, 0)``,
+        and the caller plans every change the general way, its reference path.
     """
     if COMPILED is None:
-        return start, 0, 0
-    stop_inserts_updates: tuple[int, int, int] = COMPILED.fold(
+        return start, 0, 0, 0
+    stop_and_counts: tuple[int, int, int, int] = COMPILED.fold(
         changes,
         start,
         RowChange,
@@ -360,8 +363,9 @@ def fold_text_rows(  # noqa: PLR0917 - the kernel's arguments, once per run of c
         rows,
         folded,
         parts,
+        deletes,
     )
-    return stop_inserts_updates
+    return stop_and_counts
 
 
 def gather_text_columns(parts: list[tuple[bytes, int]], count: int) -> list[TextColumn] | None:

@@ -120,7 +120,7 @@ def source_table(
     """
     rows = step.rows
     columnar = step.columnar
-    # Columnar rows (``MergeStep.columnar``) follow ``rows``: upserts, nothing kept or moved.
+    # Columnar rows (``MergeStep.columnar``) follow ``rows``: nothing kept or moved.
     extra = 0 if columnar is None else len(columnar)
     columns: list[ArrowColumn] = []
     arrays: list[pa.Array] = []
@@ -172,7 +172,7 @@ def source_table(
     add(ArrowColumn(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow), ordinals)
     add(
         ArrowColumn(DELETE_FLAG, BOOLEAN.spark_sql, BOOLEAN.arrow),
-        [r.delete for r in rows] + unset,
+        [r.delete for r in rows] + ([] if columnar is None else list(columnar.deletes)),
     )
     for index in step.kept_indexes:
         add(

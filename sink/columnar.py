@@ -2,11 +2,13 @@
 
 Theory of operation
 -------------------
-Most changes a batch folds are inserts, and updates that send every column and keep their
-identity. The row path (``plan``) turns each of their values into a Python object, freezes
-one ``PlannedRow`` per row, and ``arrow.source_table`` turns the rows back into columns.
-For these rows the planner converts only the identity (``decoder.pick_text_values``, what
-the fold's dictionary needs) and keeps the message bytes; a run of them is folded in C
+Most changes a batch folds are inserts, updates that send every column and keep their
+identity, and deletes. The row path (``plan``) turns each of their values into a Python
+object, freezes one ``PlannedRow`` per row, and ``arrow.source_table`` turns the rows back
+into columns. For these rows the planner converts only the identity
+(``decoder.pick_text_values``, what the fold's dictionary needs) and keeps the message
+bytes (a delete's old tuple: its key, the other columns NULL unless REPLICA IDENTITY FULL
+sent them, as the row path plans it); a run of them is folded in C
 (``decoder.fold_text_rows``), each row an index into its step, no object of its own.
 When the step is frozen,
 ``column_arrays`` gathers the text values of the rows the fold kept into one Arrow array
@@ -38,19 +40,23 @@ from sink.typemap import DeltaType
 
 @dataclass(frozen=True, slots=True)
 class ColumnarRows:
-    """Upserted rows of a merge step held as columns: none deleted, none keeping a column.
+    """Rows of a merge step held as columns: upserted or deleted, none keeping a column.
 
     Attributes:
-        values: one array per step column, of the column's Delta (Arrow) type.
+        values: one array per step column, of the column's Delta (Arrow) type; a deleted
+            row's are its old tuple's (the key, the other columns NULL unless REPLICA
+            IDENTITY FULL sent them), as the row path plans a delete.
         lsns: commit LSN of each row's last change.
         commit_times: commit time of that change (UTC).
         ordinals: ordinal of that change in its transaction.
+        deletes: whether that change deleted the row.
     """
 
     values: tuple[pa.Array, ...]
     lsns: tuple[int, ...]
     commit_times: tuple[datetime, ...]
     ordinals: tuple[int, ...]
+    deletes: tuple[bool, ...]
 
     def __len__(self) -> int:
         return len(self.lsns)

@@ -473,7 +473,10 @@ class _OpenStep:
     values are converted like any other change's, so a value that cannot be stored is an
     error whether or not a later change replaced its row in the batch."""
     columnar_parts: list[tuple[bytes, int]] = field(default_factory=list)
-    """The new tuple's bytes (``TupleData.wire``) of each of ``columnar_changes``."""
+    """The bytes (``TupleData.wire``) of each of ``columnar_changes``' tuple: the new one,
+    a delete's old one."""
+    columnar_deletes: list[bool] = field(default_factory=list)
+    """Whether each of ``columnar_changes`` is a delete."""
     columnar_times: list[datetime] = field(default_factory=list)
     """The commit time of each of ``columnar_changes``."""
     columnar_misses: int = 0
@@ -610,7 +613,7 @@ class _Planner:
         if arrays is None:
             raise _ColumnarRefusedError
         live = [row for row in step.rows.values() if type(row) is int]
-        changes, times = folded, step.columnar_times
+        changes, times, deletes = folded, step.columnar_times, step.columnar_deletes
         if len(live) != len(folded):
             # Later changes replaced some: keep the others, in the order they were folded.
             if not live:
@@ -618,13 +621,15 @@ class _Planner:
             live.sort()
             indexes = pa.array(live, pa.int64())
             arrays = tuple(array.take(indexes) for array in arrays)
-            changes, times = [folded[i] for i in live], [times[i] for i in live]
+            changes = [folded[i] for i in live]
+            times, deletes = [times[i] for i in live], [deletes[i] for i in live]
         return step.freeze(
             ColumnarRows(
                 arrays,
                 tuple([change.commit_lsn for change in changes]),
                 tuple(times),
                 tuple([change.ordinal for change in changes]),
+                tuple(deletes),
             )
         )
 
@@ -833,11 +838,12 @@ class _Planner:
     def add_changes(self, changes: Sequence[Change], messages: list[MessageChange]) -> None:
         """Plan ``changes`` in order: ``add_row`` for row changes, ``add_other`` for the rest.
 
-        The bulk of a text stream - an insert, or an update without an old tuple, of the
-        relation of the change before, with the same commit time, into the step that
-        change went to - is folded by ``decoder.fold_text_rows``, in C, as
-        ``_add_columnar_row`` folds it one change at a time (planning with the Arrow
-        sources fell from 1.35 to 0.8 µs per change, docs/performance.md). The loop hands
+        The bulk of a text stream - an insert, an update without an old tuple or a delete,
+        of the relation of the change before, with the same commit time, into the step
+        that change went to - is folded by ``decoder.fold_text_rows``, in C, as
+        ``_add_columnar_row`` folds an insert or update one change at a time (planning
+        with the Arrow sources fell from 1.35 to 0.8 µs per change, docs/performance.md;
+        a delete is planned the row path's way when it starts a run). The loop hands
         it the changes after each one ``add_row`` planned into a columnar-capable step;
         the change that ends its run goes to ``add_row`` untouched, which decides it from
         scratch.
@@ -855,7 +861,7 @@ class _Planner:
             if target is None:
                 continue
             table, step = target
-            stop, inserts, updates = fold_text_rows(
+            stop, inserts, updates, deletes = fold_text_rows(
                 changes,
                 position,
                 change.relation,
@@ -866,11 +872,14 @@ class _Planner:
                 step.rows,
                 step.columnar_changes,
                 step.columnar_parts,
+                step.columnar_deletes,
             )
             if stop > position:
                 step.columnar_times += [self._last_commit_time] * (stop - position)
-                table.counts["insert"] += inserts
-                table.counts["update"] += updates
+                counts = table.counts
+                counts["insert"] += inserts
+                counts["update"] += updates
+                counts["delete"] += deletes
                 position = stop
 
     def _columnar_step(self) -> tuple[_TablePlan, _OpenStep] | None:
@@ -959,7 +968,9 @@ class _Planner:
         new_identity = self._identity(change, shape, new)
         prior = step.rows.get(old_identity)
         moved_from: MovedFrom | None = None
-        if prior is not None and (isinstance(prior, int) or not prior.delete):
+        if prior is not None and (
+            not step.columnar_deletes[prior] if isinstance(prior, int) else not prior.delete
+        ):
             # An earlier change of this row in the step fills what this one did not send.
             if UNCHANGED_TOAST in new:
                 prior_values = self._prior_values(prior, step)
@@ -1019,6 +1030,7 @@ class _Planner:
         step.rows[identity] = len(step.columnar_changes)
         step.columnar_changes.append(change)
         step.columnar_parts.append(wire)
+        step.columnar_deletes.append(False)
         step.columnar_times.append(commit_time)
         return True
 

@@ -342,11 +342,12 @@ def _wired(change: RowChange) -> RowChange:
 
 def _fold(
     changes: list[RowChange | MessageChange], start: int = 0, rows: dict | None = None
-) -> tuple[tuple[int, int, int], dict, list, list]:
+) -> tuple[tuple[int, int, int, int], dict, list, list, list]:
     """Fold ``changes[start:]`` as a run of ``_FOLD_REL`` at the first change's commit time."""
     rows = {} if rows is None else rows
     folded: list[RowChange] = []
     parts: list[tuple[bytes, int]] = []
+    deletes: list[bool] = []
     timestamp = changes[0].commit_time
     assert timestamp is not None
     answer = fold_text_rows(
@@ -360,8 +361,9 @@ def _fold(
         rows,
         folded,
         parts,
+        deletes,
     )
-    return answer, rows, folded, parts
+    return answer, rows, folded, parts, deletes
 
 
 def test_fold_folds_a_run_of_plain_changes_as_the_row_path_does() -> None:
@@ -371,13 +373,17 @@ def test_fold_folds_a_run_of_plain_changes_as_the_row_path_does() -> None:
         _wired(update(_FOLD_REL, "1", "c", lsn=10, ordinal=2)),
         _wired(insert(_FOLD_REL, "2", None, lsn=10, ordinal=3)),
         _wired(insert(_FOLD_REL, None, "n", lsn=10, ordinal=4)),
+        _wired(delete(_FOLD_REL, "1", None, lsn=10, ordinal=5)),
+        _wired(delete(_FOLD_REL, "9", "full", lsn=10, ordinal=6, old_kind="O")),
     ]
-    (stop, inserts, updates), rows, folded, parts = _fold(changes)
-    assert (stop, inserts, updates) == (5, 4, 1)
-    # An update moves its identity last; an insert takes the place the identity had.
-    assert list(rows.items()) == [((2,), 3), ((1,), 2), ((None,), 4)]
+    (stop, inserts, updates, deletes), rows, folded, parts, flags = _fold(changes)
+    assert (stop, inserts, updates, deletes) == (7, 4, 1, 2)
+    # An update moves its identity last; an insert or delete takes the identity's place.
+    assert list(rows.items()) == [((2,), 3), ((1,), 5), ((None,), 4), ((9,), 6)]
     assert folded == changes
-    assert parts == [c.new.wire for c in changes]  # type: ignore[union-attr]
+    tuples = [c.new or c.old for c in changes]  # type: ignore[union-attr]
+    assert parts == [t.wire for t in tuples]  # a delete's old tuple
+    assert flags == [False] * 5 + [True, True]
 
 
 def test_fold_starts_where_it_is_told_and_replaces_what_the_row_path_planned() -> None:
@@ -386,18 +392,18 @@ def test_fold_starts_where_it_is_told_and_replaces_what_the_row_path_planned() -
         _wired(update(_FOLD_REL, "7", "b", lsn=10, ordinal=1)),
     ]
     planned = {(7,): "a row the row path folded", (8,): "another"}
-    (stop, inserts, updates), rows, folded, _ = _fold(changes, 1, planned)
-    assert (stop, inserts, updates) == (2, 0, 1)
+    (stop, inserts, updates, deletes), rows, folded, _, _ = _fold(changes, 1, planned)
+    assert (stop, inserts, updates, deletes) == (2, 0, 1, 0)
     assert rows is planned
     assert list(rows.items()) == [((8,), "another"), ((7,), 0)]
     assert folded == [changes[1]]
-    assert _fold(changes, 2, {})[0] == (2, 0, 0)
+    assert _fold(changes, 2, {})[0] == (2, 0, 0, 0)
 
 
 @pytest.mark.parametrize(
     "ends_the_run",
     [
-        "delete",
+        "delete with a split old tuple",
         "update with an old tuple",
         "an equal relation, another object",
         "another commit time",
@@ -412,8 +418,8 @@ def test_fold_starts_where_it_is_told_and_replaces_what_the_row_path_planned() -
 def test_fold_stops_at_the_first_change_that_is_not_plain(ends_the_run: str) -> None:
     first = _wired(insert(_FOLD_REL, "1", "a", lsn=10))
     other: RowChange | MessageChange
-    if ends_the_run == "delete":
-        other = _wired(delete(_FOLD_REL, "1", None, lsn=10, ordinal=1))
+    if ends_the_run == "delete with a split old tuple":
+        other = delete(_FOLD_REL, "1", None, lsn=10, ordinal=1)  # values, no wire
     elif ends_the_run == "update with an old tuple":
         other = _wired(update(_FOLD_REL, "2", "b", lsn=10, ordinal=1, old=["1", None]))
     elif ends_the_run == "an equal relation, another object":
@@ -450,8 +456,9 @@ def test_fold_stops_at_the_first_change_that_is_not_plain(ends_the_run: str) -> 
         rows,
         [],
         [],
+        [],
     )
-    assert answer == (1, 1, 0)
+    assert answer == (1, 1, 0, 0)
     assert rows == {(1,): 0}
 
 
@@ -479,8 +486,9 @@ def test_fold_refuses_containers_it_cannot_fill() -> None:
             (int, bytes.decode),
             _PLAIN,
             {},
-            (),
-            [],  # type: ignore[arg-type]
+            (),  # type: ignore[arg-type]
+            [],
+            [],
         )
 
 
