@@ -11,6 +11,7 @@ deletes, keepalives, damaged row messages and budgets small enough to spill.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -104,38 +105,42 @@ def streams(draw: st.DrawFn) -> list[bytes]:
     return frames
 
 
-Outcome = tuple[list[object], list[object], tuple[str, str] | None, int]
+Outcome = tuple[list[object], list[object], tuple[str, str] | None]
+
+
+def _outputs(assembler: Assembler, frames: list[bytes], *, bulk: bool) -> Iterator[object]:
+    """Feed ``frames`` as the receive loop does (``Session._on_frames``); yield the outputs."""
+    position = 0
+    while position < len(frames):
+        if bulk:
+            run = assembler.feed_row_frames(frames, position)
+            if run is not None and run.stop > position:
+                position = run.stop
+                continue
+        split = read_xlog_data(frames[position])
+        position += 1
+        if split is not None:  # else a keepalive
+            yield from assembler.feed(*split)
 
 
 def _feed(frames: list[bytes], buffers: ChangeBufferFactory, *, bulk: bool) -> Outcome:
-    """Feed ``frames`` as the receive loop does; what came out, replayed, and the error."""
+    """What came out of ``frames``, the replayed changes, and the error."""
     assembler = Assembler(OPTIONS, buffers=buffers)
     outputs: list[object] = []
     changes: list[object] = []
     error: tuple[str, str] | None = None
-    position = 0
     try:
         # Feed the schema first, as a real stream sends it before the first row.
         _feed_relation(assembler)
-        while position < len(frames):
-            if bulk:
-                run = assembler.feed_row_frames(frames, position)
-                if run is not None and run.stop > position:
-                    position = run.stop
-                    continue
-            split = read_xlog_data(frames[position])
-            position += 1
-            if split is None:
-                continue  # a keepalive
-            for output in assembler.feed(*split):
-                outputs.append(output)
-                if isinstance(output, CommittedTransaction):
-                    # What went to disk shows the memory accounting: the budget is shared.
-                    outputs.append(("spilled", assembler.spilled_bytes))
-                    changes.extend(assembler.replay(output))
+        for output in _outputs(assembler, frames, bulk=bulk):
+            outputs.append(output)
+            if isinstance(output, CommittedTransaction):
+                # What went to disk shows the memory accounting: the budget is shared.
+                outputs.append(("spilled", assembler.spilled_bytes))
+                changes.extend(assembler.replay(output))
     except DecodeError as exc:
         error = (type(exc).__name__, str(exc))
-    return outputs, changes, error, position if error else len(frames)
+    return outputs, changes, error
 
 
 def _feed_relation(assembler: Assembler, *, replay: bool = True) -> None:
@@ -258,21 +263,12 @@ def _count(frames: list[bytes], *, bulk: bool) -> tuple[list[object], tuple[str,
     """Feed ``frames`` to an assembler that only counts (``wal2delta capture``'s)."""
     assembler = Assembler(OPTIONS, buffers=CountingChangeBuffer)
     outputs: list[object] = []
-    position = 0
     try:
         _feed_relation(assembler, replay=False)
-        while position < len(frames):
-            if bulk:
-                run = assembler.feed_row_frames(frames, position)
-                if run is not None and run.stop > position:
-                    position = run.stop
-                    continue
-            split = read_xlog_data(frames[position])
-            position += 1
-            for output in [] if split is None else assembler.feed(*split):
-                outputs.append(output)
-                if isinstance(output, CommittedTransaction):
-                    assembler.discard(output)
+        for output in _outputs(assembler, frames, bulk=bulk):
+            outputs.append(output)
+            if isinstance(output, CommittedTransaction):
+                assembler.discard(output)
     except DecodeError as exc:
         return outputs, (type(exc).__name__, str(exc))
     return outputs, None
