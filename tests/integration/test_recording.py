@@ -140,3 +140,60 @@ def test_origin_none_leaves_out_changes_from_other_origins(pg18_dsn: str, tmp_pa
     ]
     assert "from upstream" not in titles
     assert "prepared" in titles
+
+
+def test_runs_taken_in_bulk_record_the_same_bytes_as_frames_fed_one_by_one(
+    pg18_dsn: str, tmp_path: Path
+) -> None:
+    """The receive loop takes runs of row frames in C (``Session._on_frames``); without the
+    kernel (``WAL2DELTA_PURE_PYTHON``) it feeds them one by one. Two slots at the same
+    point, recorded both ways, give the same file."""
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute(SCHEMA)
+    configs = {}
+    for name in ("bulk", "one_by_one"):
+        configs[name] = _write_config(
+            tmp_path / f"{name}.yaml",
+            pg18_dsn,
+            tmp_path / "lake",
+            slot=f"w2d_{name}",
+            publication=f"w2d_{name}",
+        )
+        created = run_cli(
+            "capture",
+            "-c",
+            str(configs[name]),
+            "-o",
+            str(tmp_path / "empty.rec"),
+            "--endpos",
+            "0/1",
+        )
+        assert created.returncode == 0, created.stderr
+    with psycopg.connect(pg18_dsn) as conn:
+        for round_ in range(3):
+            with conn.transaction():
+                for key in range(300):
+                    conn.execute(
+                        "INSERT INTO docs VALUES (%s, %s, NULL)", (round_ * 1000 + key, "t")
+                    )
+                conn.execute("UPDATE docs SET title = 'u' WHERE id % 7 = 0")
+                conn.execute("SELECT pg_logical_emit_message(true, 'w2d', 'mid')")
+                conn.execute("DELETE FROM docs WHERE id % 11 = 0")
+        endpos = format_lsn(current_wal_lsn(conn))
+    recordings = {}
+    for name, env in (("bulk", {}), ("one_by_one", {"WAL2DELTA_PURE_PYTHON": "1"})):
+        recordings[name] = tmp_path / f"{name}.rec"
+        captured = run_cli(
+            "capture",
+            "-c",
+            str(configs[name]),
+            "-o",
+            str(recordings[name]),
+            "--endpos",
+            endpos,
+            **env,
+        )
+        assert captured.returncode == 0, captured.stderr
+    records = list(read_records(recordings["bulk"]))
+    assert len(records) > 3 * 300  # every row message, plus BEGIN, COMMIT and the rest
+    assert recordings["bulk"].read_bytes() == recordings["one_by_one"].read_bytes()
