@@ -971,7 +971,6 @@ replay_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_ssize_t taken[2] = {0, 0};
     PyObject *left = NULL; /* a record read and not replayed */
-    PyObject *failed = NULL;
     for (;;) {
         if (PyList_GET_SIZE(chunk) >= max_changes || (max_weight >= 0 && weight >= max_weight)) {
             break;
@@ -979,8 +978,7 @@ replay_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *record = PyIter_Next(records);
         if (record == NULL) {
             if (PyErr_Occurred()) {
-                failed = record; /* NULL: the error propagates */
-                goto fail;
+                goto fail; /* reading the buffer failed: the error propagates */
             }
             break;
         }
@@ -1046,7 +1044,7 @@ replay_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                          left == NULL ? (Py_INCREF(Py_None), Py_None) : left);
 fail:
     Py_DECREF(start);
-    return failed;
+    return NULL;
 }
 
 PyDoc_STRVAR(absorb_doc,
