@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import BinaryIO, Final
 
 from decoder import (
     UNCHANGED_TOAST,
+    XLOG_RECORD_HEADER,
     Assembler,
     ColumnKind,
     CommittedTransaction,
@@ -43,7 +43,7 @@ from decoder import (
 )
 from sink import Batch, BatchResult
 
-RECORD_HEADER: Final = struct.Struct(">QI")
+RECORD_HEADER: Final = XLOG_RECORD_HEADER
 _pack_header: Final = RECORD_HEADER.pack
 _PENDING_RECORDS: Final = 1024
 """Records the capture thread collects before it writes them to the file itself."""

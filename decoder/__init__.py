@@ -14,6 +14,7 @@ from decoder.changes import Change, MessageChange, RowChange, RowOperation, Trun
 from decoder.errors import DecodeError, MalformedMessageError, ProtocolSequenceError, Wal2DeltaError
 from decoder.fastbuild import fast_constructor
 from decoder.frames import (
+    XLOG_RECORD_HEADER,
     PrimaryKeepalive,
     XLogData,
     encode_standby_status_update,
@@ -117,6 +118,7 @@ __all__ = [
     "TEXT_KEPT_TYPE_OIDS",
     "TRANSITIONS",
     "UNCHANGED_TOAST",
+    "XLOG_RECORD_HEADER",
     "ArrayType",
     "Assembler",
     "AssemblerOutput",

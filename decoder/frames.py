@@ -121,7 +121,9 @@ def read_xlog_data(buf: bytes) -> tuple[Lsn, bytes] | None:
     return Lsn(U64.unpack_from(buf, 1)[0]), buf[_XLOG_PAYLOAD:]
 
 
-_RECORD_LENGTH: Final = struct.Struct(">I")
+XLOG_RECORD_HEADER: Final = struct.Struct(">QI")
+"""What precedes a recorded frame's payload: its start LSN and the payload's length
+(``xlog_records``; ``daemon.recording``'s file format). The kernel writes the same bytes."""
 
 
 def xlog_records_reference(frames: list[bytes], start: int, stop: int, out: list[bytes]) -> None:
@@ -131,13 +133,13 @@ def xlog_records_reference(frames: list[bytes], start: int, stop: int, out: list
         if split is None:
             raise ValueError(f"frame {index} is not an XLogData frame")
         wal_start, payload = split
-        out.append(U64.pack(wal_start) + _RECORD_LENGTH.pack(len(payload)) + payload)
+        out.append(XLOG_RECORD_HEADER.pack(wal_start, len(payload)) + payload)
 
 
 def xlog_records(frames: list[bytes], start: int, stop: int, out: list[bytes]) -> None:
-    """Append, per XLogData frame of ``frames[start:stop]``, its start LSN (8 bytes), its
-    payload's length (4 bytes, both big-endian) and the payload: how ``wal2delta capture``
-    records a frame (``daemon.recording``). In C when the kernel is built.
+    """Append, per XLogData frame of ``frames[start:stop]``, ``XLOG_RECORD_HEADER`` and the
+    payload: how ``wal2delta capture`` records a frame (``daemon.recording``). In C when
+    the kernel is built.
 
     Raises:
         ValueError: a frame is not an XLogData frame (callers hand over runs of frames the

@@ -6,9 +6,12 @@ they were captured under and whether they sit inside a stream block.
 
 from __future__ import annotations
 
+from types import ModuleType
+
+import pytest
 from hypothesis import strategies as st
 
-from decoder import ColumnKind, ColumnValue, ProtocolOptions, TupleData
+from decoder import ColumnKind, ColumnValue, ProtocolOptions, TupleData, native
 from tests.golden import load_captures
 
 column_values = st.one_of(
@@ -48,3 +51,11 @@ def damaged(payload: bytes, damage: list[tuple[int, int]], how: str) -> bytes:
         elif how == "delete" and index < len(data):
             del data[index]
     return bytes(data)
+
+
+def active_kernel() -> ModuleType:
+    """The compiled kernel this process runs (``decoder.native.COMPILED``); the test fails
+    when it is not built, since it then compares nothing."""
+    if native.COMPILED is None:
+        pytest.fail("the C kernel was not built (no C compiler at install?)")
+    return native.COMPILED

@@ -25,7 +25,6 @@ from decoder import (
     DecodeError,
     MemoryChangeBuffer,
     ProtocolOptions,
-    native,
     read_xlog_data,
     spilling_buffers,
     xlog_records,
@@ -33,6 +32,7 @@ from decoder import (
 from decoder.frames import xlog_records_reference
 from decoder.messages import Delete, Insert, Message, Update
 from decoder.spill import AbsorbedFrames, ChangeBufferFactory, FileChangeBuffer, MemoryBudget
+from tests.support.decoder_data import active_kernel
 from tests.support.pgoutput_builder import (
     INT4_OID,
     begin,
@@ -45,12 +45,6 @@ from tests.support.pgoutput_builder import (
 OPTIONS = ProtocolOptions(proto_version=1)
 RELATION_ID = 16384
 RELATION = relation(RELATION_ID, "t", (("id", INT4_OID, True), ("v", 25)))
-
-
-def _kernel():
-    if native.COMPILED is None:
-        pytest.fail("the C kernel was not built (no C compiler at install?)")
-    return native.COMPILED
 
 
 def xlog(payload: bytes, wal_start: int) -> bytes:
@@ -162,14 +156,14 @@ def _feed_relation(assembler: Assembler, *, replay: bool = True) -> None:
 def test_bulk_runs_equal_frames_fed_one_by_one(
     tmp_path: Path, frames: list[bytes], limit: int
 ) -> None:
-    _kernel()
+    active_kernel()
     one_by_one = _feed(frames, spilling_buffers(tmp_path, limit), bulk=False)
     in_bulk = _feed(frames, spilling_buffers(tmp_path, limit), bulk=True)
     assert in_bulk == one_by_one
 
 
 def test_a_run_is_taken_whole_and_counted() -> None:
-    _kernel()
+    active_kernel()
     rows = [_row("insert", 1, "a"), _row("update", 1, "b"), _row("delete", 2, "")]
     frames = [xlog(encode_message(row, OPTIONS), 0x100 + i) for i, row in enumerate(rows)]
     budget = MemoryBudget(1_000_000)
@@ -199,7 +193,7 @@ def test_a_run_is_taken_whole_and_counted() -> None:
     ],
 )
 def test_absorb_stops_untouched_at_the_first_frame_it_does_not_take(ends_the_run: str) -> None:
-    kernel = _kernel()
+    kernel = active_kernel()
     good = xlog(encode_message(_row("insert", 1, "a"), OPTIONS), 0x100)
     row = encode_message(_row("insert", 2, "b"), OPTIONS)
     room = 1_000_000
@@ -235,7 +229,7 @@ def test_absorb_stops_untouched_at_the_first_frame_it_does_not_take(ends_the_run
 
 
 def test_a_counting_buffer_counts_a_run_as_appends_would() -> None:
-    _kernel()
+    active_kernel()
     rows = [_row("insert", 1, "a"), _row("update", 1, "bb"), _row("delete", 2, "")]
     frames = [xlog(encode_message(row, OPTIONS), 0x100 + i) for i, row in enumerate(rows)]
     counted, appended = CountingChangeBuffer(), CountingChangeBuffer()
@@ -279,7 +273,7 @@ def _count(frames: list[bytes], *, bulk: bool) -> tuple[list[object], tuple[str,
 def test_a_counting_assembler_counts_bulk_runs_as_frames_fed_one_by_one(
     frames: list[bytes],
 ) -> None:
-    _kernel()
+    active_kernel()
     assert _count(frames, bulk=True) == _count(frames, bulk=False)
 
 
@@ -295,7 +289,7 @@ def test_a_counting_assembler_counts_bulk_runs_as_frames_fed_one_by_one(
     data=st.data(),
 )
 def test_xlog_records_answers_what_its_reference_answers(frames: list[bytes], data) -> None:
-    _kernel()
+    active_kernel()
     start = data.draw(st.integers(0, len(frames)))
     stop = data.draw(st.integers(start, len(frames)))
     compiled: list[bytes] = []

@@ -28,6 +28,7 @@ from decoder import replay as replay_module
 from decoder.errors import ProtocolSequenceError
 from decoder.messages import StreamStop
 from decoder.replay import ReplayChunk
+from tests.support.decoder_data import active_kernel
 from tests.support.pgoutput_builder import (
     INT4_OID,
     TEXT_OID,
@@ -299,8 +300,7 @@ def _replayed(
 def test_the_compiled_loop_replays_what_the_python_loop_replays(
     kinds: list[tuple[int, int]], streamed: bool, sizes: list[int], weights: list[int]
 ) -> None:
-    if replay_module._replay_rows is None:
-        pytest.fail("the C kernel was not built (no C compiler at install?)")
+    active_kernel()
     if streamed:
         options = ProtocolOptions(proto_version=2, streaming="on", messages=True)
         body = _runs(kinds, xid=900)
@@ -329,8 +329,7 @@ def test_the_compiled_loop_replays_what_the_python_loop_replays(
 
 
 def test_the_compiled_loop_stops_at_a_relation_it_does_not_know() -> None:
-    if replay_module._replay_rows is None:
-        pytest.fail("the C kernel was not built (no C compiler at install?)")
+    active_kernel()
     messages = [
         begin(700, 0x9000),
         relation(T, "t", COLUMNS),
