@@ -507,6 +507,16 @@ typedef struct {
     PyMemberDef *member;
 } Field;
 
+/* The slot definition behind ``descriptor`` (a class attribute), or NULL when it is not a
+ * member descriptor (a ``__slots__`` entry). The class keeps both alive. */
+static PyMemberDef *
+slot_member(PyObject *descriptor)
+{
+    return Py_IS_TYPE(descriptor, &PyMemberDescr_Type)
+               ? ((PyMemberDescrObject *)descriptor)->d_member
+               : NULL;
+}
+
 static void
 field_of(PyObject *type, PyObject *name, Field *field)
 {
@@ -517,10 +527,8 @@ field_of(PyObject *type, PyObject *name, Field *field)
         PyErr_Clear();
         return;
     }
-    if (Py_IS_TYPE(descriptor, &PyMemberDescr_Type)) {
-        field->member = ((PyMemberDescrObject *)descriptor)->d_member;
-    }
-    Py_DECREF(descriptor); /* the class keeps the descriptor and its definition alive */
+    field->member = slot_member(descriptor);
+    Py_DECREF(descriptor);
 }
 
 /* The attribute, a new reference; NULL with an exception set. */
@@ -542,8 +550,8 @@ unsplit_wire(PyObject *tuple, PyObject *tuple_type, const Field *fields)
     if (tuple == Py_None) {
         Py_RETURN_NONE;
     }
-    if ((PyObject *)Py_TYPE(tuple) != tuple_type || fields[F_VALUES].member == NULL || fields[F_BUF].member == NULL
-        || fields[F_START].member == NULL) {
+    if ((PyObject *)Py_TYPE(tuple) != tuple_type || fields[F_VALUES].member == NULL
+        || fields[F_BUF].member == NULL || fields[F_START].member == NULL) {
         return PyObject_GetAttr(tuple, name_wire);
     }
     PyObject *values = read_field(tuple, &fields[F_VALUES]);
@@ -906,9 +914,7 @@ members_of(PyObject *type, const char *const *names, int count, PyMemberDef **me
         if (descriptor == NULL) {
             return -1;
         }
-        members[i] = Py_IS_TYPE(descriptor, &PyMemberDescr_Type)
-                         ? ((PyMemberDescrObject *)descriptor)->d_member
-                         : NULL;
+        members[i] = slot_member(descriptor);
         Py_DECREF(descriptor);
         if (members[i] == NULL) {
             PyErr_Format(PyExc_TypeError, "%R.%s is not a slot", type, names[i]);
@@ -1054,8 +1060,9 @@ PyDoc_STRVAR(absorb_doc,
 "to the run while it is bytes holding an XLogData frame ('w', 24 header bytes) whose\n"
 "payload row_message_is_valid(payload, False) accepts and fits the room left: each takes\n"
 "len(payload) + overhead bytes of room. Each payload is appended to records (a list) as\n"
-"bytes; with records None the run is only checked and counted. Answers (stop, used, payload_bytes, wal_start, inserts, updates, deletes): the\n"
-"index of the first frame not taken (untouched: the caller feeds it the general way),\n"
+"bytes; with records None the run is only checked and counted. Answers (stop, used,\n"
+"payload_bytes, wal_start, inserts, updates, deletes): the index of the first frame not\n"
+"taken (untouched: the caller feeds it the general way),\n"
 "the room used, the payloads' total length, the WAL start of the last frame taken (0\n"
 "when none was) and how many of each row message were taken.");
 
