@@ -15,7 +15,6 @@ identical schemas compare unequal.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 from decoder.lsn import Oid
 from decoder.messages import Relation, Type
@@ -43,14 +42,10 @@ class RelationCache:
 
     @property
     def by_id(self) -> dict[int, Relation]:
-        """The relations by OID: the cache's own dict, for the compiled replay loop to read
-        (``replay.ReplayQueue._chunks``); never change it."""
+        """The relations by OID: the cache's own dict, for the replay loop to read once per
+        change without a method call, in Python and in C (``replay.ReplayQueue._chunks``);
+        never change it."""
         return self._relations
-
-    @property
-    def lookup(self) -> Callable[[int], Relation | None]:
-        """``relation`` without the method call: the replay loop asks once per change."""
-        return self._relations.get
 
     def type(self, type_oid: int) -> Type | None:
         """Return the user type with this OID, or None if no TYPE message named it."""

@@ -279,7 +279,8 @@ class ReplayQueue:
         schema_seen = 0
         ordinal = 0
         finished = False
-        known_relation = self.relations.lookup
+        by_id = self.relations.by_id
+        known_relation = by_id.get
         # Row records: relation id, marker, and the tuple left unsplit for whoever reads
         # it. This loop runs once per change of the stream, so it avoids calls it can.
         id_at = 5 if streamed else 1
@@ -305,7 +306,6 @@ class ReplayQueue:
         # follow (``replay_rows``), as this loop would; the record that ends the run comes
         # back here. Without the kernel every record takes this loop.
         bulk = _replay_rows
-        by_id = self.relations.by_id
         records = iter(txn.buffer)
         record: bytes | None = next(records, None)
         try:
