@@ -24,14 +24,16 @@
  * in-memory records - what Assembler.feed does one frame at a time, which stays the
  * reference (tests/unit/decoder/test_bulk_frames.py feeds both ways).
  *
- * Three more functions serve the sink's columnar planner (sink/columnar.py): pick converts
+ * Four more functions serve the sink's columnar planner (sink/columnar.py): pick converts
  * only a row's identity columns, fold folds a run of plain inserts and updates by that
  * identity (the planner's inner loop: per change a few slot reads, pick and two dict
- * operations, no Python frame), and gather lays the text values of many rows out column
- * by column in Arrow's binary layout. They have no Python twin: without the kernel the
- * planner converts rows one by one (its reference path), and they answer None - or, for
- * fold, stop at the change - for anything but text values and NULLs, so the row path
- * also raises every error (tests/unit/sink/test_columnar.py compares both planners).
+ * operations, no Python frame), gather lays the text values of many rows out column by
+ * column in Arrow's binary layout, and columnar_meta lays out the rows' commit LSNs,
+ * ordinals, commit times and delete flags as Arrow buffers. They have no Python twin:
+ * without the kernel the planner converts rows one by one (its reference path), and they
+ * answer None - or, for fold, stop at the change - for anything but text values and NULLs,
+ * so the row path also raises every error (tests/unit/sink/test_columnar.py compares both
+ * planners).
  *
  * The Python functions stay the reference (decoder/native.py picks one of the two forms at
  * import): both answer the same for every input (tests/unit/decoder/test_native.py compares
@@ -1188,6 +1190,154 @@ xlog_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(columnar_meta_doc,
+"columnar_meta(rows, changes, deletes, row_type, /)\n--\n\n"
+"The metadata columns of a merge step's columnar rows (sink.plan._freeze_step). rows\n"
+"iterates the step's row entries: an int is the index in changes (a list of row_type\n"
+"objects) of a columnar row, anything else a row planned the general way. Answers\n"
+"(others, live, lsns, ordinals, micros, deletes): the other entries, in order; the\n"
+"columnar indexes in ascending order as native int64 bytes, or None when every change is\n"
+"one; then per such index, in that order, the change's commit_lsn and ordinal as native\n"
+"int64 bytes, its commit_time as int64 microseconds since the Unix epoch, and\n"
+"deletes[index] as an Arrow bitmap.");
+
+/* Microseconds from the Unix epoch to PostgreSQL's (2000-01-01 UTC). */
+#define UNIX_TO_PG_EPOCH_MICROS INT64_C(946684800000000)
+
+/* The value in ``obj``'s slot ``member`` as an int64; -1 with an exception set on failure
+ * (check PyErr_Occurred). */
+static int64_t
+slot_int64(PyObject *obj, PyMemberDef *member)
+{
+    PyObject *value = PyMember_GetOne((const char *)obj, member);
+    if (value == NULL) {
+        return -1;
+    }
+    long long out = PyLong_AsLongLong(value);
+    Py_DECREF(value);
+    return (int64_t)out;
+}
+
+static PyObject *
+columnar_meta(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (argument_count("columnar_meta", nargs, 4) < 0) {
+        return NULL;
+    }
+    PyObject *changes = args[1], *deletes = args[2], *row_type = args[3];
+    if (!PyList_CheckExact(changes) || !PyList_CheckExact(deletes) || !PyType_Check(row_type)
+        || PyList_GET_SIZE(deletes) != PyList_GET_SIZE(changes)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "columnar_meta takes an iterable, two lists of one length and a type");
+        return NULL;
+    }
+    static const char *const names[] = {"commit_lsn", "ordinal", "commit_time"};
+    PyMemberDef *members[3];
+    if (members_of(row_type, names, 3, members) < 0) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(changes);
+    PyObject *others = PyList_New(0), *iterator = PyObject_GetIter(args[0]);
+    unsigned char *seen = PyMem_Calloc((size_t)n / 8 + 1, 1);
+    PyObject *live = NULL, *lsns = NULL, *ordinals = NULL, *micros = NULL, *bitmap = NULL;
+    if (others == NULL || iterator == NULL || seen == NULL) {
+        if (seen == NULL) {
+            PyErr_NoMemory();
+        }
+        goto fail;
+    }
+    Py_ssize_t count = 0;
+    PyObject *entry;
+    while ((entry = PyIter_Next(iterator)) != NULL) {
+        if (!PyLong_CheckExact(entry)) {
+            int appended = PyList_Append(others, entry);
+            Py_DECREF(entry);
+            if (appended < 0) {
+                goto fail;
+            }
+            continue;
+        }
+        Py_ssize_t index = PyLong_AsSsize_t(entry);
+        Py_DECREF(entry);
+        if (index < 0 || index >= n || (seen[index / 8] >> (index % 8)) & 1) {
+            if (!PyErr_Occurred()) {
+                PyErr_Format(PyExc_ValueError,
+                             "columnar row index %zd is out of range or repeated", index);
+            }
+            goto fail;
+        }
+        seen[index / 8] |= (unsigned char)(1 << (index % 8));
+        count++;
+    }
+    if (PyErr_Occurred()) {
+        goto fail;
+    }
+    Py_ssize_t size = count * (Py_ssize_t)sizeof(int64_t);
+    lsns = PyBytes_FromStringAndSize(NULL, size);
+    ordinals = PyBytes_FromStringAndSize(NULL, size);
+    micros = PyBytes_FromStringAndSize(NULL, size);
+    bitmap = PyBytes_FromStringAndSize(NULL, (count + 7) / 8);
+    if (count < n) {
+        live = PyBytes_FromStringAndSize(NULL, size);
+    }
+    else {
+        live = Py_NewRef(Py_None);
+    }
+    if (lsns == NULL || ordinals == NULL || micros == NULL || bitmap == NULL || live == NULL) {
+        goto fail;
+    }
+    memset(PyBytes_AS_STRING(bitmap), 0, (size_t)(count + 7) / 8);
+    int64_t *live_out = live == Py_None ? NULL : (int64_t *)PyBytes_AS_STRING(live);
+    int64_t *lsn_out = (int64_t *)PyBytes_AS_STRING(lsns);
+    int64_t *ordinal_out = (int64_t *)PyBytes_AS_STRING(ordinals);
+    int64_t *micros_out = (int64_t *)PyBytes_AS_STRING(micros);
+    unsigned char *delete_out = (unsigned char *)PyBytes_AS_STRING(bitmap);
+    Py_ssize_t row = 0;
+    for (Py_ssize_t index = 0; index < n; index++) {
+        if (!((seen[index / 8] >> (index % 8)) & 1)) {
+            continue;
+        }
+        PyObject *change = PyList_GET_ITEM(changes, index);
+        if ((PyObject *)Py_TYPE(change) != row_type) {
+            PyErr_Format(PyExc_TypeError, "columnar change %zd is not a %R", index, row_type);
+            goto fail;
+        }
+        int64_t time = slot_int64(change, members[2]);
+        if (PyErr_Occurred() || (lsn_out[row] = slot_int64(change, members[0]), PyErr_Occurred())
+            || (ordinal_out[row] = slot_int64(change, members[1]), PyErr_Occurred())) {
+            goto fail;
+        }
+        if (__builtin_add_overflow(time, UNIX_TO_PG_EPOCH_MICROS, &micros_out[row])) {
+            PyErr_SetString(PyExc_OverflowError, "commit time out of range");
+            goto fail;
+        }
+        int deleted = PyObject_IsTrue(PyList_GET_ITEM(deletes, index));
+        if (deleted < 0) {
+            goto fail;
+        }
+        if (deleted) {
+            delete_out[row / 8] |= (unsigned char)(1 << (row % 8));
+        }
+        if (live_out != NULL) {
+            live_out[row] = index;
+        }
+        row++;
+    }
+    PyMem_Free(seen);
+    Py_DECREF(iterator);
+    return Py_BuildValue("(NNNNNN)", others, live, lsns, ordinals, micros, bitmap);
+fail:
+    PyMem_Free(seen);
+    Py_XDECREF(iterator);
+    Py_XDECREF(others);
+    Py_XDECREF(live);
+    Py_XDECREF(lsns);
+    Py_XDECREF(ordinals);
+    Py_XDECREF(micros);
+    Py_XDECREF(bitmap);
+    return NULL;
+}
+
 PyDoc_STRVAR(row_message_is_valid_doc,
 "row_message_is_valid(buf, in_stream, /)\n--\n\n"
 "True when buf is an INSERT, UPDATE or DELETE that scan_row_message accepts; False means\n"
@@ -1223,6 +1373,8 @@ static PyMethodDef methods[] = {
     {"absorb", (PyCFunction)(void (*)(void))absorb, METH_FASTCALL, absorb_doc},
     {"xlog_records", (PyCFunction)(void (*)(void))xlog_records, METH_FASTCALL, xlog_records_doc},
     {"replay_rows", (PyCFunction)(void (*)(void))replay_rows, METH_FASTCALL, replay_rows_doc},
+    {"columnar_meta", (PyCFunction)(void (*)(void))columnar_meta, METH_FASTCALL,
+     columnar_meta_doc},
     {"row_message_is_valid", (PyCFunction)(void (*)(void))row_message_is_valid, METH_FASTCALL,
      row_message_is_valid_doc},
     {NULL, NULL, 0, NULL},

@@ -23,8 +23,8 @@ strings in both modes (psycopg's array loaders delegate to the element loaders).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final, NamedTuple
 
 from psycopg import adapt, postgres
 from psycopg.abc import AdaptContext
@@ -386,6 +386,50 @@ def gather_text_columns(parts: list[tuple[bytes, int]], count: int) -> list[Text
         return None
     gathered: list[TextColumn] | None = COMPILED.gather(parts, count)
     return gathered
+
+
+class ColumnarMeta(NamedTuple):
+    """The metadata columns of a merge step's columnar rows (``columnar_meta``).
+
+    Each buffer holds one native-order value per live columnar row, in ascending index
+    order (the order ``sink.plan`` folded them).
+    """
+
+    others: list[object]
+    """The step's row entries that are not columnar indexes, in their order."""
+    live: bytes | None
+    """The live indexes as int64, or None when every folded change is live."""
+    lsns: bytes
+    """Each row's commit LSN, int64."""
+    ordinals: bytes
+    """Each row's ordinal in its transaction, int64."""
+    micros: bytes
+    """Each row's commit time, int64 microseconds since the Unix epoch."""
+    deletes: bytes
+    """Whether each row is a delete, as an Arrow (LSB-first) bitmap."""
+
+
+def columnar_meta(
+    rows: Iterable[object], changes: list[RowChange], deletes: list[bool]
+) -> ColumnarMeta | None:
+    """Lay out the commit LSN, ordinal, commit time and delete flag of a step's live rows.
+
+    Args:
+        rows: the step's row entries: an int is the index in ``changes`` (and ``deletes``)
+            of a row folded on the columnar path, anything else a row the general way.
+        changes: every change the columnar path folded, replaced ones too.
+        deletes: whether each of ``changes`` is a delete.
+
+    Returns:
+        The columns as Arrow-ready buffers, in C; None without the compiled kernel (the
+        columnar path needs it: ``gather_text_columns`` has answered None before).
+
+    Raises:
+        ValueError: an index is out of range or repeated.
+    """
+    if COMPILED is None:
+        return None
+    return ColumnarMeta(*COMPILED.columnar_meta(rows, changes, deletes, RowChange))
 
 
 def _bytes_reader(read: Reader) -> _Load:

@@ -132,10 +132,12 @@ def source_table(
         columnar_values: pa.Array | None = None,
     ) -> None:
         try:
-            array = build(values, column.arrow)
-            arrays.append(
-                array if columnar_values is None else pa.concat_arrays([array, columnar_values])
-            )
+            if columnar_values is None:
+                arrays.append(build(values, column.arrow))
+            elif values:
+                arrays.append(pa.concat_arrays([build(values, column.arrow), columnar_values]))
+            else:
+                arrays.append(columnar_values)
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             # Arrow's message may quote a value; it stays in the chained exception.
             raise SinkDataError(
@@ -155,24 +157,27 @@ def source_table(
             values,
             columnar_values=None if columnar is None else columnar.values[index],
         )
-    lsns: list[object] = [r.lsn for r in rows]
-    commit_times: list[object] = [r.commit_time for r in rows]
-    ordinals: list[object] = [r.ordinal for r in rows]
-    if columnar is not None:
-        lsns += columnar.lsns
-        commit_times += columnar.commit_times
-        ordinals += columnar.ordinals
     unset: list[object] = [False] * extra
-    add(ArrowColumn(meta.lsn, BIGINT.spark_sql, BIGINT.arrow), lsns)
+    add(
+        ArrowColumn(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
+        [r.lsn for r in rows],
+        columnar_values=None if columnar is None else columnar.lsns,
+    )
     add(
         ArrowColumn(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
-        commit_times,
+        [r.commit_time for r in rows],
         commit_time_array,
+        None if columnar is None else columnar.commit_times,
     )
-    add(ArrowColumn(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow), ordinals)
+    add(
+        ArrowColumn(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow),
+        [r.ordinal for r in rows],
+        columnar_values=None if columnar is None else columnar.ordinals,
+    )
     add(
         ArrowColumn(DELETE_FLAG, BOOLEAN.spark_sql, BOOLEAN.arrow),
-        [r.delete for r in rows] + ([] if columnar is None else list(columnar.deletes)),
+        [r.delete for r in rows],
+        columnar_values=None if columnar is None else columnar.deletes,
     )
     for index in step.kept_indexes:
         add(

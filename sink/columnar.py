@@ -28,14 +28,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from typing import Final
 
 import pyarrow as pa
 
-from decoder import gather_text_columns
+from decoder import ColumnarMeta, gather_text_columns
 from sink.convert import Converter
 from sink.textcast import read_exactly
-from sink.typemap import DeltaType
+from sink.typemap import BIGINT, BOOLEAN, TIMESTAMP, DeltaType
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,20 +46,44 @@ class ColumnarRows:
         values: one array per step column, of the column's Delta (Arrow) type; a deleted
             row's are its old tuple's (the key, the other columns NULL unless REPLICA
             IDENTITY FULL sent them), as the row path plans a delete.
-        lsns: commit LSN of each row's last change.
-        commit_times: commit time of that change (UTC).
-        ordinals: ordinal of that change in its transaction.
-        deletes: whether that change deleted the row.
+        lsns: commit LSN of each row's last change (BIGINT).
+        commit_times: commit time of that change (TIMESTAMP, UTC).
+        ordinals: ordinal of that change in its transaction (BIGINT).
+        deletes: whether that change deleted the row (BOOLEAN).
     """
 
     values: tuple[pa.Array, ...]
-    lsns: tuple[int, ...]
-    commit_times: tuple[datetime, ...]
-    ordinals: tuple[int, ...]
-    deletes: tuple[bool, ...]
+    lsns: pa.Array
+    commit_times: pa.Array
+    ordinals: pa.Array
+    deletes: pa.Array
 
     def __len__(self) -> int:
         return len(self.lsns)
+
+
+def columnar_rows(values: tuple[pa.Array, ...], meta: ColumnarMeta) -> ColumnarRows:
+    """The live rows of a step: ``values`` (one array per column over every folded change)
+    narrowed to ``meta.live``, and the metadata columns ``decoder.columnar_meta`` laid out."""
+    count = len(meta.lsns) // _INT64_SIZE
+    if meta.live is not None:
+        live = _int64_array(BIGINT.arrow, count, meta.live)
+        values = tuple(array.take(live) for array in values)
+    return ColumnarRows(
+        values,
+        _int64_array(BIGINT.arrow, count, meta.lsns),
+        _int64_array(TIMESTAMP.arrow, count, meta.micros),
+        _int64_array(BIGINT.arrow, count, meta.ordinals),
+        pa.Array.from_buffers(BOOLEAN.arrow, count, [None, pa.py_buffer(meta.deletes)]),
+    )
+
+
+_INT64_SIZE: Final = 8
+
+
+def _int64_array(arrow: pa.DataType, count: int, data: bytes) -> pa.Array:
+    """``count`` native int64 values (an integer or timestamp type) over ``data``, no copy."""
+    return pa.Array.from_buffers(arrow, count, [None, pa.py_buffer(data)])
 
 
 def column_arrays(

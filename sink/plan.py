@@ -78,8 +78,6 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Final, Literal, TypeVar
 
-import pyarrow as pa
-
 from decoder import (
     UNCHANGED_TOAST,
     Change,
@@ -93,6 +91,7 @@ from decoder import (
     TupleData,
     UnknownBinaryFormatError,
     ValueDecoder,
+    columnar_meta,
     fast_constructor,
     fold_text_rows,
     format_lsn,
@@ -101,7 +100,7 @@ from decoder import (
     pick_text_values,
 )
 from sink.base import Batch, SinkDataError
-from sink.columnar import ColumnarRows, column_arrays
+from sink.columnar import ColumnarRows, column_arrays, columnar_rows
 from sink.constants import ColumnNamePolicy, MissingKeyPolicy
 from sink.convert import Converter, UnrepresentableValueError, column_converter, convert_value
 from sink.keyless import KeylessChange, KeylessStep
@@ -477,14 +476,19 @@ class _OpenStep:
     a delete's old one."""
     columnar_deletes: list[bool] = field(default_factory=list)
     """Whether each of ``columnar_changes`` is a delete."""
-    columnar_times: list[datetime] = field(default_factory=list)
-    """The commit time of each of ``columnar_changes``."""
     columnar_misses: int = 0
     """Rows the columnar path declined while it had taken none (binary mode declines all)."""
 
-    def freeze(self, columnar: ColumnarRows | None = None) -> MergeStep:
-        """The step; ``columnar`` holds its columnar rows (the indexes in ``rows``)."""
-        rows = [row for row in self.rows.values() if type(row) is _Row]
+    def freeze(
+        self, columnar: ColumnarRows | None = None, others: list[object] | None = None
+    ) -> MergeStep:
+        """The step; ``columnar`` holds its columnar rows (the indexes in ``rows``), and
+        ``others``, when given, the rest of ``rows``' entries (``columnar_meta`` read them)."""
+        if others is None:
+            rows = [row for row in self.rows.values() if type(row) is _Row]
+        else:
+            rows = [row for row in others if type(row) is _Row]
+            assert len(rows) == len(others), "a step's rows are _Row objects or indexes"
         assert columnar is not None or len(rows) == len(self.rows), "columnar rows left out"
         return MergeStep(
             columns=self.shape.columns,
@@ -612,26 +616,11 @@ class _Planner:
         arrays = column_arrays([c.delta for c in shape.columns], shape.text, step.columnar_parts)
         if arrays is None:
             raise _ColumnarRefusedError
-        live = [row for row in step.rows.values() if type(row) is int]
-        changes, times, deletes = folded, step.columnar_times, step.columnar_deletes
-        if len(live) != len(folded):
-            # Later changes replaced some: keep the others, in the order they were folded.
-            if not live:
-                return step.freeze()
-            live.sort()
-            indexes = pa.array(live, pa.int64())
-            arrays = tuple(array.take(indexes) for array in arrays)
-            changes = [folded[i] for i in live]
-            times, deletes = [times[i] for i in live], [deletes[i] for i in live]
-        return step.freeze(
-            ColumnarRows(
-                arrays,
-                tuple([change.commit_lsn for change in changes]),
-                tuple(times),
-                tuple([change.ordinal for change in changes]),
-                tuple(deletes),
-            )
-        )
+        meta = columnar_meta(step.rows.values(), folded, step.columnar_deletes)
+        assert meta is not None, "column_arrays answers None without the kernel"
+        # Later changes may have replaced some: the others stay, in the order they were folded.
+        columnar = columnar_rows(arrays, meta)
+        return step.freeze(columnar if len(columnar) else None, meta.others)
 
     def _prior_values(self, prior: _Row | int, step: _OpenStep) -> list[object]:
         """The values of the row ``prior`` in ``step`` (a columnar row's converted now)."""
@@ -875,7 +864,6 @@ class _Planner:
                 step.columnar_deletes,
             )
             if stop > position:
-                step.columnar_times += [self._last_commit_time] * (stop - position)
                 counts = table.counts
                 counts["insert"] += inserts
                 counts["update"] += updates
@@ -927,7 +915,7 @@ class _Planner:
             change.old is None
             and change.op != "delete"
             and self._folds_columnar(table, shape, step)
-            and self._add_columnar_row(change, step, commit_time)
+            and self._add_columnar_row(change, step)
         ):
             return
         if change.op == "insert":
@@ -1000,7 +988,7 @@ class _Planner:
             False, new, moved_from, change.commit_lsn, commit_time, change.ordinal
         )
 
-    def _add_columnar_row(self, change: RowChange, step: _OpenStep, commit_time: datetime) -> bool:
+    def _add_columnar_row(self, change: RowChange, step: _OpenStep) -> bool:
         """Fold an insert, or an update that keeps its identity, without its values.
 
         Only the identity is converted; the row's values stay in its message until the
@@ -1031,7 +1019,6 @@ class _Planner:
         step.columnar_changes.append(change)
         step.columnar_parts.append(wire)
         step.columnar_deletes.append(False)
-        step.columnar_times.append(commit_time)
         return True
 
     def _add_keyless_row(
