@@ -42,6 +42,7 @@ from decoder import Lsn, UnknownBinaryFormatError
 from sink.arrow import ArrowColumn
 from sink.base import SinkDataError
 from sink.convert import Converter, UnrepresentableValueError
+from sink.partitioning import key_buckets
 from sink.plan import PlanColumn
 from sink.textcast import read_exactly
 from sink.typemap import TIMESTAMP
@@ -117,16 +118,6 @@ def bulk_table(
     by_name = {c.name: a for c, a in zip(target.columns, data, strict=True)} | meta
     arrays = [by_name[c.name].cast(c.arrow) for c in target.frame]
     return pa.Table.from_arrays(arrays, names=[c.name for c in target.frame])
-
-
-def key_buckets(keys: pa.Array, width: int) -> pa.Array:
-    """``floor(key / width)`` per key (``partitioning.bucket_of``), NULL for a NULL key."""
-    values = keys.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
-    return pa.array(
-        np.floor_divide(values, width),
-        pa.int64(),
-        mask=keys.is_null().to_numpy(zero_copy_only=False),
-    )
 
 
 def bulk_arrays(target: BulkTarget, strings: pa.RecordBatch | pa.Table) -> list[pa.Array]:

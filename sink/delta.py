@@ -555,7 +555,7 @@ class DeltaSink:
                 state.buckets_checked = True
             values = bucket_values(step, index, spec.width)
             partition = ArrowColumn(state.partition_column, BIGINT.spark_sql, BIGINT.arrow)
-            arrow = arrow.append_column(partition.name, pa.array(values, BIGINT.arrow))
+            arrow = arrow.append_column(partition.name, values)
             columns = [*columns, partition]
             buckets = bucket_filter(partition.name, values)
         anomalies = 0

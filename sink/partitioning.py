@@ -21,9 +21,12 @@ named as ``t.bucket IS NULL``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from sink.base import SinkDataError
 from sink.plan import MergeStep
@@ -109,28 +112,38 @@ def bucketed_column(table: str, step: MergeStep, spec: KeyBuckets) -> int:
     return index
 
 
-def bucket_values(step: MergeStep, index: int, width: int) -> list[int | None]:
-    """Each planned row's bucket, ``floor(key / width)``, in row order (``rows``, then the
-    columnar rows, as ``arrow.source_table`` orders them)."""
-    keys = [row.values[index] for row in step.rows]
-    if step.columnar is not None:
-        keys += step.columnar.values[index].to_pylist()
-    out: list[int | None] = []
-    for key in keys:
+def bucket_values(step: MergeStep, index: int, width: int) -> pa.Array:
+    """Each planned row's bucket, ``floor(key / width)`` (NULL for a NULL key), as BIGINT,
+    in row order (``rows``, then the columnar rows, as ``arrow.source_table`` orders them)."""
+    planned: list[int | None] = []
+    for row in step.rows:
+        key = row.values[index]
         if key is None:
-            out.append(None)
+            planned.append(None)
         else:
             assert isinstance(key, int), "bucketed_column checked the column is an integer"
-            out.append(bucket_of(key, width))
-    return out
+            planned.append(bucket_of(key, width))
+    head = pa.array(planned, pa.int64())
+    if step.columnar is None:
+        return head
+    tail = key_buckets(step.columnar.values[index], width)
+    return pa.concat_arrays([head, tail]) if len(head) else tail
 
 
-def bucket_filter(column: str, buckets: Sequence[int | None]) -> BucketFilter:
-    """The ``BucketFilter`` of a step whose rows have ``buckets``."""
-    distinct = set(buckets)
-    has_null = None in distinct
-    distinct.discard(None)
-    return BucketFilter(column, tuple(sorted(b for b in distinct if b is not None)), has_null)
+def key_buckets(keys: pa.Array, width: int) -> pa.Array:
+    """``floor(key / width)`` of an integer array (``bucket_of``), NULL for a NULL key."""
+    values = keys.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+    return pa.array(
+        np.floor_divide(values, width),
+        pa.int64(),
+        mask=keys.is_null().to_numpy(zero_copy_only=False),
+    )
+
+
+def bucket_filter(column: str, buckets: pa.Array) -> BucketFilter:
+    """The ``BucketFilter`` of a step whose rows have ``buckets`` (BIGINT, NULL allowed)."""
+    distinct = pc.unique(buckets.drop_null()).to_pylist()
+    return BucketFilter(column, tuple(sorted(distinct)), buckets.null_count > 0)
 
 
 def bucket_of(key: int, width: int) -> int:

@@ -18,9 +18,9 @@ import pytest
 from decoder import ColumnKind, Lsn, ValueDecoder
 from sink.arrow import ArrowColumn
 from sink.base import SinkDataError
-from sink.bulk import BulkTarget, bulk_arrays, bulk_table, key_buckets
+from sink.bulk import BulkTarget, bulk_arrays, bulk_table
 from sink.convert import column_converter
-from sink.partitioning import bucket_of
+from sink.partitioning import bucket_of, key_buckets
 from sink.plan import PlanColumn
 from sink.typemap import BIGINT, BOOLEAN, TIMESTAMP, delta_type
 from tests.support.pg_text_forms import TEXT_FORM_CASES

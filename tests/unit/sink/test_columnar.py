@@ -546,7 +546,7 @@ def test_key_buckets_of_columnar_rows_follow_the_source_row_order() -> None:
     assert step.columnar is not None
     _, source = source_table(table.qualified_name, step, META)
     keys = source.column("id").to_pylist()
-    assert bucket_values(step, 0, 100) == [bucket_of(key, 100) for key in keys]
+    assert bucket_values(step, 0, 100).to_pylist() == [bucket_of(key, 100) for key in keys]
     assert sorted(keys) == [7, 130, 250]
 
 
