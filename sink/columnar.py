@@ -62,6 +62,9 @@ class ColumnarRows:
         return len(self.lsns)
 
 
+_INT64_SIZE: Final = 8
+
+
 def columnar_rows(values: tuple[pa.Array, ...], meta: ColumnarMeta) -> ColumnarRows:
     """The live rows of a step: ``values`` (one array per column over every folded change)
     narrowed to ``meta.live``, and the metadata columns ``decoder.columnar_meta`` laid out."""
@@ -76,9 +79,6 @@ def columnar_rows(values: tuple[pa.Array, ...], meta: ColumnarMeta) -> ColumnarR
         _int64_array(BIGINT.arrow, count, meta.ordinals),
         pa.Array.from_buffers(BOOLEAN.arrow, count, [None, pa.py_buffer(meta.deletes)]),
     )
-
-
-_INT64_SIZE: Final = 8
 
 
 def _int64_array(arrow: pa.DataType, count: int, data: bytes) -> pa.Array:
