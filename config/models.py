@@ -670,6 +670,13 @@ def _conf_value(value: object) -> object:
     return value
 
 
+def _parallelism(value: object) -> object:
+    """``auto`` or a whole number of at least 1 (one message for both forms)."""
+    if value == "auto" or (type(value) is int and value >= 1):
+        return value
+    raise ValueError("must be 'auto' or a whole number of at least 1")
+
+
 class SparkConfig(_Section):
     """Which Spark engine applies the MERGEs."""
 
@@ -692,6 +699,16 @@ class SparkConfig(_Section):
             "names look like credentials are masked in dumps."
         ),
     )
+    parallelism: Annotated[Literal["auto"] | int, BeforeValidator(_parallelism)] = Field(
+        default="auto",
+        description=(
+            "Partitions the embedded Sail engine splits a query into (its "
+            "`execution.default_parallelism`). `auto` leaves one usable CPU core (cgroup "
+            "limits count) to the daemon's capture and planning threads: cores - 1, at least "
+            "1, unless the environment sets `SAIL_EXECUTION__DEFAULT_PARALLELISM`. Only for "
+            "`embedded`; a `connect` or `classic` engine sizes its own."
+        ),
+    )
 
     @model_validator(mode="after")
     def _url_matches_mode(self) -> Self:
@@ -703,6 +720,10 @@ class SparkConfig(_Section):
         elif self.url is not None:
             raise FieldRuleError(
                 [(("url",), f"only used when mode is 'connect', not {self.mode!r}")]
+            )
+        if self.mode != "embedded" and self.parallelism != "auto":
+            raise FieldRuleError(
+                [(("parallelism",), f"only used when mode is 'embedded', not {self.mode!r}")]
             )
         return self
 

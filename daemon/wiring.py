@@ -146,4 +146,9 @@ def relation_name(configured: str) -> str:
 
 def spark_settings(config: AppConfig) -> SparkSettings:
     spark = config.sink.spark
-    return SparkSettings(mode=spark.mode, url=spark.url, conf=dict(spark.conf))
+    return SparkSettings(
+        mode=spark.mode,
+        url=spark.url,
+        conf=dict(spark.conf),
+        parallelism=None if spark.parallelism == "auto" else spark.parallelism,
+    )

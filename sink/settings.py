@@ -117,8 +117,11 @@ class SparkSettings:
             the delta-spark jars.
         url: ``sc://host:port`` for ``connect``.
         conf: extra Spark settings applied when the session is built.
+        parallelism: partitions the embedded engine splits a query into; None picks
+            ``spark.embedded_parallelism()`` (``embedded`` only).
     """
 
     mode: SparkMode = "embedded"
     url: str | None = None
     conf: Mapping[str, str] = field(default_factory=dict)
+    parallelism: int | None = None

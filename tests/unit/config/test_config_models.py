@@ -7,7 +7,7 @@ import pydantic
 import pytest
 
 from config import AppConfig, ConfigError, SourceConfig, parse_config, redact_spark_url
-from daemon.wiring import sink_settings
+from daemon.wiring import sink_settings, spark_settings
 from decoder import (
     ColumnKind,
     ColumnValue,
@@ -515,6 +515,24 @@ class TestSinkRules:
         assert "sc://" in errors_of(data)["sink.spark.url"]
         data["sink"]["spark"] = {"mode": "connect", "url": "sc://spark:15002"}
         assert parse(data).sink.spark.url == "sc://spark:15002"
+
+    def test_engine_parallelism_is_auto_or_a_positive_count_for_the_embedded_engine(
+        self,
+    ) -> None:
+        data = minimal()
+        assert parse(data).sink.spark.parallelism == "auto"
+        assert spark_settings(parse(data)).parallelism is None
+        data["sink"]["spark"] = {"parallelism": 3}
+        assert spark_settings(parse(data)).parallelism == 3
+        for wrong in (0, -2, "many", True, 1.5):
+            data["sink"]["spark"] = {"parallelism": wrong}
+            assert errors_of(data) == {
+                "sink.spark.parallelism": "must be 'auto' or a whole number of at least 1"
+            }
+        data["sink"]["spark"] = {"mode": "connect", "url": "sc://spark:15002", "parallelism": 2}
+        assert errors_of(data) == {
+            "sink.spark.parallelism": "only used when mode is 'embedded', not 'connect'"
+        }
 
     def test_url_without_connect_mode_is_rejected(self) -> None:
         data = minimal()
