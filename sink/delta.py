@@ -373,7 +373,10 @@ class DeltaSink:
         path, state = self._prepare_table(plan)
         target = delta_table(path)
         try:
-            self._truncate(name, target, truncate, state)
+            # A table without rows (one created just now) has nothing to truncate.
+            held_rows = self._holds_rows(name, target)
+            if held_rows:
+                self._truncate(name, target, truncate, state)
             self._follower.follow(plan, path, state, step, plan.relations[1])
         except BaseException:
             state.stale = True
@@ -392,9 +395,8 @@ class DeltaSink:
         frame = frame_columns(step.columns, metadata)
         if set(state.columns) != {c.name for c in frame}:
             return None
-        with engine_errors(f"reading {name}"):
-            if self._spark.sql(f"SELECT 1 AS one FROM {target} LIMIT 1").collect():
-                return None
+        if held_rows and self._holds_rows(name, target):
+            return None
         return BulkTarget(
             table=name,
             path=path,
@@ -412,6 +414,11 @@ class DeltaSink:
             row_ids=(meta.row_lsn, meta.row_ordinal) if row_ids else None,
             bucket=bucket,
         )
+
+    def _holds_rows(self, table: str, target: str) -> bool:
+        """Whether the Delta table ``target`` has any row (soft-deleted ones too)."""
+        with engine_errors(f"reading {table}"):
+            return bool(self._spark.sql(f"SELECT 1 AS one FROM {target} LIMIT 1").collect())
 
     def finish_bulk(self, targets: Sequence[BulkTarget]) -> None:
         """Record the appended tables' Delta versions in the commit log, as ``apply`` does.
