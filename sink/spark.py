@@ -60,6 +60,8 @@ from math import ceil
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+import structlog
+
 from sink.base import SinkDataError, SinkError, SinkRetryableError
 from sink.settings import SparkSettings
 
@@ -67,6 +69,8 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # the module docstri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = structlog.get_logger("wal2delta.sink")
 
 DEFAULT_CONF: Final[Mapping[str, str]] = {"spark.sql.session.timeZone": "UTC"}
 EMBEDDED_HOST: Final = "127.0.0.1"
@@ -176,6 +180,7 @@ def _create_embedded(conf: Mapping[str, str], parallelism: int | None) -> SparkS
         os.environ[SAIL_PARALLELISM_ENV] = str(parallelism)
     else:
         os.environ.setdefault(SAIL_PARALLELISM_ENV, str(embedded_parallelism()))
+    log.info("starting the embedded Sail engine", parallelism=os.environ[SAIL_PARALLELISM_ENV])
     server = SparkConnectServer(EMBEDDED_HOST, 0)
     server.start(background=True)
     address = server.listening_address
