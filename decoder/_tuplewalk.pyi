@@ -1,6 +1,6 @@
 """Types of the compiled kernel ``decoder/_tuplewalk.c`` (see ``decoder.native``)."""
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 def row_message_is_valid(buf: bytes, in_stream: bool, /) -> bool: ...
@@ -71,3 +71,6 @@ def replay_rows(
 def gather(
     parts: list[tuple[bytes, int]], count: int, /
 ) -> list[tuple[bytes, bytes, bytes | None, int]] | None: ...
+def columnar_meta(
+    rows: Iterable[object], changes: list[Any], deletes: list[bool], row_type: type, /
+) -> tuple[list[object], bytes | None, bytes, bytes, bytes, bytes]: ...
