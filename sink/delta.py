@@ -115,7 +115,8 @@ from sink.naming import table_path
 from sink.partitioning import BucketFilter, bucket_filter, bucket_of, bucket_values, bucketed_column
 from sink.plan import MergePlan, MergeStep, TruncateStep, plan_batch
 from sink.settings import KeyBuckets, SinkSettings
-from sink.spark import engine_errors
+from sink.sources import SourceFiles
+from sink.spark import engine_errors, is_embedded
 from sink.sql import (
     ANOMALY_COUNT,
     KEYLESS_KIND,
@@ -169,7 +170,9 @@ class DeltaSink:
         # the first relation that has one.
         self._decoder = ValueDecoder(self._describe_type if catalog is not None else None)
         self._primary_keys: dict[Relation, tuple[str, ...]] = {}
-        self._lake = LakeTables(spark, self._meta)
+        # The embedded engine reads MERGE sources from local files (sources.py).
+        self._files = SourceFiles() if is_embedded(spark) and not settings.inline_sources else None
+        self._lake = LakeTables(spark, self._meta, self._files)
         self._bookkeeping = Bookkeeping(spark, self._lake, settings.path, self._meta)
         self._history = HistoryWriter(spark, self._lake, settings.path, self._meta)
         self._commits = CommitLog(spark, self._lake, settings.path)
@@ -278,6 +281,8 @@ class DeltaSink:
         self._history.clear()
         self._commits.clear()
         self._compactor.clear()
+        if self._files is not None:
+            self._files.close()
 
     def _describe_type(self, type_oid: int) -> TypeDescription | None:
         """A user type's description from the catalog (``ValueDecoder`` caches it per OID)."""

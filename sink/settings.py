@@ -86,6 +86,9 @@ class SinkSettings:
             where it can write the table (``auto``), always delta-rs, or the engine.
         compact_after_writes: compact a table's small files after this many writes to it
             (``compaction.py``); 0 never compacts.
+        inline_sources: send every MERGE source through the Spark session, also to the
+            embedded engine, which otherwise reads it from a local Arrow file
+            (``sources.py``); for the tests that compare the two.
     """
 
     path: str
@@ -105,6 +108,7 @@ class SinkSettings:
     history: bool | frozenset[str] = False
     bulk_writer: BulkWriter = "auto"
     compact_after_writes: int = 20
+    inline_sources: bool = False
 
 
 @dataclass(frozen=True, slots=True)

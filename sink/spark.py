@@ -274,6 +274,13 @@ def _has_jar(jars: set[str], prefix: str) -> bool:
     return any(name.startswith(prefix) for name in jars)
 
 
+def is_embedded(spark: SparkSession) -> bool:
+    """Whether ``spark`` talks to the engine embedded in this process (``embedded`` mode),
+    which reads this machine's files as the daemon sees them."""
+    with _servers_lock:
+        return id(spark) in _embedded_servers
+
+
 def stop_spark_session(spark: SparkSession) -> None:
     """Stop a session made by ``create_spark_session`` and, if embedded, its server.
 

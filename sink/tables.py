@@ -5,7 +5,8 @@ unless it exists (an empty DataFrame written with save mode ``ignore``: Sail rej
 ``CREATE TABLE delta.`path```), caches each table's columns after the first look
 (``TableState``), adds missing columns (``mergeSchema``, a metadata-only commit), checks a
 table's key-range partitioning against the configuration, and runs statements over
-temporary views of Arrow tables.
+temporary views of Arrow tables (read from a local Arrow file by the embedded engine,
+``sources.py``; sent inline through the session otherwise).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sink.evolution import delta_type_name
 from sink.keyless import Position
 from sink.plan import PlanColumn
 from sink.settings import KeyBuckets
+from sink.sources import SourceFiles
 from sink.spark import engine_errors
 from sink.sql import MetadataColumns
 from sink.typemap import BIGINT
@@ -66,9 +68,14 @@ class TableState:
 class LakeTables:
     """The sink's Delta tables and its Spark session's statements, for one sink instance."""
 
-    def __init__(self, spark: SparkSession, meta: MetadataColumns) -> None:
+    def __init__(
+        self, spark: SparkSession, meta: MetadataColumns, files: SourceFiles | None = None
+    ) -> None:
+        """``files``: where views of Arrow tables are written for the engine to read; None
+        sends the tables inline through the session."""
         self._spark = spark
         self._meta = meta
+        self._files = files
         self._states: dict[str, TableState] = {}
         self._view_numbers = itertools.count(1)
 
@@ -173,12 +180,24 @@ class LakeTables:
     def view(self, table: pa.Table, columns: Sequence[ArrowColumn]) -> Iterator[str]:
         """Register ``table`` as a temporary view for the duration of the block."""
         name = f"__w2d_source_{next(self._view_numbers)}"
-        frame = self._spark.createDataFrame(table, schema=ddl(columns))
-        frame.createOrReplaceTempView(name)
-        try:
-            yield name
-        finally:
-            self._spark.catalog.dropTempView(name)
+        if self._files is None:
+            frame = self._spark.createDataFrame(table, schema=ddl(columns))
+            frame.createOrReplaceTempView(name)
+            try:
+                yield name
+            finally:
+                self._spark.catalog.dropTempView(name)
+            return
+        # The engine takes the column types from the file: exactly those of ``columns``.
+        schema = pa.schema([pa.field(c.name, c.arrow) for c in columns])
+        if not table.schema.equals(schema):
+            table = table.cast(schema)
+        with self._files.written(table) as path:
+            self._spark.read.format("arrow").load(str(path)).createOrReplaceTempView(name)
+            try:
+                yield name
+            finally:
+                self._spark.catalog.dropTempView(name)
 
     def sql(self, statement: str) -> None:
         """Run ``statement`` to completion."""

@@ -46,6 +46,7 @@ from sink import (
     stop_spark_session,
     table_path,
 )
+from sink.sources import SourceFiles
 from tests.support.sink_changes import (
     INT4,
     U,
@@ -772,17 +773,36 @@ def wire_inserts(
     return changes
 
 
+@pytest.mark.parametrize("inline", [False, True], ids=["source-file", "inline-source"])
 @pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
 def test_every_type_of_the_mapping_round_trips_exactly(
-    pg18_dsn: str, make_sink: SinkFactory, lake: Path, binary: bool
+    pg18_dsn: str,
+    make_sink: SinkFactory,
+    lake: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    binary: bool,
+    inline: bool,
 ) -> None:
+    # The embedded engine reads MERGE sources from Arrow files (sink/sources.py), any other
+    # engine gets them inline: both must give the same exact values.
+    files_written: list[pa.Table] = []
+    written = SourceFiles.written
+
+    def spy(files: SourceFiles, table: pa.Table) -> Any:
+        files_written.append(table)
+        return written(files, table)
+
+    monkeypatch.setattr(SourceFiles, "written", spy)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute(every_type_ddl())
         skip = NOT_IN_BINARY if binary else frozenset()
         relation = catalog_relation(conn, "public.every_type", skip)
-        result: BatchResult = make_sink().apply(
+        result: BatchResult = make_sink(inline_sources=inline).apply(
             batch(*wire_inserts(conn, relation, binary=binary, lsn=10))
         )
+    assert bool(files_written) is not inline
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         expected = [
             {k: v for k, v in row.items() if k not in skip}
             for row in postgres_rows(conn, "public.every_type")

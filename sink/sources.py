@@ -1,0 +1,139 @@
+"""MERGE sources handed to the embedded engine as Arrow IPC files instead of over gRPC.
+
+Theory of operation
+-------------------
+Every MERGE reads its batch from a temporary view over an Arrow table built by the sink.
+Through Spark Connect that table travels inside the plan: pyspark writes it to Arrow IPC,
+copies it into a protobuf message, copies that into the request and serialises it, and the
+server decodes it again - about 60 ms of the sink thread's time per 100k-row source, most
+of it holding the interpreter lock the capture thread needs (docs/performance.md).
+
+The embedded engine (``sink.spark.mode: embedded``) runs in this process and sees its
+files, so the sink writes the table once, as an uncompressed Arrow IPC file, and the view
+reads that file (Sail's ``arrow`` format): one sequential write into the page cache, no
+copy through the interpreter. The file lives exactly as long as the view; it is removed as
+soon as the statement that read it is done. A remote engine (``connect``) cannot read the
+daemon's disk and classic Spark has no Arrow file source: both keep the inline path.
+
+Files go to a private directory under the system temporary directory (``TMPDIR``; the
+Kubernetes manifests mount an ``emptyDir`` at ``/tmp``), created on first use and removed
+by ``close``. A process killed part-way leaves its directory behind; the directory holds an
+exclusive ``flock`` on its ``.lock`` file for as long as its owner lives, so the next sink
+to start removes every such directory whose lock it can take - also after a container
+restart that reused the same process id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import itertools
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import pyarrow as pa
+import structlog
+
+log = structlog.get_logger("wal2delta.sink")
+
+DIRECTORY_PREFIX: Final = "wal2delta-sources-"
+LOCK_NAME: Final = ".lock"
+UNLOCKED_GRACE_SECONDS: Final = 60.0
+
+
+class SourceFiles:
+    """A private directory of Arrow IPC files, one per view an engine reads."""
+
+    def __init__(self, parent: Path | None = None) -> None:
+        """Files go to a new directory under ``parent`` (default: the system temporary
+        directory), made on first use."""
+        self._parent = parent
+        self._directory: Path | None = None
+        self._lock_file: int | None = None
+        self._numbers = itertools.count(1)
+        self._guard = threading.Lock()
+
+    @property
+    def directory(self) -> Path | None:
+        """The directory in use; None before the first file and after ``close``."""
+        return self._directory
+
+    @contextlib.contextmanager
+    def written(self, table: pa.Table) -> Iterator[Path]:
+        """Write ``table`` to a new file for the duration of the block, then remove it."""
+        path = self._directory_in_use() / f"{next(self._numbers)}.arrow"
+        try:
+            with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
+            yield path
+        finally:
+            path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Remove the directory and every file still in it; the next file makes a new one."""
+        with self._guard:
+            directory, self._directory = self._directory, None
+            lock_file, self._lock_file = self._lock_file, None
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+        if lock_file is not None:
+            os.close(lock_file)
+
+    def _directory_in_use(self) -> Path:
+        with self._guard:
+            if self._directory is None:
+                parent = self._parent if self._parent is not None else Path(tempfile.gettempdir())
+                remove_abandoned(parent)
+                directory = Path(tempfile.mkdtemp(prefix=DIRECTORY_PREFIX, dir=parent))
+                lock_file = os.open(directory / LOCK_NAME, os.O_CREAT | os.O_RDWR, 0o600)
+                fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._directory, self._lock_file = directory, lock_file
+            return self._directory
+
+
+def remove_abandoned(parent: Path) -> list[Path]:
+    """Remove the source directories under ``parent`` whose owner is gone; return them.
+
+    An owner holds the exclusive lock on its directory's lock file until it closes it or
+    dies; a directory whose lock can be taken is abandoned, and so is one without a lock
+    file that is older than a minute (its owner died between making it and locking it; a
+    younger one may be locked in a moment).
+    """
+    removed: list[Path] = []
+    for directory in parent.glob(f"{DIRECTORY_PREFIX}*"):
+        if not directory.is_dir() or _owned(directory):
+            continue
+        shutil.rmtree(directory, ignore_errors=True)
+        removed.append(directory)
+    if removed:
+        log.info("removed source files left by an earlier process", directories=len(removed))
+    return removed
+
+
+def _owned(directory: Path) -> bool:
+    try:
+        lock_file = os.open(directory / LOCK_NAME, os.O_RDWR)
+    except FileNotFoundError:
+        return _young(directory)
+    except OSError:
+        return True  # not ours to judge (permissions): leave it
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(lock_file)  # also releases a lock taken here
+    return False
+
+
+def _young(directory: Path) -> bool:
+    try:
+        return time.time() - directory.stat().st_mtime < UNLOCKED_GRACE_SECONDS
+    except FileNotFoundError:
+        return True  # gone already: nothing to remove

@@ -1,0 +1,109 @@
+"""Arrow IPC files the embedded engine reads MERGE sources from (``sink/sources.py``): one
+file per view, gone after it; a private directory, removed on close, and directories
+left by a dead process removed by the next one. The engine reading them is covered by
+``tests/integration/test_delta_sink.py`` (every type, inline and from a file)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from sink.sources import DIRECTORY_PREFIX, LOCK_NAME, SourceFiles, remove_abandoned
+
+TABLE = pa.table(
+    {"id": pa.array([1, 2, None], pa.int64()), "note": pa.array(["a", None, "ü"], pa.string())}
+)
+
+
+def test_a_file_holds_the_table_while_the_block_runs_and_is_gone_after(tmp_path: Path) -> None:
+    files = SourceFiles(tmp_path)
+    with files.written(TABLE) as path:
+        assert path.parent == files.directory
+        assert pa.ipc.open_file(str(path)).read_all().equals(TABLE)
+    assert not path.exists()
+    with pytest.raises(RuntimeError), files.written(TABLE) as failed:
+        raise RuntimeError("the statement failed")
+    assert not failed.exists()
+    assert path != failed  # every view gets its own file
+
+
+def test_close_removes_the_directory_and_the_next_file_makes_a_new_one(tmp_path: Path) -> None:
+    files = SourceFiles(tmp_path)
+    assert files.directory is None
+    with files.written(TABLE):
+        first = files.directory
+    assert first is not None
+    assert first.is_dir()
+    files.close()
+    assert not first.exists()
+    assert files.directory is None
+    with files.written(TABLE) as path:
+        assert path.exists()
+        assert files.directory not in (None, first)
+    files.close()
+    files.close()  # twice is harmless
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_live_owners_directory_is_kept_and_an_unlocked_one_removed(tmp_path: Path) -> None:
+    live = SourceFiles(tmp_path)
+    with live.written(TABLE) as path:
+        abandoned = tmp_path / f"{DIRECTORY_PREFIX}gone"
+        abandoned.mkdir()
+        (abandoned / LOCK_NAME).touch()
+        (abandoned / "7.arrow").write_bytes(b"left behind")
+        unrelated = tmp_path / "something-else"
+        unrelated.mkdir()
+        assert remove_abandoned(tmp_path) == [abandoned]
+        assert path.exists()
+        assert not abandoned.exists()
+        assert unrelated.is_dir()
+    live.close()
+
+
+def test_a_directory_without_a_lock_file_is_removed_only_once_it_is_old(tmp_path: Path) -> None:
+    starting = tmp_path / f"{DIRECTORY_PREFIX}starting"
+    starting.mkdir()
+    assert remove_abandoned(tmp_path) == []
+    an_hour_ago = time.time() - 3600
+    os.utime(starting, (an_hour_ago, an_hour_ago))
+    assert remove_abandoned(tmp_path) == [starting]
+
+
+def test_files_of_a_killed_process_are_removed_by_the_next_sink(tmp_path: Path) -> None:
+    # The child writes a source file and is killed inside the block: nothing cleans up.
+    script = textwrap.dedent(
+        f"""
+        import os, signal, sys
+        from pathlib import Path
+        import pyarrow as pa
+        from sink.sources import SourceFiles
+        files = SourceFiles(Path({str(tmp_path)!r}))
+        with files.written(pa.table({{"id": [1]}})) as path:
+            print(path, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[3],
+        check=False,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    left = Path(child.stdout.strip())
+    assert left.exists()
+    files = SourceFiles(tmp_path)
+    with files.written(TABLE):
+        assert not left.parent.exists()
+        assert [p.name for p in tmp_path.iterdir()] == [files.directory.name]  # type: ignore[union-attr]
+    files.close()
