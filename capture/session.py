@@ -525,11 +525,11 @@ class Session:
 
 
 _HAND_OFF_SLICE = 512
+"""Most changes handed to the batcher between two sink-busy checks."""
 
 METRICS_INTERVAL: Final = 0.1
 """Seconds between two publications of the loop's counts while frames keep coming
 (``Session._publish_metrics``): far below any scrape interval."""
-"""Most changes handed to the batcher between two sink-busy checks."""
 
 
 CHANGE_OVERHEAD_BYTES = 256

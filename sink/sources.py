@@ -13,7 +13,9 @@ files, so the sink writes the table once, as an uncompressed Arrow IPC file, and
 reads that file (Sail's ``arrow`` format): one sequential write into the page cache, no
 copy through the interpreter. The file lives exactly as long as the view; it is removed as
 soon as the statement that read it is done. A remote engine (``connect``) cannot read the
-daemon's disk and classic Spark has no Arrow file source: both keep the inline path.
+daemon's disk and classic Spark has no Arrow file source: both keep the inline path. So
+does a sink whose file could not be written (no writable temporary directory, a full
+disk): it logs a warning once and sends every later source inline (``tables.py``).
 
 Files go to a private directory under the system temporary directory (``TMPDIR``; the
 Kubernetes manifests mount an ``emptyDir`` at ``/tmp``), created on first use and removed
@@ -25,7 +27,6 @@ restart that reused the same process id.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import itertools
 import os
@@ -33,7 +34,6 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -64,16 +64,24 @@ class SourceFiles:
         """The directory in use; None before the first file and after ``close``."""
         return self._directory
 
-    @contextlib.contextmanager
-    def written(self, table: pa.Table) -> Iterator[Path]:
-        """Write ``table`` to a new file for the duration of the block, then remove it."""
+    def write(self, table: pa.Table) -> Path:
+        """Write ``table`` to a new file; ``remove`` it once the engine has read it.
+
+        Raises:
+            OSError: the directory or the file could not be written (nothing is left).
+        """
         path = self._directory_in_use() / f"{next(self._numbers)}.arrow"
         try:
             with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
                 writer.write_table(table)
-            yield path
-        finally:
+        except BaseException:
             path.unlink(missing_ok=True)
+            raise
+        return path
+
+    def remove(self, path: Path) -> None:
+        """Remove a file ``write`` made (gone already is fine)."""
+        path.unlink(missing_ok=True)
 
     def close(self) -> None:
         """Remove the directory and every file still in it; the next file makes a new one."""

@@ -12,12 +12,15 @@ temporary views of Arrow tables (read from a local Arrow file by the embedded en
 from __future__ import annotations
 
 import itertools
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import structlog
 
 from decoder import Relation
 from sink.arrow import ArrowColumn, ddl
@@ -33,6 +36,8 @@ from sink.typemap import BIGINT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+log = structlog.get_logger("wal2delta.sink")
 
 
 @dataclass(slots=True)
@@ -180,24 +185,41 @@ class LakeTables:
     def view(self, table: pa.Table, columns: Sequence[ArrowColumn]) -> Iterator[str]:
         """Register ``table`` as a temporary view for the duration of the block."""
         name = f"__w2d_source_{next(self._view_numbers)}"
-        if self._files is None:
-            frame = self._spark.createDataFrame(table, schema=ddl(columns))
+        path = self._source_file(table, columns)
+        try:
+            if path is None:
+                frame = self._spark.createDataFrame(table, schema=ddl(columns))
+            else:
+                frame = self._spark.read.format("arrow").load(str(path))
             frame.createOrReplaceTempView(name)
             try:
                 yield name
             finally:
                 self._spark.catalog.dropTempView(name)
-            return
+        finally:
+            if path is not None and self._files is not None:
+                self._files.remove(path)
+
+    def _source_file(self, table: pa.Table, columns: Sequence[ArrowColumn]) -> Path | None:
+        """``table`` written for the engine to read (``sources.py``); None: send it inline."""
+        if self._files is None:
+            return None
         # The engine takes the column types from the file: exactly those of ``columns``.
         schema = pa.schema([pa.field(c.name, c.arrow) for c in columns])
         if not table.schema.equals(schema):
             table = table.cast(schema)
-        with self._files.written(table) as path:
-            self._spark.read.format("arrow").load(str(path)).createOrReplaceTempView(name)
-            try:
-                yield name
-            finally:
-                self._spark.catalog.dropTempView(name)
+        try:
+            return self._files.write(table)
+        except OSError as exc:
+            log.warning(
+                "MERGE sources cannot be written to local files",
+                directory=str(self._files.directory or tempfile.gettempdir()),
+                error=f"{type(exc).__name__}: {exc}",
+                consequence="every later source goes to the engine inline, which is slower",
+            )
+            self._files.close()
+            self._files = None
+            return None
 
     def sql(self, statement: str) -> None:
         """Run ``statement`` to completion."""

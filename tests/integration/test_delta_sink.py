@@ -10,6 +10,7 @@ and Delta must then equal the table as PostgreSQL reads it.
 from __future__ import annotations
 
 import datetime as dt
+import tempfile
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -787,13 +788,13 @@ def test_every_type_of_the_mapping_round_trips_exactly(
     # The embedded engine reads MERGE sources from Arrow files (sink/sources.py), any other
     # engine gets them inline: both must give the same exact values.
     files_written: list[pa.Table] = []
-    written = SourceFiles.written
+    write = SourceFiles.write
 
-    def spy(files: SourceFiles, table: pa.Table) -> Any:
+    def spy(files: SourceFiles, table: pa.Table) -> Path:
         files_written.append(table)
-        return written(files, table)
+        return write(files, table)
 
-    monkeypatch.setattr(SourceFiles, "written", spy)
+    monkeypatch.setattr(SourceFiles, "write", spy)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute(every_type_ddl())
         skip = NOT_IN_BINARY if binary else frozenset()
@@ -818,6 +819,24 @@ def test_every_type_of_the_mapping_round_trips_exactly(
     assert first["tm"] == "24:00:00"
     assert first["a_n"] == [Decimal("1.50"), None]
     assert first["a_nf"] == ["1.5", "NaN", "-0.000001"]
+
+
+def test_without_a_writable_temporary_directory_sources_go_inline_after_one_warning(
+    make_sink: SinkFactory, lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # sink/sources.py: a read-only file system without a /tmp volume, or a full disk.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-directory"))
+    sink = make_sink()
+    with capture_logs() as logs:
+        sink.apply(batch(insert(DOCS, "1", "one", "1", lsn=10)))
+        sink.apply(
+            batch(update(DOCS, "1", "uno", "2", lsn=20), insert(DOCS, "2", "two", "1", lsn=20))
+        )
+    warnings = [e for e in logs if e["event"] == "MERGE sources cannot be written to local files"]
+    assert len(warnings) == 1
+    assert warnings[0]["log_level"] == "warning"
+    assert "No such file or directory" in warnings[0]["error"]
+    assert_delta_matches(docs_path(lake), [doc(1, "uno", 2), doc(2, "two", 1)], key=["id"])
 
 
 def test_fast_defaults_of_every_mapped_type_reach_the_older_delta_rows_exactly(

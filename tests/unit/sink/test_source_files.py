@@ -6,6 +6,7 @@ left by a dead process removed by the next one. The engine reading them is cover
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,31 +24,46 @@ TABLE = pa.table(
 )
 
 
-def test_a_file_holds_the_table_while_the_block_runs_and_is_gone_after(tmp_path: Path) -> None:
+def test_a_file_holds_the_table_until_it_is_removed(tmp_path: Path) -> None:
     files = SourceFiles(tmp_path)
-    with files.written(TABLE) as path:
-        assert path.parent == files.directory
-        assert pa.ipc.open_file(str(path)).read_all().equals(TABLE)
+    path = files.write(TABLE)
+    assert path.parent == files.directory
+    assert pa.ipc.open_file(str(path)).read_all().equals(TABLE)
+    other = files.write(TABLE)
+    assert other != path  # every view gets its own file
+    files.remove(path)
+    files.remove(path)  # gone already is fine
     assert not path.exists()
-    with pytest.raises(RuntimeError), files.written(TABLE) as failed:
-        raise RuntimeError("the statement failed")
-    assert not failed.exists()
-    assert path != failed  # every view gets its own file
+    assert other.exists()
+    files.close()
+
+
+def test_a_file_that_cannot_be_written_leaves_nothing_behind(tmp_path: Path) -> None:
+    files = SourceFiles(tmp_path)
+    with pytest.raises(OSError, match="No such file"):
+        SourceFiles(tmp_path / "missing").write(TABLE)
+    files.write(TABLE)
+    directory = files.directory
+    assert directory is not None
+    shutil.rmtree(directory)  # the directory vanishes under the sink
+    with pytest.raises(OSError, match="No such file"):
+        files.write(TABLE)
+    files.close()
 
 
 def test_close_removes_the_directory_and_the_next_file_makes_a_new_one(tmp_path: Path) -> None:
     files = SourceFiles(tmp_path)
     assert files.directory is None
-    with files.written(TABLE):
-        first = files.directory
+    files.remove(files.write(TABLE))
+    first = files.directory
     assert first is not None
     assert first.is_dir()
     files.close()
     assert not first.exists()
     assert files.directory is None
-    with files.written(TABLE) as path:
-        assert path.exists()
-        assert files.directory not in (None, first)
+    path = files.write(TABLE)
+    assert path.exists()
+    assert files.directory not in (None, first)
     files.close()
     files.close()  # twice is harmless
     assert list(tmp_path.iterdir()) == []
@@ -55,17 +71,17 @@ def test_close_removes_the_directory_and_the_next_file_makes_a_new_one(tmp_path:
 
 def test_a_live_owners_directory_is_kept_and_an_unlocked_one_removed(tmp_path: Path) -> None:
     live = SourceFiles(tmp_path)
-    with live.written(TABLE) as path:
-        abandoned = tmp_path / f"{DIRECTORY_PREFIX}gone"
-        abandoned.mkdir()
-        (abandoned / LOCK_NAME).touch()
-        (abandoned / "7.arrow").write_bytes(b"left behind")
-        unrelated = tmp_path / "something-else"
-        unrelated.mkdir()
-        assert remove_abandoned(tmp_path) == [abandoned]
-        assert path.exists()
-        assert not abandoned.exists()
-        assert unrelated.is_dir()
+    path = live.write(TABLE)
+    abandoned = tmp_path / f"{DIRECTORY_PREFIX}gone"
+    abandoned.mkdir()
+    (abandoned / LOCK_NAME).touch()
+    (abandoned / "7.arrow").write_bytes(b"left behind")
+    unrelated = tmp_path / "something-else"
+    unrelated.mkdir()
+    assert remove_abandoned(tmp_path) == [abandoned]
+    assert path.exists()
+    assert not abandoned.exists()
+    assert unrelated.is_dir()
     live.close()
 
 
@@ -79,7 +95,7 @@ def test_a_directory_without_a_lock_file_is_removed_only_once_it_is_old(tmp_path
 
 
 def test_files_of_a_killed_process_are_removed_by_the_next_sink(tmp_path: Path) -> None:
-    # The child writes a source file and is killed inside the block: nothing cleans up.
+    # The child writes a source file and is killed before it removes it: nothing cleans up.
     script = textwrap.dedent(
         f"""
         import os, signal, sys
@@ -87,9 +103,8 @@ def test_files_of_a_killed_process_are_removed_by_the_next_sink(tmp_path: Path) 
         import pyarrow as pa
         from sink.sources import SourceFiles
         files = SourceFiles(Path({str(tmp_path)!r}))
-        with files.written(pa.table({{"id": [1]}})) as path:
-            print(path, flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
+        print(files.write(pa.table({{"id": [1]}})), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
         """
     )
     child = subprocess.run(
@@ -103,7 +118,7 @@ def test_files_of_a_killed_process_are_removed_by_the_next_sink(tmp_path: Path) 
     left = Path(child.stdout.strip())
     assert left.exists()
     files = SourceFiles(tmp_path)
-    with files.written(TABLE):
-        assert not left.parent.exists()
-        assert [p.name for p in tmp_path.iterdir()] == [files.directory.name]  # type: ignore[union-attr]
+    files.write(TABLE)
+    assert not left.parent.exists()
+    assert [p.name for p in tmp_path.iterdir()] == [files.directory.name]  # type: ignore[union-attr]
     files.close()
