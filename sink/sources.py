@@ -99,8 +99,16 @@ class SourceFiles:
                 parent = self._parent if self._parent is not None else Path(tempfile.gettempdir())
                 remove_abandoned(parent)
                 directory = Path(tempfile.mkdtemp(prefix=DIRECTORY_PREFIX, dir=parent))
-                lock_file = os.open(directory / LOCK_NAME, os.O_CREAT | os.O_RDWR, 0o600)
-                fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                try:
+                    lock_file = os.open(directory / LOCK_NAME, os.O_CREAT | os.O_RDWR, 0o600)
+                    try:
+                        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BaseException:
+                        os.close(lock_file)
+                        raise
+                except BaseException:
+                    shutil.rmtree(directory, ignore_errors=True)
+                    raise
                 self._directory, self._lock_file = directory, lock_file
             return self._directory
 
