@@ -204,7 +204,8 @@ class LakeTables:
         """``table`` written for the engine to read (``sources.py``); None: send it inline."""
         if self._files is None:
             return None
-        # The engine takes the column types from the file: exactly those of ``columns``.
+        # The engine takes the types from the file: cast to those of ``columns``, as the
+        # inline path's explicit schema does.
         schema = pa.schema([pa.field(c.name, c.arrow) for c in columns])
         if not table.schema.equals(schema):
             table = table.cast(schema)
