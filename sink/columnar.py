@@ -70,19 +70,19 @@ def columnar_rows(values: tuple[pa.Array, ...], meta: ColumnarMeta) -> ColumnarR
     narrowed to ``meta.live``, and the metadata columns ``decoder.columnar_meta`` laid out."""
     count = len(meta.lsns) // _INT64_SIZE
     if meta.live is not None:
-        live = _int64_array(BIGINT.arrow, count, meta.live)
+        live = _array_over(BIGINT.arrow, count, meta.live)
         values = tuple(array.take(live) for array in values)
     return ColumnarRows(
         values,
-        _int64_array(BIGINT.arrow, count, meta.lsns),
-        _int64_array(TIMESTAMP.arrow, count, meta.micros),
-        _int64_array(BIGINT.arrow, count, meta.ordinals),
-        pa.Array.from_buffers(BOOLEAN.arrow, count, [None, pa.py_buffer(meta.deletes)]),
+        _array_over(BIGINT.arrow, count, meta.lsns),
+        _array_over(TIMESTAMP.arrow, count, meta.micros),
+        _array_over(BIGINT.arrow, count, meta.ordinals),
+        _array_over(BOOLEAN.arrow, count, meta.deletes),
     )
 
 
-def _int64_array(arrow: pa.DataType, count: int, data: bytes) -> pa.Array:
-    """``count`` native int64 values (an integer or timestamp type) over ``data``, no copy."""
+def _array_over(arrow: pa.DataType, count: int, data: bytes) -> pa.Array:
+    """``count`` values of the fixed-width type ``arrow`` (no NULLs) over ``data``, no copy."""
     return pa.Array.from_buffers(arrow, count, [None, pa.py_buffer(data)])
 
 

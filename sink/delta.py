@@ -171,8 +171,8 @@ class DeltaSink:
         self._decoder = ValueDecoder(self._describe_type if catalog is not None else None)
         self._primary_keys: dict[Relation, tuple[str, ...]] = {}
         # The embedded engine reads MERGE sources from local files (sources.py).
-        self._files = SourceFiles() if is_embedded(spark) and not settings.inline_sources else None
-        self._lake = LakeTables(spark, self._meta, self._files)
+        files = SourceFiles() if is_embedded(spark) and not settings.inline_sources else None
+        self._lake = LakeTables(spark, self._meta, files)
         self._bookkeeping = Bookkeeping(spark, self._lake, settings.path, self._meta)
         self._history = HistoryWriter(spark, self._lake, settings.path, self._meta)
         self._commits = CommitLog(spark, self._lake, settings.path)
@@ -268,7 +268,8 @@ class DeltaSink:
             log.warning("writing the commit log failed; it is tried again", error=str(exc))
 
     def close(self) -> None:
-        """Write the deferred records, then forget cached table schemas.
+        """Write the deferred records, then forget cached table schemas (and remove the
+        directory of MERGE source files, ``sources.py``).
 
         No compaction: a worker that outlived its stop may still be applying a batch, and
         a compaction due waits for the next process. The Spark session and the catalog
@@ -281,8 +282,6 @@ class DeltaSink:
         self._history.clear()
         self._commits.clear()
         self._compactor.clear()
-        if self._files is not None:
-            self._files.close()
 
     def _describe_type(self, type_oid: int) -> TypeDescription | None:
         """A user type's description from the catalog (``ValueDecoder`` caches it per OID)."""

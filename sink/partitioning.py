@@ -115,19 +115,12 @@ def bucketed_column(table: str, step: MergeStep, spec: KeyBuckets) -> int:
 def bucket_values(step: MergeStep, index: int, width: int) -> pa.Array:
     """Each planned row's bucket, ``floor(key / width)`` (NULL for a NULL key), as BIGINT,
     in row order (``rows``, then the columnar rows, as ``arrow.source_table`` orders them)."""
-    planned: list[int | None] = []
-    for row in step.rows:
-        key = row.values[index]
-        if key is None:
-            planned.append(None)
-        else:
-            assert isinstance(key, int), "bucketed_column checked the column is an integer"
-            planned.append(bucket_of(key, width))
-    head = pa.array(planned, pa.int64())
-    if step.columnar is None:
-        return head
-    tail = key_buckets(step.columnar.values[index], width)
-    return pa.concat_arrays([head, tail]) if len(head) else tail
+    # bucketed_column checked the column is an integer: its keys fit BIGINT.
+    keys = pa.array([row.values[index] for row in step.rows], pa.int64())
+    if step.columnar is not None:
+        columnar = step.columnar.values[index].cast(pa.int64())
+        keys = pa.concat_arrays([keys, columnar]) if len(keys) else columnar
+    return key_buckets(keys, width)
 
 
 def key_buckets(keys: pa.Array, width: int) -> pa.Array:

@@ -93,8 +93,11 @@ class LakeTables:
         self._states.pop(path, None)
 
     def clear(self) -> None:
-        """Forget every cached table."""
+        """Forget every cached table, and remove the source files' directory (the next
+        view makes a new one)."""
         self._states.clear()
+        if self._files is not None:
+            self._files.close()
 
     def load(
         self,
