@@ -42,6 +42,7 @@ def test_a_file_that_cannot_be_written_leaves_nothing_behind(tmp_path: Path) -> 
     files = SourceFiles(tmp_path)
     with pytest.raises(OSError, match="No such file"):
         SourceFiles(tmp_path / "missing").write(TABLE)
+    assert list(tmp_path.iterdir()) == []
     files.write(TABLE)
     directory = files.directory
     assert directory is not None
@@ -49,6 +50,7 @@ def test_a_file_that_cannot_be_written_leaves_nothing_behind(tmp_path: Path) -> 
     with pytest.raises(OSError, match="No such file"):
         files.write(TABLE)
     files.close()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_close_removes_the_directory_and_the_next_file_makes_a_new_one(tmp_path: Path) -> None:
