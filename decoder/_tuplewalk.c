@@ -475,7 +475,7 @@ PyDoc_STRVAR(fold_doc,
 /* Attribute names of RowChange and TupleData, interned once. */
 static PyObject *name_relation, *name_old, *name_commit_time, *name_op, *name_new, *name_wire;
 static PyObject *name_values, *name_buf, *name_start;
-static PyObject *op_insert, *op_update, *op_delete;
+static PyObject *op_insert, *op_update, *op_delete, *old_kind_key, *old_kind_row;
 
 static int
 fold_names_ready(void)
@@ -491,12 +491,15 @@ fold_names_ready(void)
     op_insert = PyUnicode_InternFromString("insert");
     op_update = PyUnicode_InternFromString("update");
     op_delete = PyUnicode_InternFromString("delete");
+    old_kind_key = PyUnicode_InternFromString("K");
+    old_kind_row = PyUnicode_InternFromString("O");
     name_values = PyUnicode_InternFromString("_values");
     name_buf = PyUnicode_InternFromString("_buf");
     name_start = PyUnicode_InternFromString("_start");
     name_wire = PyUnicode_InternFromString("wire");
     return (name_relation && name_old && name_commit_time && name_op && name_new && op_insert
-            && op_update && op_delete && name_values && name_buf && name_start && name_wire)
+            && op_update && op_delete && old_kind_key && old_kind_row && name_values && name_buf
+            && name_start && name_wire)
                ? 0
                : -1;
 }
@@ -888,15 +891,17 @@ PyDoc_STRVAR(replay_rows_doc,
 "            commit_time, xid, ordinal, chunk, weight, max_changes, max_weight, overhead,\n"
 "            /)\n--\n\n"
 "Replay the run of plain row records next in the iterator records into chunk: each an\n"
-"INSERT, or an UPDATE with only its new tuple, of relation (relations[id] is relation,\n"
-"the id read at id_at). Each becomes row_type(op, relation, new, None, None, commit_lsn,\n"
-"commit_time, ordinal, xid) with new a tuple_type over the record's unsplit tuple, as\n"
-"replay.ReplayQueue._chunks builds it, ordinal counting up, weight growing by\n"
-"overhead + len(record). The run ends after the change that makes chunk max_changes\n"
-"long or its weight max_weight (negative: no limit), at the first record that is not\n"
-"such a row, or when records ends. Answers (ordinal, weight, inserts, updates, record):\n"
-"record is the record read and not replayed (the caller replays it), or None when none\n"
-"was read past the run.");
+"INSERT, an UPDATE with only its new tuple, or a DELETE, of relation (relations[id] is\n"
+"relation, the id read at id_at). An INSERT or UPDATE becomes row_type(op, relation,\n"
+"new, None, None, commit_lsn, commit_time, ordinal, xid) with new a tuple_type over the\n"
+"record's unsplit tuple, a DELETE row_type('delete', relation, None, old, kind, ...)\n"
+"with old that tuple and kind its marker ('K' or 'O'), as replay.ReplayQueue._chunks\n"
+"builds them, ordinal counting up, weight growing by overhead + len(record). The run\n"
+"ends after the change that makes chunk max_changes long or its weight max_weight\n"
+"(negative: no limit), at the first record that is not such a row, or when records\n"
+"ends. Answers (ordinal, weight, inserts, updates, deletes, record): record is the\n"
+"record read and not replayed (the caller replays it), or None when none was read past\n"
+"the run.");
 
 /* Members of RowChange, in its constructor's order, and of a wire TupleData. */
 static const char *const change_fields[] = {"op",          "relation", "new",     "old", "old_kind",
@@ -923,6 +928,30 @@ members_of(PyObject *type, const char *const *names, int count, PyMemberDef **me
             return -1;
         }
     }
+    return 0;
+}
+
+/* ``members_of`` remembered for one type: replay_rows runs once per run of rows, and a
+ * DELETE or a schema record ends a run, so looking the slots up on every call cost as much
+ * as replaying a short run. The cache holds a reference to its type, so the pointer it
+ * compares cannot be reused by another type. */
+typedef struct {
+    PyObject *type;
+    PyMemberDef *members[CHANGE_FIELDS];
+} MemberCache;
+
+static int
+cached_members_of(MemberCache *cache, PyObject *type, const char *const *names, int count,
+                  PyMemberDef **members)
+{
+    if (cache->type != type) {
+        if (members_of(type, names, count, cache->members) < 0) {
+            return -1;
+        }
+        Py_INCREF(type);
+        Py_XSETREF(cache->type, type);
+    }
+    memcpy(members, cache->members, sizeof(PyMemberDef *) * (size_t)count);
     return 0;
 }
 
@@ -967,9 +996,12 @@ replay_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (PyErr_Occurred() || fold_names_ready() < 0) {
         return NULL;
     }
+    static MemberCache change_cache, tuple_cache;
     PyMemberDef *change_members[CHANGE_FIELDS], *tuple_members[TUPLE_FIELDS];
-    if (members_of(row_type, change_fields, CHANGE_FIELDS, change_members) < 0
-        || members_of(tuple_type, tuple_fields, TUPLE_FIELDS, tuple_members) < 0) {
+    if (cached_members_of(&change_cache, row_type, change_fields, CHANGE_FIELDS, change_members)
+            < 0
+        || cached_members_of(&tuple_cache, tuple_type, tuple_fields, TUPLE_FIELDS, tuple_members)
+               < 0) {
         return NULL;
     }
     Py_ssize_t tuple_at = id_at + 5; /* relation id, then the 'N' marker */
@@ -977,7 +1009,7 @@ replay_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (start == NULL) {
         return NULL;
     }
-    Py_ssize_t taken[2] = {0, 0};
+    Py_ssize_t taken[3] = {0, 0, 0};
     PyObject *left = NULL; /* a record read and not replayed */
     for (;;) {
         if (PyList_GET_SIZE(chunk) >= max_changes || (max_weight >= 0 && weight >= max_weight)) {
@@ -1000,6 +1032,9 @@ replay_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             }
             else if (data[0] == 'U' && data[id_at + 4] == 'N') {
                 kind = 1;
+            }
+            else if (data[0] == 'D' && (data[id_at + 4] == 'K' || data[id_at + 4] == 'O')) {
+                kind = 2;
             }
         }
         PyObject *id = NULL;
@@ -1029,8 +1064,17 @@ replay_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *change = NULL;
         if (number != NULL) {
             PyObject *change_values[CHANGE_FIELDS] = {
-                kind == 0 ? op_insert : op_update, relation, tuple,   Py_None, Py_None,
-                args[6],                           args[7],  number, args[8]};
+                op_insert, relation, tuple, Py_None, Py_None, args[6], args[7], number, args[8]};
+            if (kind == 1) {
+                change_values[C_OP] = op_update;
+            }
+            else if (kind == 2) {
+                /* A DELETE's tuple is its old key ('K') or old row ('O'). */
+                change_values[C_OP] = op_delete;
+                change_values[C_NEW] = Py_None;
+                change_values[C_OLD] = tuple;
+                change_values[C_OLD_KIND] = data[id_at + 4] == 'K' ? old_kind_key : old_kind_row;
+            }
             change = new_slotted((PyTypeObject *)row_type, change_members, change_values,
                                  CHANGE_FIELDS);
         }
@@ -1048,7 +1092,7 @@ replay_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(record);
     }
     Py_DECREF(start);
-    return Py_BuildValue("(nnnnN)", ordinal, weight, taken[0], taken[1],
+    return Py_BuildValue("(nnnnnN)", ordinal, weight, taken[0], taken[1], taken[2],
                          left == NULL ? (Py_INCREF(Py_None), Py_None) : left);
 fail:
     Py_DECREF(start);

@@ -12,9 +12,11 @@ the schema that was current when it was made, however late the caller replays.
 Row records are nearly all of a stream, and they were validated when they arrived, so
 replay reads only their header (relation id, tuple marker) and hands out
 ``TupleData.from_wire`` tuples whose columns are split when first read. After each row
-change the kernel's ``replay_rows`` (``decoder.native``) replays the run of plain inserts
-and updates of the same relation that follows, building the same objects; the record that
-ends the run comes back to the Python loop, which stays the reference. Every other record
+change the kernel's ``replay_rows`` (``decoder.native``) replays the run of inserts,
+updates without an old tuple and deletes of the same relation that follows, building the
+same objects; the record that ends the run (an update with its old tuple, another
+relation's row, any other message) comes back to the Python loop, which stays the
+reference. Every other record
 goes through ``parse_message``; no row record does (the row branch takes every INSERT,
 UPDATE and DELETE tag, and ``parse_message`` makes those classes only from those tags).
 """
@@ -302,9 +304,10 @@ class ReplayQueue:
         tallies: dict[int, tuple[Relation, list[int]]] = {}
         tallied: Relation | None = None
         tally: list[int] = []
-        # After each row change, the kernel replays the plain rows of its relation that
-        # follow (``replay_rows``), as this loop would; the record that ends the run comes
-        # back here. Without the kernel every record takes this loop.
+        # After each row change, the kernel replays the plain rows (inserts, updates without
+        # an old tuple, deletes) of its relation that follow (``replay_rows``), as this loop
+        # would; the record that ends the run comes back here. Without the kernel every
+        # record takes this loop.
         bulk = _replay_rows
         records = iter(txn.buffer)
         record: bytes | None = next(records, None)
@@ -388,7 +391,7 @@ class ReplayQueue:
                 # stops at once when the chunk is full) and answers the record after them,
                 # or None when it read none past them.
                 if bulk is not None and tag in row_types:
-                    ordinal, weight, inserts, updates, record = bulk(
+                    ordinal, weight, inserts, updates, deletes, record = bulk(
                         records,
                         by_id,
                         relation,
@@ -407,6 +410,7 @@ class ReplayQueue:
                     )
                     tally[0x49] += inserts
                     tally[0x55] += updates
+                    tally[0x44] += deletes
                 else:
                     record = None
                 if len(chunk) >= max_changes or weight >= max_weight >= 0:

@@ -224,8 +224,9 @@ def test_the_next_replay_waits_for_the_chunks_to_be_read() -> None:
 
 def _runs(kinds: list[tuple[int, int]], *, xid: int | None) -> list[Message]:
     """Row messages in runs: ``(kind, length)`` pairs; kind 0 inserts into T, 1 updates T
-    without an old key, 2 updates T with one, 3 deletes from T, 4 inserts into U, 5 a
-    RELATION message for T in the middle of the transaction, 6 a logical message."""
+    without an old key, 2 updates T with one, 3 deletes from T by key, 4 inserts into U, 5
+    a RELATION message for T in the middle of the transaction, 6 a logical message, 7
+    deletes from T with the whole old row (REPLICA IDENTITY FULL)."""
     out: list[Message] = []
     n = 0
     for kind, length in kinds:
@@ -261,6 +262,12 @@ def _runs(kinds: list[tuple[int, int]], *, xid: int | None) -> list[Message]:
                             xid=xid, relation_id=T, old_kind="K", old_tuple=text_tuple(key, None)
                         )
                     )
+                case 7:
+                    out.append(
+                        Delete(
+                            xid=xid, relation_id=T, old_kind="O", old_tuple=text_tuple(key, note)
+                        )
+                    )
                 case 4:
                     out.append(insert(U, key, note, xid=xid))
                 case 5:
@@ -292,7 +299,7 @@ def _replayed(
 
 
 @given(
-    kinds=st.lists(st.tuples(st.integers(0, 6), st.integers(1, 8)), max_size=10),
+    kinds=st.lists(st.tuples(st.integers(0, 7), st.integers(1, 8)), max_size=10),
     streamed=st.booleans(),
     sizes=st.lists(st.integers(min_value=0, max_value=12), min_size=1, max_size=8),
     weights=st.lists(st.integers(min_value=-1, max_value=900), min_size=1, max_size=8),
