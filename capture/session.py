@@ -168,6 +168,8 @@ class Session:
         self._burst_tags = [0] * 256
         self._burst_wal_start = 0
         self._metrics_due = 0.0
+        self._flowing = False
+        """The last read brought frames: the next wait reads in bulk (``_wait``)."""
 
     def loop(self) -> None:
         clock = self.clock
@@ -190,17 +192,27 @@ class Session:
             self._send_feedback_if_due(now)
             if not frames:
                 self._publish_metrics(now)  # never idle with counts unpublished
-                self._wait(self._sleep_time(clock()))
+                self._wait(self._sleep_time(clock()), bulk=self._flowing)
+            self._flowing = bool(frames)
         self._publish_metrics(clock())
         self._finish()
 
-    def _wait(self, timeout: float) -> None:
+    def _wait(self, timeout: float, *, bulk: bool = False) -> None:
         """Sleep until the server sends, the sink worker reports or goes idle, or timeout.
+
+        ``bulk`` (the stream flowed until the read before): wait for
+        ``capture.stream.BULK_LOW_WATER`` bytes, at most ``BULK_WAIT`` seconds, rather
+        than for the next message. Read as soon as anything arrives, the loop kept pace
+        with the walsender at a few dozen messages per wake-up and spent more on waking
+        both than on the changes (4.5 µs of CPU per change against 1.2 µs in bulk,
+        docs/performance.md).
 
         The worker's wake-ups are consumed after the wait and before the next look at its
         state, so none is lost: one written after that look makes the next wait return.
         """
-        self.stream.wait_readable(timeout, also=(self.worker.wakeup_fd,))
+        if bulk:
+            timeout = min(timeout, BULK_WAIT)
+        self.stream.wait_readable(timeout, also=(self.worker.wakeup_fd,), bulk=bulk)
         self.worker.clear_wakeup()
 
     def _sleep_time(self, now: float) -> float:
@@ -526,6 +538,11 @@ class Session:
 
 _HAND_OFF_SLICE = 512
 """Most changes handed to the batcher between two sink-busy checks."""
+
+BULK_WAIT: Final = 0.005
+"""Longest wait for ``capture.stream.BULK_LOW_WATER`` bytes while the stream flows
+(``Session._wait``): what a change may wait on top of its transaction's arrival when the
+stream slows down."""
 
 METRICS_INTERVAL: Final = 0.1
 """Seconds between two publications of the loop's counts while frames keep coming

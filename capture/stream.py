@@ -8,14 +8,26 @@ drive libpq directly through ``conn.pgconn``: ``consume_input`` + ``get_copy_dat
 copy helpers have no timeouts). Replication commands go through the simple query
 protocol, which psycopg uses when a query has no parameters, so identifiers and literals
 are composed with ``psycopg.sql``. This is the only module that touches ``conn.pgconn``.
+
+Reading in bulk: the walsender sends every change as its own CopyData message and a
+reader that wakes up for each one pays a wake-up, a ``select`` and a loop iteration per
+few messages - and so does the walsender, which must wake it. While the stream flows, the
+caller waits with ``bulk=True``: the socket's receive low-water mark (``SO_RCVLOWAT``)
+is raised to ``BULK_LOW_WATER`` bytes, so the kernel reports it readable, and wakes the
+loop, only once that much has arrived or the caller's (short) timeout has passed. A
+non-blocking read still returns whatever is there. On a socket or platform that ignores
+the mark, the wait simply returns as before.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import select
+import socket
 import time
 from collections.abc import Mapping, Sequence
+from typing import Final
 
 import psycopg
 from psycopg import pq, sql
@@ -28,6 +40,10 @@ from capture.errors import (
 from capture.snapshot import ExportedSnapshot
 from decoder import format_lsn, parse_lsn
 
+BULK_LOW_WATER: Final = 64 * 1024
+"""Bytes that make the socket readable during a ``bulk`` wait: about 600 changes of 100
+bytes, half a millisecond of a backlog's stream, and far below the socket's buffer."""
+
 
 class ReplicationStream:
     """One replication connection and, once started, its COPY BOTH stream."""
@@ -36,6 +52,8 @@ class ReplicationStream:
         self._conn = conn
         self._pgconn = conn.pgconn
         self._started = False
+        self._low_water = 1
+        self._low_water_settable = True
 
     @classmethod
     def open(cls, conninfo: str, *, connect_timeout: float) -> ReplicationStream:
@@ -140,13 +158,33 @@ class ReplicationStream:
         except psycopg.OperationalError as exc:
             raise ReplicationConnectionLostError("could not send to the server") from exc
 
-    def wait_readable(self, timeout: float, also: Sequence[int] = ()) -> bool:
+    def wait_readable(
+        self, timeout: float, also: Sequence[int] = (), *, bulk: bool = False
+    ) -> bool:
         """Block until the socket (or a descriptor in ``also``) is readable, or ``timeout``
-        seconds pass; True when something is readable."""
+        seconds pass; True when something is readable.
+
+        With ``bulk`` the socket is readable only once ``BULK_LOW_WATER`` bytes wait in it
+        (module docstring); the caller bounds the wait with ``timeout``.
+        """
         if timeout <= 0:
             return False
+        self._set_low_water(BULK_LOW_WATER if bulk else 1)
         readable, _, _ = select.select([self._pgconn.socket, *also], [], [], timeout)
         return bool(readable)
+
+    def _set_low_water(self, size: int) -> None:
+        """Set the socket's ``SO_RCVLOWAT`` (only when it changes: a system call)."""
+        if size == self._low_water or not self._low_water_settable:
+            return
+        try:
+            with socket.socket(fileno=os.dup(self._pgconn.socket)) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, size)
+        except (OSError, AttributeError):
+            # Not a socket that takes the option (or no SO_RCVLOWAT here): wait as before.
+            self._low_water_settable = False
+            return
+        self._low_water = size
 
     def close(self, timeout: float = 10.0) -> None:
         """End COPY BOTH cleanly, then close the connection.
@@ -157,6 +195,7 @@ class ReplicationStream:
         """
         if self._started and not self._conn.closed:
             with contextlib.suppress(psycopg.Error, ReplicationConnectionLostError):
+                self._set_low_water(1)  # the server's CopyDone is a few bytes
                 self._pgconn.put_copy_end()
                 self._pgconn.flush()
                 deadline = time.monotonic() + timeout
