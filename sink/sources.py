@@ -19,10 +19,11 @@ disk): it logs a warning once and sends every later source inline (``tables.py``
 
 Files go to a private directory under the system temporary directory (``TMPDIR``; the
 Kubernetes manifests mount an ``emptyDir`` at ``/tmp``), created on first use and removed
-by ``close``. A process killed part-way leaves its directory behind; the directory holds an
-exclusive ``flock`` on its ``.lock`` file for as long as its owner lives, so the next sink
-to start removes every such directory whose lock it can take - also after a container
-restart that reused the same process id.
+by ``close`` - or, for an owner never closed, when it is collected or the interpreter
+exits (``weakref.finalize``). A process killed part-way leaves its directory behind; the
+directory holds an exclusive ``flock`` on its ``.lock`` file for as long as its owner
+lives, so the next sink to start removes every such directory whose lock it can take -
+also after a container restart that reused the same process id.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import shutil
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Final
 
@@ -55,7 +57,7 @@ class SourceFiles:
         directory), made on first use."""
         self._parent = parent
         self._directory: Path | None = None
-        self._lock_file: int | None = None
+        self._removal: weakref.finalize[[Path, int], SourceFiles] | None = None
         self._numbers = itertools.count(1)
         self._guard = threading.Lock()
 
@@ -86,12 +88,10 @@ class SourceFiles:
     def close(self) -> None:
         """Remove the directory and every file still in it; the next file makes a new one."""
         with self._guard:
-            directory, self._directory = self._directory, None
-            lock_file, self._lock_file = self._lock_file, None
-        if directory is not None:
-            shutil.rmtree(directory, ignore_errors=True)
-        if lock_file is not None:
-            os.close(lock_file)
+            removal, self._removal = self._removal, None
+            self._directory = None
+        if removal is not None:
+            removal()  # runs once, whoever calls it first
 
     def _directory_in_use(self) -> Path:
         with self._guard:
@@ -109,8 +109,15 @@ class SourceFiles:
                 except BaseException:
                     shutil.rmtree(directory, ignore_errors=True)
                     raise
-                self._directory, self._lock_file = directory, lock_file
+                self._directory = directory
+                self._removal = weakref.finalize(self, _remove_directory, directory, lock_file)
             return self._directory
+
+
+def _remove_directory(directory: Path, lock_file: int) -> None:
+    """Remove a directory ``SourceFiles`` made, then release its lock."""
+    shutil.rmtree(directory, ignore_errors=True)
+    os.close(lock_file)
 
 
 def remove_abandoned(parent: Path) -> list[Path]:

@@ -5,6 +5,7 @@ left by a dead process removed by the next one. The engine reading them is cover
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import signal
@@ -96,8 +97,9 @@ def test_a_directory_without_a_lock_file_is_removed_only_once_it_is_old(tmp_path
     assert remove_abandoned(tmp_path) == [starting]
 
 
-def test_files_of_a_killed_process_are_removed_by_the_next_sink(tmp_path: Path) -> None:
-    # The child writes a source file and is killed before it removes it: nothing cleans up.
+def _child_writing_a_file(tmp_path: Path, ending: str) -> tuple[int, Path]:
+    """Run a process that writes one source file under ``tmp_path`` and never closes its
+    ``SourceFiles``, then runs ``ending``; its exit code and the file it wrote."""
     script = textwrap.dedent(
         f"""
         import os, signal, sys
@@ -106,7 +108,7 @@ def test_files_of_a_killed_process_are_removed_by_the_next_sink(tmp_path: Path) 
         from sink.sources import SourceFiles
         files = SourceFiles(Path({str(tmp_path)!r}))
         print(files.write(pa.table({{"id": [1]}})), flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
+        {ending}
         """
     )
     child = subprocess.run(
@@ -116,11 +118,35 @@ def test_files_of_a_killed_process_are_removed_by_the_next_sink(tmp_path: Path) 
         cwd=Path(__file__).resolve().parents[3],
         check=False,
     )
-    assert child.returncode == -signal.SIGKILL, child.stderr
-    left = Path(child.stdout.strip())
+    return child.returncode, Path(child.stdout.strip())
+
+
+def test_files_of_a_killed_process_are_removed_by_the_next_sink(tmp_path: Path) -> None:
+    # Killed before it removes its file: nothing in the process cleans up.
+    returncode, left = _child_writing_a_file(tmp_path, "os.kill(os.getpid(), signal.SIGKILL)")
+    assert returncode == -signal.SIGKILL
     assert left.exists()
     files = SourceFiles(tmp_path)
     files.write(TABLE)
     assert not left.parent.exists()
     assert [p.name for p in tmp_path.iterdir()] == [files.directory.name]  # type: ignore[union-attr]
     files.close()
+
+
+def test_an_owner_never_closed_removes_its_files_when_collected_or_at_exit(
+    tmp_path: Path,
+) -> None:
+    files = SourceFiles(tmp_path)
+    files.write(TABLE)
+    directory = files.directory
+    assert directory is not None
+    assert directory.is_dir()
+    del files
+    gc.collect()
+    assert not directory.exists()
+
+    returncode, left = _child_writing_a_file(tmp_path, "sys.exit(0)")
+    assert returncode == 0
+    assert left.name.endswith(".arrow")
+    assert not left.parent.exists()
+    assert list(tmp_path.iterdir()) == []
