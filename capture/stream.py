@@ -42,7 +42,7 @@ from decoder import format_lsn, parse_lsn
 
 BULK_LOW_WATER: Final = 64 * 1024
 """Bytes that make the socket readable during a ``bulk`` wait: about 600 changes of 100
-bytes, half a millisecond of a backlog's stream, and far below the socket's buffer."""
+bytes, two milliseconds of a backlog's stream here, and far below the socket's buffer."""
 
 
 class ReplicationStream:
@@ -177,13 +177,22 @@ class ReplicationStream:
         """Set the socket's ``SO_RCVLOWAT`` (only when it changes: a system call)."""
         if size == self._low_water or not self._low_water_settable:
             return
+        # A socket object over a duplicate: closing it leaves libpq's descriptor open, and
+        # the option belongs to the socket both descriptors share.
+        duplicate = os.dup(self._pgconn.socket)
         try:
-            with socket.socket(fileno=os.dup(self._pgconn.socket)) as sock:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, size)
-        except (OSError, AttributeError):
-            # Not a socket that takes the option (or no SO_RCVLOWAT here): wait as before.
+            sock = socket.socket(fileno=duplicate)
+        except OSError:
+            os.close(duplicate)  # not a socket: the duplicate is still ours to close
             self._low_water_settable = False
             return
+        with sock:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, size)
+            except OSError:
+                # A socket that does not take the option: wait as before.
+                self._low_water_settable = False
+                return
         self._low_water = size
 
     def close(self, timeout: float = 10.0) -> None:
