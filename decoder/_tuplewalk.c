@@ -945,11 +945,14 @@ cached_members_of(MemberCache *cache, PyObject *type, const char *const *names, 
                   PyMemberDef **members)
 {
     if (cache->type != type) {
-        if (members_of(type, names, count, cache->members) < 0) {
+        /* Into the caller's array first: a failed lookup leaves the cache as it was. */
+        if (members_of(type, names, count, members) < 0) {
             return -1;
         }
+        memcpy(cache->members, members, sizeof(PyMemberDef *) * (size_t)count);
         Py_INCREF(type);
         Py_XSETREF(cache->type, type);
+        return 0;
     }
     memcpy(members, cache->members, sizeof(PyMemberDef *) * (size_t)count);
     return 0;
@@ -1004,7 +1007,7 @@ replay_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                < 0) {
         return NULL;
     }
-    Py_ssize_t tuple_at = id_at + 5; /* relation id, then the 'N' marker */
+    Py_ssize_t tuple_at = id_at + 5; /* relation id, then the 'N', 'K' or 'O' marker */
     PyObject *start = PyLong_FromSsize_t(tuple_at);
     if (start == NULL) {
         return NULL;

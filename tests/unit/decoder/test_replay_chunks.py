@@ -22,6 +22,7 @@ from decoder import (
     RowChange,
     Truncate,
     TruncateChange,
+    TupleData,
     Update,
 )
 from decoder import replay as replay_module
@@ -347,3 +348,26 @@ def test_the_compiled_loop_stops_at_a_relation_it_does_not_know() -> None:
     assembler, txn = _committed(messages)
     with pytest.raises(ProtocolSequenceError, match=f"relation {U} is unknown"):
         list(assembler.replay(txn))
+
+
+def test_the_compiled_loop_refuses_a_type_without_slots_and_keeps_working() -> None:
+    kernel = active_kernel()
+
+    class NoSlots:  # RowChange's field names, as plain class attributes
+        op = relation = new = old = old_kind = None
+        commit_lsn = commit_time = ordinal = xid = None
+
+    def replay_rows_with(row_type: type) -> None:
+        kernel.replay_rows(
+            iter([]), {}, None, row_type, TupleData, 1, 0, 0, None, 0, [], 0, 10, -1, 0
+        )
+
+    replay_rows_with(RowChange)  # its slots are looked up and kept
+    with pytest.raises(TypeError, match="is not a slot"):
+        replay_rows_with(NoSlots)
+    replay_rows_with(RowChange)  # the slots kept before are intact
+    messages = [begin(700, 0x9000), relation(T, "t", COLUMNS), insert(T, "1", "a")]
+    messages += [insert(T, "2", "b"), commit(0x9000)]
+    assembler, txn = _committed(messages)
+    replayed = [tuple(v.data for v in c.new.values) for c in assembler.replay(txn)]
+    assert replayed == [(b"1", b"a"), (b"2", b"b")]  # the second one through the kernel
