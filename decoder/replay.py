@@ -16,9 +16,9 @@ change the kernel's ``replay_rows`` (``decoder.native``) replays the run of inse
 updates without an old tuple and deletes of the same relation that follows, building the
 same objects; the record that ends the run (an update with its old tuple, another
 relation's row, any other message) comes back to the Python loop, which stays the
-reference. Every other record
-goes through ``parse_message``; no row record does (the row branch takes every INSERT,
-UPDATE and DELETE tag, and ``parse_message`` makes those classes only from those tags).
+reference. Every other record goes through ``parse_message``; no row record does (the row
+branch takes every INSERT, UPDATE and DELETE tag, and ``parse_message`` makes those
+classes only from those tags).
 """
 
 from __future__ import annotations
