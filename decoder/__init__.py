@@ -11,7 +11,13 @@ PostgreSQL's text form). ``fastbuild`` is the one place objects skip their const
 
 from decoder.assembler import Assembler
 from decoder.changes import Change, MessageChange, RowChange, RowOperation, TruncateChange
-from decoder.errors import DecodeError, MalformedMessageError, ProtocolSequenceError, Wal2DeltaError
+from decoder.errors import (
+    DecodeError,
+    MalformedMessageError,
+    ProtocolSequenceError,
+    Wal2DeltaError,
+    cause_line,
+)
 from decoder.fastbuild import fast_constructor
 from decoder.frames import (
     XLOG_RECORD_HEADER,
@@ -194,6 +200,7 @@ __all__ = [
     "XLogData",
     "Xid",
     "builtin_text_reader",
+    "cause_line",
     "columnar_meta",
     "datetime_to_pg_timestamp",
     "decode_tuple",

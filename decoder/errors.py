@@ -8,7 +8,25 @@ terminal one stops it with a message that says what to fix.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import re
+from typing import Any, ClassVar, Final
+
+_SECRET: Final = re.compile(r"(?i)((?:token|password|secret)[\w.-]*\s*[=:]\s*)[^\s;,&]+")
+_CAUSE_LIMIT: Final = 300
+
+
+def cause_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` of an error, trimmed, secrets masked.
+
+    What every message that wraps an error shows of its cause, so a log line names the
+    root cause itself instead of pointing at a chained exception nobody prints.
+    """
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = _SECRET.sub(lambda m: m.group(1) + "****", lines[0]) if lines else ""
+    if len(text) > _CAUSE_LIMIT:
+        text = text[: _CAUSE_LIMIT - 3] + "..."
+    kind = type(exc).__name__
+    return f"{kind}: {text}" if text else kind
 
 
 class Wal2DeltaError(Exception):

@@ -14,6 +14,7 @@ from typing import Final
 
 import pyarrow as pa
 
+from decoder import cause_line
 from sink.base import SinkDataError
 from sink.keyless import Candidate, FoldedStep
 from sink.plan import MergeStep, PlanColumn
@@ -139,10 +140,9 @@ def source_table(
             else:
                 arrays.append(columnar_values)
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-            # Arrow's message may quote a value; it stays in the chained exception.
             raise SinkDataError(
                 f"cannot build {column.spark_sql} values for column {column.name!r} of "
-                f"{table} ({type(exc).__name__}); see the chained error"
+                f"{table}: {cause_line(exc)}"
             ) from exc
         columns.append(column)
 
@@ -222,7 +222,7 @@ def arrow_table(
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise SinkDataError(
                 f"cannot build {column.spark_sql} values for column {column.name!r} of "
-                f"{table} ({type(exc).__name__}); see the chained error"
+                f"{table}: {cause_line(exc)}"
             ) from exc
     return pa.Table.from_arrays(built, names=[c.name for c in columns])
 

@@ -52,6 +52,8 @@ class BatchResult:
         duration_seconds: wall time of ``apply``.
         seconds_by_table: wall time of each table's MERGE (and TRUNCATE) steps.
         toast_anomalies_by_table: ``toast_anomalies`` per qualified table name.
+        unrepresentable: (qualified table name, Delta column, reason) -> how many values
+            of the batch were stored under their convention (``unrepresentable.py``).
     """
 
     rows_by_table: Mapping[str, Mapping[str, int]]
@@ -59,6 +61,7 @@ class BatchResult:
     duration_seconds: float
     seconds_by_table: Mapping[str, float] = field(default_factory=dict)
     toast_anomalies_by_table: Mapping[str, int] = field(default_factory=dict)
+    unrepresentable: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
 
 
 class Sink(Protocol):

@@ -17,7 +17,9 @@ Delta type with the vectorised Arrow casts of ``textcast``, which read PostgreSQ
 form exactly as the per-value converter (``convert.column_converter``) does. Arrow's
 parsers are strict: a value they do not read (a BC date, ``infinity``, ``NaN`` in a
 DECIMAL, an offset with seconds) makes that column of that batch go through the per-value
-converter, which stores the same value or raises the same error as the MERGE path. Types
+converter, which stores the same value or raises the same error as the MERGE path; a legal
+value the column cannot hold is stored under the MERGE path's convention and returned as a
+``Reject`` (``unrepresentable.py``; the sink merges them into the rejects table). Types
 without an exact cast (bytea, arrays) always take the per-value path - still one Arrow
 array per column, no change objects.
 
@@ -38,14 +40,16 @@ from typing import Final
 import numpy as np
 import pyarrow as pa
 
-from decoder import Lsn, UnknownBinaryFormatError
+from decoder import ColumnKind, Lsn, UnknownBinaryFormatError, ValueDecoder, cause_line
 from sink.arrow import ArrowColumn
 from sink.base import SinkDataError
-from sink.convert import Converter, UnrepresentableValueError
+from sink.constants import UnrepresentablePolicy
+from sink.convert import Converter, pg_text_form
 from sink.partitioning import key_buckets
-from sink.plan import PlanColumn
+from sink.plan import PlanColumn, Reject
 from sink.textcast import read_exactly
 from sink.typemap import TIMESTAMP
+from sink.unrepresentable import Reason, UnrepresentableValueError, original_text, substitute
 
 RANGE_ORDINAL_STRIDE: Final = 1 << 40
 """Ordinal distance between the ranges of one table's copy (2^40 rows per range)."""
@@ -69,6 +73,11 @@ class BulkTarget:
         commit_time_column: the commit time column.
         row_ids: the hidden row identity columns (LSN, ordinal) of a table without a key.
         bucket: the key-range partition: (partition column, key column index, width).
+        key_indexes: indexes into ``columns`` of the key, which a reject names; None for
+            a table without a key (a reject names the row by its LSN and ordinal).
+        on_unrepresentable: ``keep`` stores a legal value its column cannot hold under its
+            convention; ``stop`` raises ``SinkDataError``.
+        decoder: reads the elements of an array that did not convert, one by one.
     """
 
     table: str
@@ -84,11 +93,23 @@ class BulkTarget:
     deleted: str | None = None
     row_ids: tuple[str, str] | None = None
     bucket: tuple[str, int, int] | None = None
+    key_indexes: tuple[int, ...] | None = None
+    on_unrepresentable: UnrepresentablePolicy = "keep"
+    decoder: ValueDecoder | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BulkRows:
+    """What an append of copied rows writes: the rows, and the values stored under a
+    convention (``unrepresentable.py``)."""
+
+    table: pa.Table
+    rejects: tuple[Reject, ...]
 
 
 def bulk_table(
     target: BulkTarget, strings: pa.RecordBatch | pa.Table, first_ordinal: int
-) -> pa.Table:
+) -> BulkRows:
     """The Arrow table an append of ``strings`` (text forms, COPY order) writes.
 
     Args:
@@ -100,7 +121,7 @@ def bulk_table(
         SinkDataError: a value cannot be stored in its Delta type (the MERGE path's error).
     """
     rows = strings.num_rows
-    data = bulk_arrays(target, strings)
+    data, rejects = bulk_arrays(target, strings, first_ordinal)
     ordinals = pa.array(np.arange(first_ordinal, first_ordinal + rows, dtype=np.int64))
     meta: dict[str, pa.Array] = {
         target.lsn_column: pa.array(np.full(rows, int(target.lsn), dtype=np.int64)),
@@ -117,25 +138,95 @@ def bulk_table(
         meta[name] = key_buckets(data[index], width)
     by_name = {c.name: a for c, a in zip(target.columns, data, strict=True)} | meta
     arrays = [by_name[c.name].cast(c.arrow) for c in target.frame]
-    return pa.Table.from_arrays(arrays, names=[c.name for c in target.frame])
+    return BulkRows(
+        pa.Table.from_arrays(arrays, names=[c.name for c in target.frame]), tuple(rejects)
+    )
 
 
-def bulk_arrays(target: BulkTarget, strings: pa.RecordBatch | pa.Table) -> list[pa.Array]:
-    """Each relation column's text forms as an array of its Delta type.
+def bulk_arrays(
+    target: BulkTarget, strings: pa.RecordBatch | pa.Table, first_ordinal: int = 1
+) -> tuple[list[pa.Array], list[Reject]]:
+    """Each relation column's text forms as an array of its Delta type, and the values
+    stored under a convention (rows numbered from ``first_ordinal``).
 
     Raises:
         SinkDataError: a value cannot be stored in its Delta type.
     """
-    out = []
+    out: list[pa.Array] = []
+    converters: list[_SubstitutingConverter] = []
     for index, (column, convert) in enumerate(zip(target.columns, target.converters, strict=True)):
         text = strings.column(index)
         if isinstance(text, pa.ChunkedArray):
             text = text.combine_chunks()
-        out.append(_column_array(target.table, column, convert, text))
-    return out
+        substituting = _SubstitutingConverter(target, column, convert)
+        converters.append(substituting)
+        out.append(_column_array(target, column, substituting, text))
+    rejects: list[Reject] = []
+    for substituting in converters:
+        for row, original, reason, stored in substituting.found:
+            key = None
+            if target.key_indexes is not None:
+                key = tuple(
+                    (target.columns[i].source_name, _text(out[i][row].as_py()))
+                    for i in target.key_indexes
+                )
+            rejects.append(
+                Reject(
+                    substituting.column.name,
+                    reason,
+                    original,
+                    _text(stored),
+                    key,
+                    target.lsn,
+                    first_ordinal + row,
+                    target.commit_time,
+                )
+            )
+    rejects.sort(key=lambda r: r.ordinal)
+    return out, rejects
 
 
-def _column_array(table: str, column: PlanColumn, convert: Converter, text: pa.Array) -> pa.Array:
+def _text(value: object) -> str | None:
+    return None if value is None else pg_text_form(value)
+
+
+class _SubstitutingConverter:
+    """A column's converter that stores a legal value its type cannot hold under its
+    convention, remembering the row (``target.on_unrepresentable`` permitting)."""
+
+    def __init__(self, target: BulkTarget, column: PlanColumn, convert: Converter) -> None:
+        self.target = target
+        self.column = column
+        self.convert = convert
+        self.row = 0
+        self.found: list[tuple[int, str, Reason, object]] = []
+
+    def __call__(self, data: bytes) -> object:
+        try:
+            return self.convert(data)
+        except Exception as exc:
+            column = self.column
+            decoder = self.target.decoder or ValueDecoder()
+            try:
+                found = substitute(column.delta, column.type_oid, ColumnKind.TEXT, data, decoder)
+            except Exception:
+                found = None
+            if found is None:
+                raise
+            if self.target.on_unrepresentable == "stop":
+                raise UnrepresentableValueError(
+                    f"{found.reason.value} value (sink.on_unrepresentable: stop); store the "
+                    "column as string (sink.column_types) or set sink.on_unrepresentable: keep"
+                ) from exc
+            original = original_text(column.type_oid, ColumnKind.TEXT, data)
+            self.found.append((self.row, original, found.reason, found.value))
+            return found.value
+
+
+def _column_array(
+    target: BulkTarget, column: PlanColumn, convert: _SubstitutingConverter, text: pa.Array
+) -> pa.Array:
+    table = target.table
     if pa.types.is_large_string(text.type):
         text = text.cast(pa.string())
     if not pa.types.is_string(text.type):
@@ -148,24 +239,24 @@ def _column_array(table: str, column: PlanColumn, convert: Converter, text: pa.A
     values: list[object] = []
     append = values.append
     try:
-        for value in text.to_pylist():
+        for row, value in enumerate(text.to_pylist()):
+            convert.row = row
             append(None if value is None else convert(value.encode()))
     except (UnrepresentableValueError, UnknownBinaryFormatError) as exc:
         raise SinkDataError(
             f"cannot store a value of column {column.name!r} of {table} (initial snapshot): {exc}"
         ) from exc
     except Exception as exc:
-        # The loader's message may quote the value; it stays in the chained exception.
         raise SinkDataError(
             f"cannot convert a value of column {column.name!r} of {table} (initial snapshot) "
-            f"to {column.delta.spark_sql} ({type(exc).__name__}); see the chained error"
+            f"to {column.delta.spark_sql}: {cause_line(exc)}"
         ) from exc
     try:
         return pa.array(values, type=column.delta.arrow)
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
         raise SinkDataError(
             f"cannot build {column.delta.spark_sql} values for column {column.name!r} of "
-            f"{table} ({type(exc).__name__}); see the chained error"
+            f"{table}: {cause_line(exc)}"
         ) from exc
 
 
@@ -185,5 +276,5 @@ def _native(table: str, column: PlanColumn, values: pa.Array) -> pa.Array:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise SinkDataError(
             f"cannot store {values.type} values of column {column.name!r} of {table} "
-            f"(initial snapshot) as {column.delta.spark_sql}; see the chained error"
+            f"(initial snapshot) as {column.delta.spark_sql}: {cause_line(exc)}"
         ) from exc

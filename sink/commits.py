@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Final
 
 import structlog
 
-from decoder import Lsn, pg_timestamp_to_datetime
+from decoder import Lsn, cause_line, pg_timestamp_to_datetime
 from sink.arrow import ArrowColumn, arrow_table, ddl
 from sink.base import Batch, SinkRetryableError
 from sink.constants import COMMITS_TABLE
@@ -239,6 +239,6 @@ class CommitLog:
             # Retryable: the batch is durable, and recording it again after a replay is safe.
             raise SinkRetryableError(
                 f"cannot read the Delta version of {name} for the commit log "
-                f"({type(exc).__name__}); delta-rs reads the lake with this process's "
-                "credentials (AWS_* for s3://); see the chained error"
+                f"({cause_line(exc)}); delta-rs reads the lake with this process's "
+                "credentials (AWS_* for s3://)"
             ) from exc

@@ -28,6 +28,8 @@ HISTORY_OPERATION_COLUMN: Final = "_wal2delta_op"
 HISTORY_OLD_KIND_COLUMN: Final = "_wal2delta_old_kind"
 HISTORY_UNCHANGED_COLUMN: Final = "_wal2delta_unchanged_toast"
 HISTORY_OLD_PREFIX: Final = "_wal2delta_old_"
+#: Prefix of a new value whose column's own name lies in the history's names (``history.py``).
+HISTORY_NEW_PREFIX: Final = "_wal2delta_new_"
 HISTORY_XID_COLUMN: Final = "_wal2delta_xid"
 
 #: Default names of the metadata columns the sink adds to every table.
@@ -43,12 +45,21 @@ SparkMode = Literal["embedded", "connect", "classic"]
 MissingKeyPolicy = Literal["error", "skip"]
 ColumnNamePolicy = Literal["error", "map"]
 BulkWriter = Literal["auto", "spark", "delta-rs"]
+#: ``sink.column_types``: store a column as PostgreSQL's text form, or a numeric as DOUBLE.
+ColumnTypeOverride = Literal["string", "double"]
+#: ``sink.on_unrepresentable``: store a legal value its Delta type cannot hold under its
+#: documented convention (``unrepresentable.py``), or stop the daemon.
+UnrepresentablePolicy = Literal["keep", "stop"]
+#: Table (under the lake's root) keeping the exact text of every value stored under a
+#: convention (``rejects.py``).
+REJECTS_TABLE: Final = "_wal2delta_rejects"
 
 __all__ = [
     "COLUMNS_TABLE",
     "COMMITS_TABLE",
     "COMMIT_TIME_COLUMN",
     "DELETED_COLUMN",
+    "HISTORY_NEW_PREFIX",
     "HISTORY_OLD_KIND_COLUMN",
     "HISTORY_OLD_PREFIX",
     "HISTORY_OPERATION_COLUMN",
@@ -59,12 +70,15 @@ __all__ = [
     "LSN_COLUMN",
     "MESSAGES_TABLE",
     "ORDINAL_COLUMN",
+    "REJECTS_TABLE",
     "ROW_LSN_COLUMN",
     "ROW_ORDINAL_COLUMN",
     "SNAPSHOTS_TABLE",
     "BulkWriter",
     "ColumnNamePolicy",
+    "ColumnTypeOverride",
     "MissingKeyPolicy",
     "RowOperation",
     "SparkMode",
+    "UnrepresentablePolicy",
 ]

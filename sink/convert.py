@@ -28,13 +28,10 @@ from decoder import (
     utc_offset,
 )
 from sink.typemap import DeltaType, ValueForm
+from sink.unrepresentable import UnrepresentableValueError, array_shape_is_plain
 
 if TYPE_CHECKING:
     from sink.plan import PlanColumn
-
-
-class UnrepresentableValueError(ValueError):
-    """A value the Delta column cannot hold; the message names no row data."""
 
 
 def convert_value(
@@ -63,7 +60,17 @@ def convert_value(
         text = binary_text_form(column.type_oid, data)
         if text is not None:
             return text
+    if column.delta.form is ValueForm.ARRAY:
+        assert data is not None
+        _check_array_shape(column.delta, kind, data)
+    if column.delta.form is ValueForm.NUMERIC_DOUBLE and kind is ColumnKind.TEXT:
+        assert data is not None
+        # float() reads numeric_out's text exactly as float8in would, NaN and Infinity
+        # included.
+        return float(data)
     loaded = decoder.decode_value(column.type_oid, kind, data)
+    if column.delta.form is ValueForm.NUMERIC_DOUBLE:
+        return _double(loaded)
     return to_delta_value(column.delta, loaded)
 
 
@@ -118,10 +125,36 @@ def column_converter(column: PlanColumn, kind: ColumnKind, decoder: ValueDecoder
 
         return decimal
 
+    if delta.form is ValueForm.NUMERIC_DOUBLE:
+        if kind is ColumnKind.TEXT:
+            return float  # as convert_value
+
+        def double(data: bytes) -> object:
+            return _double(load(data))
+
+        return double
+
     def array(data: bytes) -> object:
+        _check_array_shape(delta, kind, data)
         return to_delta_value(delta, load(data))
 
     return array
+
+
+def _check_array_shape(delta: DeltaType, kind: ColumnKind, data: bytes) -> None:
+    """Refuse an array psycopg would load without its lower bound (or flatten)."""
+    if not array_shape_is_plain(kind, data):
+        raise UnrepresentableValueError(
+            f"an array with several dimensions or a lower bound other than 1 cannot be "
+            f"stored in {delta.spark_sql}"
+        )
+
+
+def _double(value: object) -> float:
+    """A loaded ``numeric`` as the nearest double (``sink.column_types: double``)."""
+    if not isinstance(value, Decimal):
+        raise UnrepresentableValueError(f"expected a numeric value, got {type(value).__name__}")
+    return float(value)
 
 
 def _utf8(data: bytes) -> str:
@@ -155,6 +188,8 @@ def to_delta_value(target: DeltaType, value: object) -> object:
             return value
         case ValueForm.DECIMAL:
             return checked_decimal(target, value)
+        case ValueForm.NUMERIC_DOUBLE:
+            return _double(value)
         case ValueForm.TEXT:
             return pg_text_form(value)
         case ValueForm.ARRAY:
@@ -183,8 +218,8 @@ def checked_decimal(target: DeltaType, value: object) -> Decimal:
     if not value.is_finite():
         # Only NaN and the infinities get here, so naming them reveals no row data.
         raise UnrepresentableValueError(
-            f"{value} cannot be stored in {target.spark_sql}; declare the column as "
-            "unconstrained numeric to keep it as text"
+            f"{value} cannot be stored in {target.spark_sql}; store the column as "
+            "string or double (sink.column_types) to keep it"
         )
     return value
 

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
@@ -95,6 +96,7 @@ from sink.bookkeeping import Bookkeeping, SnapshotMarkerLike, SnapshotRecord
 from sink.bulk import BulkTarget, bulk_table, frame_columns
 from sink.commits import CommitLog, commits_path
 from sink.compaction import Compactor
+from sink.constants import REJECTS_TABLE
 from sink.convert import column_converter
 from sink.deltars import DeltaRsAppender
 from sink.evolution import (
@@ -114,6 +116,7 @@ from sink.keyless import (
 from sink.naming import table_path
 from sink.partitioning import BucketFilter, bucket_filter, bucket_of, bucket_values, bucketed_column
 from sink.plan import MergePlan, MergeStep, TruncateStep, plan_batch
+from sink.rejects import RejectsLog, TableReject
 from sink.settings import KeyBuckets, SinkSettings
 from sink.sources import SourceFiles
 from sink.spark import engine_errors, is_embedded
@@ -175,6 +178,8 @@ class DeltaSink:
         self._lake = LakeTables(spark, self._meta, files)
         self._bookkeeping = Bookkeeping(spark, self._lake, settings.path, self._meta)
         self._history = HistoryWriter(spark, self._lake, settings.path, self._meta)
+        self._rejects = RejectsLog(spark, self._lake, settings.path, self._meta)
+        self._rejects_lock = threading.Lock()
         self._commits = CommitLog(spark, self._lake, settings.path)
         self._appender = DeltaRsAppender(settings.bulk_writer)
         self._engine_appends: dict[str, threading.Lock] = {}
@@ -212,6 +217,8 @@ class DeltaSink:
             column_names=self._settings.column_names,
             history=self._settings.history,
             columnar=True,
+            column_types=self._settings.column_types,
+            on_unrepresentable=self._settings.unrepresentable_policy,
         )
         self._commits.begin(batch)
         anomalies = 0
@@ -232,6 +239,9 @@ class DeltaSink:
             anomalies += table_anomalies
         if plan.messages and self._settings.messages_table:
             self._bookkeeping.write_messages(plan.messages)
+        rejects = [TableReject(t.qualified_name, r) for t in plan.tables for r in t.rejects]
+        if self._rejects.append(rejects):
+            written[REJECTS_TABLE] = self._rejects.path
         self._commits.record(batch, written)
         if written:
             self._compactor.wrote([*written.values(), commits_path(self._settings.path)])
@@ -241,6 +251,9 @@ class DeltaSink:
             duration_seconds=time.monotonic() - started,
             seconds_by_table=seconds,
             toast_anomalies_by_table=anomalies_by_table,
+            unrepresentable=dict(
+                Counter((r.table, r.reject.column, r.reject.reason.value) for r in rejects)
+            ),
         )
 
     def after_apply(self) -> None:
@@ -280,6 +293,7 @@ class DeltaSink:
         self._primary_keys.clear()
         self._bookkeeping.clear()
         self._history.clear()
+        self._rejects.clear()
         self._commits.clear()
         self._compactor.clear()
 
@@ -367,6 +381,7 @@ class DeltaSink:
             primary_key=self._primary_key if self._catalog is not None else None,
             on_missing_key=self._settings.on_missing_key,
             column_names=self._settings.column_names,
+            column_types=self._settings.column_types,
         ).tables[0]
         truncate, step = plan.steps
         assert isinstance(truncate, TruncateStep)
@@ -417,6 +432,11 @@ class DeltaSink:
             deleted=meta.deleted if meta.soft_delete else None,
             row_ids=(meta.row_lsn, meta.row_ordinal) if row_ids else None,
             bucket=bucket,
+            key_indexes=step.match_indexes
+            if isinstance(step, MergeStep) and step.identity == "key"
+            else None,
+            on_unrepresentable=self._settings.unrepresentable_policy(name),
+            decoder=self._decoder,
         )
 
     def _holds_rows(self, table: str, target: str) -> bool:
@@ -448,10 +468,22 @@ class DeltaSink:
             SinkDataError: a value cannot be stored in its Delta type.
             SinkRetryableError, SinkError: as ``apply``.
         """
-        arrow = bulk_table(target, strings, first_ordinal)
+        bulk = bulk_table(target, strings, first_ordinal)
+        arrow = bulk.table
         rows: int = arrow.num_rows
         if not rows:
             return 0
+        if bulk.rejects:
+            # Before the rows: a copy that fails after this repeats it, and the merge skips
+            # what is there; appends from other threads wait for the one merge at a time.
+            with self._rejects_lock:
+                self._rejects.merge([TableReject(target.table, r) for r in bulk.rejects])
+            log.warning(
+                "copied values stored under their convention",
+                table=target.table,
+                value_count=len(bulk.rejects),
+                reasons=sorted({r.reason.value for r in bulk.rejects}),
+            )
         action = f"appending the snapshot of {target.table}"
         partitions = [target.bucket[0]] if target.bucket is not None else []
         if self._appender.append(target.path, arrow, partitions, action):

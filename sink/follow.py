@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import structlog
 
-from decoder import ColumnKind, Lsn, Relation, ValueDecoder, format_lsn
+from decoder import ColumnKind, Lsn, Relation, ValueDecoder, cause_line, format_lsn
 from sink.arrow import ArrowColumn, metadata_columns, plan_column
 from sink.base import SinkDataError
 from sink.bookkeeping import Bookkeeping
@@ -34,6 +34,7 @@ from sink.sql import (
     render_column_reset,
 )
 from sink.tables import LakeTables, TableState
+from sink.unrepresentable import substitute
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -154,16 +155,29 @@ class RelationFollower:
                 continue
             if described.missing_value is None:
                 continue
+            default = described.missing_value.encode()
             try:
-                values[column.name] = convert_value(
-                    column, ColumnKind.TEXT, described.missing_value.encode(), self._decoder
-                )
+                values[column.name] = convert_value(column, ColumnKind.TEXT, default, self._decoder)
             except Exception as exc:
-                raise SinkDataError(
-                    f"cannot store the default of column {column.name!r} of "
-                    f"{plan.qualified_name}, which existing rows show, as "
-                    f"{column.delta.spark_sql} ({type(exc).__name__}); see the chained error"
-                ) from exc
+                found = substitute(
+                    column.delta, column.type_oid, ColumnKind.TEXT, default, self._decoder
+                )
+                if found is None:
+                    raise SinkDataError(
+                        f"cannot store the default of column {column.name!r} of "
+                        f"{plan.qualified_name}, which existing rows show, as "
+                        f"{column.delta.spark_sql}: {cause_line(exc)}"
+                    ) from exc
+                # The default is the catalog's, not a change's: no row to reject, the log
+                # names the convention once.
+                log.warning(
+                    "column default stored under its convention",
+                    table=plan.qualified_name,
+                    column=column.name,
+                    reason=found.reason.value,
+                    original=described.missing_value,
+                )
+                values[column.name] = found.value
         return values
 
     def _default_view_data(

@@ -91,6 +91,7 @@ from decoder import (
     TupleData,
     UnknownBinaryFormatError,
     ValueDecoder,
+    cause_line,
     columnar_meta,
     fast_constructor,
     fold_text_rows,
@@ -101,12 +102,18 @@ from decoder import (
 )
 from sink.base import Batch, SinkDataError
 from sink.columnar import ColumnarRows, column_arrays, columnar_rows
-from sink.constants import ColumnNamePolicy, MissingKeyPolicy
-from sink.convert import Converter, UnrepresentableValueError, column_converter, convert_value
+from sink.constants import (
+    ColumnNamePolicy,
+    ColumnTypeOverride,
+    MissingKeyPolicy,
+    UnrepresentablePolicy,
+)
+from sink.convert import Converter, column_converter, convert_value, pg_text_form
 from sink.keyless import KeylessChange, KeylessStep
 from sink.matching import hashable
 from sink.naming import delta_can_hold, delta_column_name
-from sink.typemap import DeltaType, delta_type
+from sink.typemap import ColumnTypeError, DeltaType, delta_type
+from sink.unrepresentable import Reason, UnrepresentableValueError, original_text, substitute
 
 Identity = Literal["key", "row", "ordinal"]
 PrimaryKeyLookup = Callable[[Relation], Sequence[str]]
@@ -278,6 +285,32 @@ class ChangeRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Reject:
+    """A value stored under its documented convention (``unrepresentable.py``), kept exactly.
+
+    Attributes:
+        column: the column's name in Delta.
+        reason: why the value could not be stored as it is.
+        original: the value's PostgreSQL text form.
+        stored: the text form of what the column holds instead; None for NULL.
+        key: the row's key, column name -> text form, in key order; None for a table
+            without a key (its row is found by ``lsn`` and ``ordinal``).
+        lsn: commit LSN of the change.
+        ordinal: the change's position in its transaction.
+        commit_time: commit time (UTC).
+    """
+
+    column: str
+    reason: Reason
+    original: str
+    stored: str | None
+    key: tuple[tuple[str, str | None], ...] | None
+    lsn: Lsn
+    ordinal: int
+    commit_time: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class MergePlan:
     """Everything a batch does to one table, in order.
 
@@ -296,6 +329,8 @@ class MergePlan:
             for a TRUNCATE); later changes with an equal message share the step.
         changes: every change of the batch to the table, unfolded, when the plan keeps its
             history (``plan_batch``'s ``history``); empty otherwise.
+        rejects: the values of the batch's new rows stored under a convention, in batch
+            order, with their exact text (``rejects.py`` keeps them).
     """
 
     schema: str
@@ -307,6 +342,7 @@ class MergePlan:
     uses_row_ids: bool = False
     relations: tuple[Relation | None, ...] = ()
     changes: tuple[ChangeRecord, ...] = ()
+    rejects: tuple[Reject, ...] = ()
 
     @property
     def qualified_name(self) -> str:
@@ -334,6 +370,8 @@ def plan_batch(
     column_names: ColumnNamePolicy = "error",
     history: HistoryScope = False,
     columnar: bool = False,
+    column_types: Mapping[str, Mapping[str, ColumnTypeOverride]] | None = None,
+    on_unrepresentable: Callable[[str], UnrepresentablePolicy] | None = None,
 ) -> BatchPlan:
     """Plan a batch.
 
@@ -357,6 +395,11 @@ def plan_batch(
         columnar: hold inserts and identity-keeping updates of keyed tables as columns
             (``MergeStep.columnar``, ``columnar.py``) instead of ``PlannedRow`` objects.
             The MERGE source is the same; ``rows`` then holds only the other rows.
+        column_types: qualified table name -> source column name -> the type it is stored
+            as instead of its mapped one (``typemap.delta_type``'s ``override``).
+        on_unrepresentable: qualified table name -> what a legal value its Delta column
+            cannot hold does: ``keep`` stores it under its convention and records it in
+            ``MergePlan.rejects``; ``stop`` raises. Keep for every table when None.
 
     Returns:
         One ``MergePlan`` per table in order of first appearance, and the messages.
@@ -379,6 +422,8 @@ def plan_batch(
             column_names=column_names,
             history=history,
             columnar=with_columns,
+            column_types=column_types or {},
+            on_unrepresentable=on_unrepresentable or _keep_all,
         )
         messages: list[MessageChange] = []
         planner.add_changes(batch.changes, messages)
@@ -392,6 +437,10 @@ def plan_batch(
             # raises the exact error - the first in batch order - a row-path plan raises.
             pass
     return plan(with_columns=False)
+
+
+def _keep_all(_table: str) -> UnrepresentablePolicy:
+    return "keep"
 
 
 class _ColumnarRefusedError(Exception):
@@ -521,6 +570,8 @@ class _TablePlan:
     """The columns of the relation of the table's last TRUNCATE in the batch."""
     changes: list[ChangeRecord] | None = None
     """Every change, unfolded, when the table keeps a change history."""
+    rejects: list[Reject] = field(default_factory=list)
+    """The new rows' values stored under a convention, in batch order."""
 
     # A step keeps the Relation message of its first change: the executor looks at the
     # catalog when that message is new (``MergePlan.relations``). Equal messages re-sent
@@ -570,6 +621,7 @@ class _TablePlan:
                 for s in self.steps
             ),
             changes=tuple(self.changes) if self.changes is not None else (),
+            rejects=tuple(self.rejects),
         )
 
 
@@ -586,8 +638,13 @@ class _Planner:
         column_names: ColumnNamePolicy = "error",
         history: HistoryScope = False,
         columnar: bool = False,
+        column_types: Mapping[str, Mapping[str, ColumnTypeOverride]] | None = None,
+        on_unrepresentable: Callable[[str], UnrepresentablePolicy] = _keep_all,
     ) -> None:
         self._history = history
+        self._column_types = column_types or {}
+        self._on_unrepresentable = on_unrepresentable
+        self._pending: list[_Pending] = []
         self._columnar = columnar and not generic_values
         self._keys = keys
         self._column_names: ColumnNamePolicy = column_names
@@ -703,16 +760,22 @@ class _Planner:
         delta_names = _delta_column_names(
             relation.qualified_name, names, self._reserved, self._column_names
         )
-        columns = tuple(
-            PlanColumn(
-                delta_name,
-                c.type_oid,
-                c.type_modifier,
-                delta_type(c.type_oid, c.type_modifier),
-                None if delta_name == c.name else c.name,
+        overrides = self._column_types.get(relation.qualified_name, {})
+        try:
+            columns = tuple(
+                PlanColumn(
+                    delta_name,
+                    c.type_oid,
+                    c.type_modifier,
+                    delta_type(c.type_oid, c.type_modifier, overrides.get(c.name)),
+                    None if delta_name == c.name else c.name,
+                )
+                for c, delta_name in zip(relation.columns, delta_names, strict=True)
             )
-            for c, delta_name in zip(relation.columns, delta_names, strict=True)
-        )
+        except ColumnTypeError as exc:
+            raise SinkDataError(
+                f"sink.column_types of {relation.qualified_name}: {exc}; fix the entry"
+            ) from exc
         configured = self._keys.get(relation.qualified_name)
         flagged = [i for i, c in enumerate(relation.columns) if c.is_key]
         identity: Identity
@@ -756,6 +819,10 @@ class _Planner:
     # --- values ----------------------------------------------------------------------------
 
     def _decode(self, change: RowChange, shape: _Shape, data: TupleData) -> list[object]:
+        """The tuple's Delta values; values stored under a convention wait in ``_pending``
+        until ``_take_rejects`` (a new tuple) or the next ``_decode`` (any other)."""
+        if self._pending:
+            self._pending.clear()
         if self._generic_values:
             return self._decode_generic(change, shape, data)
         wire = data.wire
@@ -789,7 +856,7 @@ class _Planner:
                 try:
                     append(convert(data))
                 except Exception as exc:
-                    raise _value_error(change, shape.columns[index], exc) from exc
+                    append(self._substitute(change, shape.columns[index], kind, data, exc))
         return out
 
     def _decode_generic(self, change: RowChange, shape: _Shape, data: TupleData) -> list[object]:
@@ -820,7 +887,84 @@ class _Planner:
         try:
             return convert_value(column, kind, data, self._decoder)
         except Exception as exc:
+            if data is None:
+                raise _value_error(change, column, exc) from exc
+            return self._substitute(change, column, kind, data, exc)
+
+    def _substitute(
+        self, change: RowChange, column: PlanColumn, kind: ColumnKind, data: bytes, exc: Exception
+    ) -> object:
+        """What a value that did not convert is stored as (``unrepresentable.py``).
+
+        Raises:
+            SinkDataError: the value is not a legal value its type cannot hold (``exc`` is
+                the cause), or it is and the table's policy is ``stop``.
+        """
+        try:
+            found = substitute(column.delta, column.type_oid, kind, data, self._decoder)
+        except Exception:
+            found = None
+        if found is None:
             raise _value_error(change, column, exc) from exc
+        table = change.relation.qualified_name
+        if self._on_unrepresentable(table) == "stop":
+            raise SinkDataError(
+                f"cannot store a value of {_where(change, column)} in "
+                f"{column.delta.spark_sql}: {_REASON_TEXT[found.reason]} "
+                "(sink.on_unrepresentable: stop); store the column as string "
+                "(sink.column_types) to keep it exactly, or set sink.on_unrepresentable: keep "
+                "to store it under its documented convention"
+            ) from exc
+        self._pending.append(
+            _Pending(column, found.reason, original_text(column.type_oid, kind, data), found.value)
+        )
+        return found.value
+
+    def _take_rejects(
+        self,
+        table: _TablePlan,
+        change: RowChange,
+        shape: _Shape,
+        values: Sequence[object],
+        commit_time: datetime,
+    ) -> None:
+        """Record the values of the new tuple just decoded that went under a convention.
+
+        Raises:
+            SinkDataError: one of them is an identity column stored as NULL, which would
+                match no row.
+        """
+        pending = self._pending
+        if not pending:
+            return
+        key: tuple[tuple[str, str | None], ...] | None = None
+        if shape.identity == "key":
+            key = tuple(
+                (shape.columns[i].source_name, _key_text(values[i])) for i in shape.match_indexes
+            )
+            key_columns = {shape.columns[i] for i in shape.match_indexes}
+            for entry in pending:
+                if entry.stored is None and entry.column in key_columns:
+                    raise SinkDataError(
+                        f"a value of key {_where(change, entry.column)} cannot be "
+                        f"stored in {entry.column.delta.spark_sql} "
+                        f"({_REASON_TEXT[entry.reason]}) and a NULL key matches no row; "
+                        "store the column as string (sink.column_types)"
+                    )
+        for entry in pending:
+            table.rejects.append(
+                Reject(
+                    entry.column.name,
+                    entry.reason,
+                    entry.original,
+                    None if entry.stored is None else pg_text_form(entry.stored),
+                    key,
+                    change.commit_lsn,
+                    change.ordinal,
+                    commit_time,
+                )
+            )
+        pending.clear()
 
     # --- folding ---------------------------------------------------------------------------
 
@@ -920,6 +1064,7 @@ class _Planner:
             return
         if change.op == "insert":
             new = self._decode(change, shape, _required(change.new, change, "new"))
+            self._take_rejects(table, change, shape, new, commit_time)
             identity = self._identity(change, shape, new)
             step.rows[identity] = _Row(
                 False, new, None, change.commit_lsn, commit_time, change.ordinal
@@ -947,6 +1092,7 @@ class _Planner:
                 _record(table.changes, change, commit_time, shape, None, old)
             return
         new = self._decode(change, shape, _required(change.new, change, "new"))
+        self._take_rejects(table, change, shape, new, commit_time)
         if old is not None:
             full_old = change.old_kind == "O"
             for i in range(len(new)):
@@ -1040,6 +1186,7 @@ class _Planner:
                 )
         if change.op != "delete":
             values = self._decode(change, shape, _required(change.new, change, "new"))
+            self._take_rejects(table, change, shape, values, commit_time)
             # REPLICA IDENTITY FULL sends the whole old row: it holds what 'u' did not resend.
             new = tuple(
                 old[i] if v is UNCHANGED_TOAST and old is not None else v
@@ -1119,14 +1266,38 @@ def _record(  # noqa: PLR0917 - positional on purpose: one call per recorded cha
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A value of the tuple being decoded that went under a convention."""
+
+    column: PlanColumn
+    reason: Reason
+    original: str
+    stored: object
+
+
+_REASON_TEXT: Final = {
+    Reason.INFINITY: "an infinite date or timestamp",
+    Reason.OUT_OF_RANGE: "a date or timestamp outside years 1-9999",
+    Reason.NOT_FINITE: "NaN or an infinity in a constrained numeric",
+    Reason.MULTIDIMENSIONAL: "a multi-dimensional array",
+    Reason.LOWER_BOUND: "an array whose lower bound is not 1",
+}
+
+
+def _key_text(value: object) -> str | None:
+    if value is None or value is UNCHANGED_TOAST:
+        return None
+    return pg_text_form(value)
+
+
 def _value_error(change: RowChange, column: PlanColumn, exc: Exception) -> SinkDataError:
     """The error for a value of ``column`` that did not convert, ``exc`` chained by caller."""
     if isinstance(exc, UnrepresentableValueError | UnknownBinaryFormatError):
         return SinkDataError(f"cannot store a value of {_where(change, column)}: {exc}")
-    # The loader's message may quote the value; it stays in the chained exception.
     return SinkDataError(
         f"cannot convert a value of {_where(change, column)} to "
-        f"{column.delta.spark_sql} ({type(exc).__name__}); see the chained error"
+        f"{column.delta.spark_sql}: {cause_line(exc)}"
     )
 
 

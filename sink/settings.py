@@ -19,18 +19,22 @@ from sink.constants import (
     ROW_ORDINAL_COLUMN,
     BulkWriter,
     ColumnNamePolicy,
+    ColumnTypeOverride,
     MissingKeyPolicy,
     SparkMode,
+    UnrepresentablePolicy,
 )
 
 __all__ = [
     "BulkWriter",
     "ColumnNamePolicy",
+    "ColumnTypeOverride",
     "KeyBuckets",
     "MissingKeyPolicy",
     "SinkSettings",
     "SparkMode",
     "SparkSettings",
+    "UnrepresentablePolicy",
 ]
 
 
@@ -89,6 +93,13 @@ class SinkSettings:
         inline_sources: send every MERGE source through the Spark session, also to the
             embedded engine, which otherwise reads it from a local Arrow file
             (``sources.py``); for the tests that compare the two.
+        column_types: qualified table name -> source column name -> what the column is
+            stored as instead of its mapped type: ``string`` (PostgreSQL's text form) or
+            ``double`` (a numeric).
+        on_unrepresentable: what a legal value its Delta column cannot hold does
+            (``unrepresentable.py``): ``keep`` stores it under its documented convention
+            and keeps its text in the rejects table; ``stop`` stops the daemon.
+        on_unrepresentable_tables: qualified table name -> its own ``on_unrepresentable``.
     """
 
     path: str
@@ -109,6 +120,13 @@ class SinkSettings:
     bulk_writer: BulkWriter = "auto"
     compact_after_writes: int = 20
     inline_sources: bool = False
+    column_types: Mapping[str, Mapping[str, ColumnTypeOverride]] = field(default_factory=dict)
+    on_unrepresentable: UnrepresentablePolicy = "keep"
+    on_unrepresentable_tables: Mapping[str, UnrepresentablePolicy] = field(default_factory=dict)
+
+    def unrepresentable_policy(self, table: str) -> UnrepresentablePolicy:
+        """``on_unrepresentable`` of the qualified table ``table``."""
+        return self.on_unrepresentable_tables.get(table, self.on_unrepresentable)
 
 
 @dataclass(frozen=True, slots=True)

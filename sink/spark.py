@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import threading
 import warnings
 from collections.abc import Iterator, Mapping
@@ -62,6 +61,7 @@ from typing import TYPE_CHECKING, Final
 
 import structlog
 
+from decoder import cause_line
 from sink.base import SinkDataError, SinkError, SinkRetryableError
 from sink.settings import SparkSettings
 
@@ -392,30 +392,14 @@ def classify_engine_error(exc: BaseException, action: str) -> SinkError:
     data_message = text.lstrip("[").startswith(_DATA_ERROR_CONDITIONS)
     if data_condition or data_message or kind in _DATA_ERROR_CLASSES:
         return SinkDataError(
-            f"the Spark engine rejected the data while {action} ({detail}); see the chained "
-            "error for the column and value"
+            f"the Spark engine rejected the data while {action} ({detail}): {engine_message(exc)}"
         )
-    return SinkError(
-        f"the Spark engine failed while {action} ({detail}): {engine_message(exc)}; the "
-        "chained error has the rest"
-    )
-
-
-_ENGINE_SECRET = re.compile(r"(?i)((?:token|password|secret)[\w.-]*\s*[=:]\s*)[^\s;,&]+")
-_ENGINE_MESSAGE_LIMIT = 300
+    return SinkError(f"the Spark engine failed while {action} ({detail}): {engine_message(exc)}")
 
 
 def engine_message(exc: BaseException) -> str:
-    """The engine's own words: the first line of its message, trimmed, secrets masked.
-
-    Not used for data errors, whose messages may quote row values (never logged).
-    """
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = lines[0] if lines else type(exc).__name__
-    text = _ENGINE_SECRET.sub(lambda m: m.group(1) + "****", text)
-    if len(text) > _ENGINE_MESSAGE_LIMIT:
-        text = text[: _ENGINE_MESSAGE_LIMIT - 3] + "..."
-    return text
+    """The engine's own words: the first line of its message, trimmed, secrets masked."""
+    return cause_line(exc).removeprefix(type(exc).__name__ + ": ")
 
 
 @contextmanager

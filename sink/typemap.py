@@ -46,6 +46,8 @@ from typing import Final
 
 import pyarrow as pa
 
+from sink.constants import ColumnTypeOverride
+
 MAX_DECIMAL_PRECISION: Final = 38
 _VARHDRSZ: Final = 4
 
@@ -57,6 +59,7 @@ class ValueForm(enum.Enum):
     DECIMAL = "decimal"
     TEXT = "text"
     ARRAY = "array"
+    NUMERIC_DOUBLE = "numeric_double"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,7 @@ BINARY: Final = DeltaType("BINARY", pa.binary(), ValueForm.NATIVE)
 DATE: Final = DeltaType("DATE", pa.date32(), ValueForm.NATIVE)
 TIMESTAMP: Final = DeltaType("TIMESTAMP", pa.timestamp("us", tz="UTC"), ValueForm.NATIVE)
 TIMESTAMP_NTZ: Final = DeltaType("TIMESTAMP_NTZ", pa.timestamp("us"), ValueForm.NATIVE)
+NUMERIC_DOUBLE: Final = DeltaType("DOUBLE", pa.float64(), ValueForm.NUMERIC_DOUBLE)
 
 NUMERIC_OID: Final = 1700
 NUMERIC_ARRAY_OID: Final = 1231
@@ -175,17 +179,38 @@ def _element_type(element_oid: int, type_modifier: int) -> DeltaType:
     return _SCALARS[element_oid][1]
 
 
-def delta_type(type_oid: int, type_modifier: int) -> DeltaType:
+class ColumnTypeError(ValueError):
+    """A ``sink.column_types`` override that the column's type cannot take."""
+
+
+def delta_type(
+    type_oid: int, type_modifier: int, override: ColumnTypeOverride | None = None
+) -> DeltaType:
     """Map a PostgreSQL column type to its Delta type.
 
     Args:
         type_oid: ``RelationColumn.type_oid``.
         type_modifier: ``RelationColumn.type_modifier`` (``atttypmod``; -1 when none).
             For arrays it is the element's modifier, as in ``pg_attribute``.
+        override: the column's ``sink.column_types`` entry: ``string`` stores PostgreSQL's
+            text form of any type (exact for every value); ``double`` stores a ``numeric``
+            as DOUBLE (rounded to the nearest double; NaN and the infinities exact).
 
     Returns:
         The Delta type; unknown types map to STRING holding PostgreSQL's text form.
+
+    Raises:
+        ColumnTypeError: ``double`` for a column that is not ``numeric``.
     """
+    if override == "string":
+        return TEXT_FORM
+    if override == "double":
+        if type_oid != NUMERIC_OID:
+            raise ColumnTypeError(
+                f"only numeric columns can be stored as double (type OID {type_oid}); "
+                "use string to keep any type exactly"
+            )
+        return NUMERIC_DOUBLE
     if type_oid == NUMERIC_OID:
         return _numeric_type(type_modifier)
     scalar = _SCALARS.get(type_oid)

@@ -4,7 +4,9 @@ Every Delta type ``sink.bulk`` casts with Arrow is checked against ``convert.col
 (the MERGE path's reading of the same text), value by value, on PostgreSQL text forms that
 include the edges: extremes, NaN and infinities, offsets, leap days, fractions. Values
 Arrow's strict parsers refuse (BC dates, ``infinity``, offsets with seconds, ``NaN`` in a
-DECIMAL) must give what the per-value path gives: the value, or the same kind of error.
+DECIMAL) must give what the per-value path gives: the value, the value stored under its
+convention (``sink.unrepresentable``, the same as the MERGE path's), or the same kind of
+error.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from sink.convert import column_converter
 from sink.partitioning import bucket_of, key_buckets
 from sink.plan import PlanColumn
 from sink.typemap import BIGINT, BOOLEAN, TIMESTAMP, delta_type
+from sink.unrepresentable import Reason, substitute
 from tests.support.pg_text_forms import TEXT_FORM_CASES
 
 
@@ -72,28 +75,64 @@ def test_bulk_values_equal_the_per_value_converter(
     convert = column_converter(column, ColumnKind.TEXT, ValueDecoder())
     for text in texts:
         try:
-            expected = None if text is None else convert(text.encode())
+            try:
+                expected = None if text is None else convert(text.encode())
+            except Exception:
+                assert text is not None
+                found = substitute(
+                    column.delta, column.type_oid, ColumnKind.TEXT, text.encode(), ValueDecoder()
+                )
+                if found is None:
+                    raise
+                expected = found.value
             expected_array = pa.array([expected], column.delta.arrow).to_pylist()
         except Exception:  # the bulk path must fail for it too
             with pytest.raises(SinkDataError):
                 bulk_arrays(_target([column]), pa.table({"f0": pa.array([text], pa.string())}))
             continue
         strings = pa.table({"f0": pa.array([text], pa.string())})
-        (actual,) = bulk_arrays(_target([column]), strings)
+        (actual,), _ = bulk_arrays(_target([column]), strings)
         assert actual.type == column.delta.arrow
         assert [_same(v) for v in actual.to_pylist()] == [_same(v) for v in expected_array], text
 
 
-def test_a_refused_value_sends_only_its_column_chunk_through_the_per_value_path() -> None:
+def test_a_value_the_column_cannot_hold_is_stored_under_its_convention_and_rejected() -> None:
     column = _column(1082, -1)
+    key = _column(20, -1)
+    key = PlanColumn("id", key.type_oid, key.type_modifier, key.delta)
+    target = _target([key, column])
+    keyed = BulkTarget(**{**_fields(target), "key_indexes": (0,)})
+    strings = pa.table(
+        {
+            "f0": pa.array(["1", "2", "3"], pa.string()),
+            "f1": pa.array(["2024-01-01", "infinity", "0044-03-15 BC"], pa.string()),
+        }
+    )
+    (ids, days), rejects = bulk_arrays(keyed, strings, 40)
+    assert ids.to_pylist() == [1, 2, 3]
+    assert [str(d) if d else None for d in days.to_pylist()] == ["2024-01-01", "9999-12-31", None]
+    assert [(r.column, r.reason, r.original, r.stored, r.key, r.ordinal) for r in rejects] == [
+        ("c", Reason.INFINITY, "infinity", "9999-12-31", (("id", "2"),), 41),
+        ("c", Reason.OUT_OF_RANGE, "0044-03-15 BC", None, (("id", "3"),), 42),
+    ]
+    assert {r.lsn for r in rejects} == {target.lsn}
+
+
+def test_a_value_the_column_cannot_hold_stops_the_copy_when_the_policy_is_stop() -> None:
+    target = _target([_column(1082, -1)])
+    stopping = BulkTarget(**{**_fields(target), "on_unrepresentable": "stop"})
     strings = pa.table({"f0": pa.array(["2024-01-01", "infinity"], pa.string())})
-    with pytest.raises(SinkDataError, match=r"column 'c' of public\.t"):
-        bulk_arrays(_target([column]), strings)
+    with pytest.raises(SinkDataError, match=r"column 'c' of public\.t.*on_unrepresentable"):
+        bulk_arrays(stopping, strings)
+
+
+def _fields(target: BulkTarget) -> dict[str, object]:
+    return {name: getattr(target, name) for name in BulkTarget.__dataclass_fields__}
 
 
 def test_metadata_columns_are_what_an_insert_gets() -> None:
     target = _target([_column(20, -1)])
-    table = bulk_table(target, pa.table({"f0": pa.array(["5", None, "7"])}), 41)
+    table = bulk_table(target, pa.table({"f0": pa.array(["5", None, "7"])}), 41).table
     assert table.column_names == [c.name for c in target.frame]
     rows = table.to_pylist()
     assert [r["_ordinal"] for r in rows] == [41, 42, 43]

@@ -498,7 +498,7 @@ def test_a_bad_value_in_a_row_replaced_later_in_the_batch_is_still_an_error() ->
     relation = rel("public.t", col("id", 20, key=True), col("at", 1184))
     changes = as_wire(
         batch(
-            insert(relation, "1", "infinity", lsn=10, ordinal=0),
+            insert(relation, "1", "not a timestamp", lsn=10, ordinal=0),
             update(relation, "1", "2024-01-01 00:00:00+00", lsn=11, ordinal=0),
         )
     )
@@ -506,6 +506,20 @@ def test_a_bad_value_in_a_row_replaced_later_in_the_batch_is_still_an_error() ->
     assert got == _sources(changes, columnar=False)
     assert got[0] == "error"
     assert "column 'at' of public.t" in got[1][0]  # type: ignore[index]
+
+
+def test_a_value_under_its_convention_in_a_replaced_row_is_still_rejected() -> None:
+    relation = rel("public.t", col("id", 20, key=True), col("at", 1184))
+    changes = as_wire(
+        batch(
+            insert(relation, "1", "infinity", lsn=10, ordinal=0),
+            update(relation, "1", "2024-01-01 00:00:00+00", lsn=11, ordinal=0),
+        )
+    )
+    assert_columnar_equals_rows(changes)
+    for columnar in (True, False):
+        (table,) = plan_batch(changes, columnar=columnar).tables
+        assert [(r.column, r.original, r.lsn) for r in table.rejects] == [("at", "infinity", 10)]
 
 
 def test_a_step_of_binary_rows_stops_trying_the_columnar_path() -> None:

@@ -38,6 +38,7 @@ from decoder import (
 from sink import Batch, SinkDataError, SinkSettings
 from sink.arrow import commit_time_array as _commit_time_array
 from sink.arrow import source_table
+from sink.constants import ColumnTypeOverride
 from sink.convert import column_converter, convert_value
 from sink.plan import (
     BatchPlan,
@@ -76,8 +77,10 @@ META = MetadataColumns.from_settings(SinkSettings(path="unused"))
 Sent = tuple[ColumnKind, bytes]
 
 
-def column(type_oid: int, typmod: int = -1) -> PlanColumn:
-    return PlanColumn("c", type_oid, typmod, delta_type(type_oid, typmod))
+def column(
+    type_oid: int, typmod: int = -1, override: ColumnTypeOverride | None = None
+) -> PlanColumn:
+    return PlanColumn("c", type_oid, typmod, delta_type(type_oid, typmod, override))
 
 
 # --- PostgreSQL's text and binary forms, by type -----------------------------------------
@@ -207,6 +210,15 @@ CASES: dict[str, tuple[PlanColumn, st.SearchStrategy[Sent]]] = {
         column(1700),
         numerics(20, 4).flatmap(
             lambda d: st.sampled_from([(TEXT, numeric_text(d)), (BINARY, _numeric_binary(d))])
+        ),
+    ),
+    "numeric as double": (
+        column(1700, NUMERIC_10_2, "double"),
+        st.one_of(
+            numerics(10, 2).flatmap(
+                lambda d: st.sampled_from([(TEXT, numeric_text(d)), (BINARY, _numeric_binary(d))])
+            ),
+            st.sampled_from([(TEXT, b"NaN"), (TEXT, b"Infinity"), (TEXT, b"-Infinity")]),
         ),
     ),
     **{

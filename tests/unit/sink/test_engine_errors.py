@@ -99,11 +99,15 @@ def test_other_engine_failures_are_terminal_and_say_what_the_engine_said() -> No
     assert len(str(long)) < 500
 
 
-def test_data_errors_never_quote_the_engine_message_which_may_hold_row_values() -> None:
-    exc = ArithmeticException("secret value 42 overflows", StatusCode.INTERNAL)
+def test_data_errors_show_the_engine_message_first_line_with_secrets_masked() -> None:
+    exc = ArithmeticException(
+        "value 42 overflows (password=hunter2)\n\tat org.apache.Thing", StatusCode.INTERNAL
+    )
     error = classify_engine_error(exc, "merging into a.b")
     assert type(error) is SinkDataError
-    assert "secret value" not in str(error)
+    assert "value 42 overflows" in str(error)  # the cause, in the same message
+    assert "hunter2" not in str(error)
+    assert "org.apache" not in str(error)
 
 
 def test_engine_errors_chains_the_original_and_lets_sink_errors_through() -> None:

@@ -490,18 +490,32 @@ def test_values_are_decoded_into_delta_types() -> None:
     assert seen.isoformat() == "2024-01-02T01:04:05.500000+00:00"  # type: ignore[attr-defined]
 
 
-def test_nan_in_a_decimal_column_is_a_data_error_naming_table_and_column() -> None:
+def test_nan_in_a_decimal_column_is_null_with_the_original_rejected() -> None:
     relation = rel("public.prices", col("id", INT4, key=True), col("p", 1700, typmod=NUMERIC_10_2))
-    with pytest.raises(SinkDataError, match=r"column 'p' of public\.prices.*unconstrained numeric"):
-        plan_batch(batch(insert(relation, "1", "NaN", lsn=10)))
+    (table,) = plan_batch(batch(insert(relation, "1", "NaN", lsn=10))).tables
+    (step,) = table.steps
+    assert isinstance(step, MergeStep)
+    assert [row.values for row in step.rows] == [(1, None)]
+    assert [(r.column, r.reason.value, r.original, r.stored, r.key) for r in table.rejects] == [
+        ("p", "not_finite", "NaN", None, (("id", "1"),))
+    ]
 
 
-def test_unloadable_value_is_a_data_error_that_does_not_quote_the_value() -> None:
+def test_nan_in_a_decimal_column_stops_a_table_whose_policy_is_stop() -> None:
+    relation = rel("public.prices", col("id", INT4, key=True), col("p", 1700, typmod=NUMERIC_10_2))
+    with pytest.raises(SinkDataError, match=r"column 'p' of public\.prices.*on_unrepresentable"):
+        plan_batch(
+            batch(insert(relation, "1", "NaN", lsn=10)),
+            on_unrepresentable=lambda table: "stop" if table == "public.prices" else "keep",
+        )
+
+
+def test_unloadable_value_is_a_data_error_that_names_its_cause() -> None:
     relation = rel("public.days", col("id", INT4, key=True), col("d", 1082))
     with pytest.raises(SinkDataError) as caught:
-        plan_batch(batch(insert(relation, "1", "infinity", lsn=10)))
+        plan_batch(batch(insert(relation, "1", "not a date", lsn=10)))
     assert "column 'd' of public.days" in str(caught.value)
-    assert "infinity" not in str(caught.value)
+    assert "DataError: " in str(caught.value)  # the cause's own first line, not a pointer
     assert caught.value.__cause__ is not None
 
 

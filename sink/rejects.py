@@ -1,0 +1,207 @@
+"""The rejects table: the exact text of every value stored under a convention.
+
+Theory of operation
+-------------------
+A legal value its Delta column cannot hold (``unrepresentable.py``) is stored under a
+documented convention - a sentinel, NULL, or an array's elements without their lower bound
+- and the planner records it (``plan.Reject``). ``RejectsLog`` appends those records to
+``<path>/_wal2delta_rejects``, one row per value: the table, the column, the reason, the
+value's PostgreSQL text form, the text of what the column holds instead, the row's key
+(a JSON object of the key columns' text forms; NULL for a table without a key) and the
+change's commit LSN, ordinal and commit time. Users find the originals there, and
+``wal2delta verify`` counts a value stored under its convention as equal to its source.
+
+Exactly once across crashes, as the change history (``history.py``): changes reach the
+sink in (commit LSN, ordinal) order, and a batch's rejects are appended in one commit after
+every table of the batch is merged. The table's newest (LSN, ordinal) - its floor, read once
+per process - separates what it holds from what it does not, so a replayed batch appends
+only what is after it, however it is cut. A crash between the MERGEs and the append loses
+nothing: the replayed batch finds the floor below its changes.
+
+An initial snapshot's copy is not ordered that way (ranges are copied in parallel, and a
+copy that is restarted writes its rows again), so its rejects are merged instead, on
+(table, column, LSN, ordinal): a repeated copy writes nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import pyarrow as pa
+import structlog
+
+from sink.arrow import ArrowColumn, arrow_table, ddl
+from sink.constants import REJECTS_TABLE
+from sink.keyless import NO_POSITION, Position
+from sink.plan import Reject
+from sink.spark import engine_errors
+from sink.sql import MetadataColumns, delta_table, quote
+from sink.tables import LakeTables
+from sink.typemap import BIGINT, STRING, TIMESTAMP
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = structlog.get_logger("wal2delta.sink")
+
+TABLE_COLUMN: Final = "table_name"
+COLUMN_COLUMN: Final = "column_name"
+REASON_COLUMN: Final = "reason"
+ORIGINAL_COLUMN: Final = "original"
+STORED_COLUMN: Final = "stored"
+KEY_COLUMN: Final = "key"
+
+
+@dataclass(frozen=True, slots=True)
+class TableReject:
+    """A ``plan.Reject`` with the qualified name of its table."""
+
+    table: str
+    reject: Reject
+
+
+def rejects_path(root: str) -> str:
+    """Where the rejects table lives."""
+    return f"{root.rstrip('/')}/{REJECTS_TABLE}"
+
+
+def key_json(key: tuple[tuple[str, str | None], ...] | None) -> str | None:
+    """A row's key as the rejects table stores it: a JSON object, key columns in order."""
+    return None if key is None else json.dumps(dict(key), ensure_ascii=False)
+
+
+class RejectsLog:
+    """Appends rejected values to ``<path>/_wal2delta_rejects``."""
+
+    def __init__(
+        self, spark: SparkSession, lake: LakeTables, root: str, meta: MetadataColumns
+    ) -> None:
+        self._spark = spark
+        self._lake = lake
+        self._path = rejects_path(root)
+        self._meta = meta
+        self._floor: Position | None = None
+
+    @property
+    def path(self) -> str:
+        """The rejects table's location."""
+        return self._path
+
+    def clear(self) -> None:
+        """Forget the floor; the next append reads it from the table again."""
+        self._floor = None
+
+    def append(self, rejects: Sequence[TableReject]) -> bool:
+        """Append the rejects of one batch, in batch order, after the table's floor.
+
+        Returns:
+            Whether the batch had rejects (written now or by an earlier run).
+
+        Raises:
+            SinkRetryableError, SinkError: the engine failed; replaying is safe.
+        """
+        if not rejects:
+            return False
+        self._load()
+        floor = self._floor
+        if floor is None:
+            floor = self._floor = self._newest()
+        fresh = [r for r in rejects if (r.reject.lsn, r.reject.ordinal) > floor]
+        if not fresh:
+            log.debug("rejects replay skipped", count=len(rejects))
+            return True
+        arrow = self._arrow(fresh)
+        with engine_errors(f"appending to {REJECTS_TABLE}"):
+            frame = self._spark.createDataFrame(arrow, schema=ddl(self._columns()))
+            frame.write.format("delta").mode("append").save(self._path)
+        last = fresh[-1].reject
+        self._floor = (last.lsn, last.ordinal)
+        return True
+
+    def merge(self, rejects: Sequence[TableReject]) -> None:
+        """Write rejects of an initial snapshot's copy; those already there are skipped.
+
+        Raises:
+            SinkRetryableError, SinkError: the engine failed; repeating is safe.
+        """
+        if not rejects:
+            return
+        self._load()
+        meta = self._meta
+        columns = self._columns()
+        on = " AND ".join(
+            f"t.{quote(name)} = s.{quote(name)}"
+            for name in (TABLE_COLUMN, COLUMN_COLUMN, meta.lsn, meta.ordinal)
+        )
+        with (
+            engine_errors(f"merging into {REJECTS_TABLE}"),
+            self._lake.view(self._arrow(rejects), columns) as view,
+        ):
+            self._lake.sql(
+                f"MERGE INTO {delta_table(self._path)} AS t USING {view} AS s ON {on} "
+                "WHEN NOT MATCHED THEN INSERT *"
+            )
+
+    def _load(self) -> None:
+        with engine_errors(f"creating or reading {REJECTS_TABLE}"):
+            self._lake.load(self._path, REJECTS_TABLE, self._columns())
+
+    def _newest(self) -> Position:
+        meta = self._meta
+        query = (
+            f"SELECT {quote(meta.lsn)} AS l, {quote(meta.ordinal)} AS o FROM "
+            f"{delta_table(self._path)} ORDER BY l DESC, o DESC LIMIT 1"
+        )
+        with engine_errors(f"reading the newest row of {REJECTS_TABLE}"):
+            rows = self._spark.sql(query).collect()
+        return (int(rows[0]["l"]), int(rows[0]["o"])) if rows else NO_POSITION
+
+    def _columns(self) -> list[ArrowColumn]:
+        meta = self._meta
+        text = (STRING.spark_sql, STRING.arrow)
+        return [
+            ArrowColumn(TABLE_COLUMN, *text),
+            ArrowColumn(COLUMN_COLUMN, *text),
+            ArrowColumn(REASON_COLUMN, *text),
+            ArrowColumn(ORIGINAL_COLUMN, *text),
+            ArrowColumn(STORED_COLUMN, *text),
+            ArrowColumn(KEY_COLUMN, *text),
+            ArrowColumn(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
+            ArrowColumn(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow),
+            ArrowColumn(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+        ]
+
+    def _arrow(self, rejects: Sequence[TableReject]) -> pa.Table:
+        rows = [
+            (
+                r.table,
+                r.reject.column,
+                r.reject.reason.value,
+                r.reject.original,
+                r.reject.stored,
+                key_json(r.reject.key),
+                int(r.reject.lsn),
+                r.reject.ordinal,
+                r.reject.commit_time,
+            )
+            for r in rejects
+        ]
+        arrays = [list(values) for values in zip(*rows, strict=True)]
+        return arrow_table(REJECTS_TABLE, self._columns(), arrays)
+
+
+__all__ = [
+    "COLUMN_COLUMN",
+    "KEY_COLUMN",
+    "ORIGINAL_COLUMN",
+    "REASON_COLUMN",
+    "STORED_COLUMN",
+    "TABLE_COLUMN",
+    "RejectsLog",
+    "TableReject",
+    "key_json",
+    "rejects_path",
+]
