@@ -168,6 +168,14 @@ class Metrics:
             ["table"],
             registry=r,
         )
+        self.unrepresentable_values = Counter(
+            "wal2delta_unrepresentable_values",
+            "Legal values their Delta column cannot hold, stored under their documented "
+            "convention with the exact text in the rejects table, by table, column and "
+            "reason (infinity, out_of_range, not_finite, multidimensional, lower_bound).",
+            ["table", "column", "reason"],
+            registry=r,
+        )
         self.ready = Gauge("wal2delta_ready", "1 when /readyz reports ready.", registry=r)
         self.not_streaming = Gauge(
             "wal2delta_not_streaming",

@@ -68,7 +68,7 @@ from decoder import (
     pg_timestamp_to_datetime,
     read_xlog_data,
 )
-from sink import Batch
+from sink import REJECTS_TABLE, Batch
 
 log = structlog.get_logger("wal2delta.session")
 
@@ -170,6 +170,8 @@ class Session:
         self._metrics_due = 0.0
         self._flowing = False
         """The last read brought frames: the next wait reads in bulk (``_wait``)."""
+        self._unrepresentable_seen: set[tuple[str, str, str]] = set()
+        """(table, column, reason) of the values under a convention logged so far."""
 
     def loop(self) -> None:
         clock = self.clock
@@ -289,6 +291,21 @@ class Session:
             self.metrics.toast_anomalies.labels(table=table).inc(count)
         if report.result.toast_anomalies:
             log.warning("toast anomalies in batch", count=report.result.toast_anomalies)
+        for (table, column, reason), count in result.unrepresentable.items():
+            self.metrics.unrepresentable_values.labels(
+                table=table, column=column, reason=reason
+            ).inc(count)
+            if (table, column, reason) not in self._unrepresentable_seen:
+                # Once per class and connection; the metric counts every value.
+                self._unrepresentable_seen.add((table, column, reason))
+                log.warning(
+                    "values stored under their documented convention",
+                    table=table,
+                    column=column,
+                    reason=reason,
+                    value_count=count,
+                    rejects_table=REJECTS_TABLE,
+                )
         if report.durable_lsn is not None:
             self.tracker.on_durable(report.durable_lsn)
             self.state.on_durable(report.durable_lsn)

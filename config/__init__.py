@@ -20,6 +20,7 @@ from config.errors import ConfigError
 from config.load import load_config, parse_config
 from config.models import (
     MESSAGES_TABLE,
+    REJECTS_TABLE,
     AppConfig,
     BatchConfig,
     HealthConfig,
@@ -49,6 +50,7 @@ from config.units import (
 
 __all__ = [
     "MESSAGES_TABLE",
+    "REJECTS_TABLE",
     "AppConfig",
     "BatchConfig",
     "ByteSize",

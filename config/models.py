@@ -74,6 +74,8 @@ SnapshotMode = Literal["initial", "never"]
 SparkMode = Literal["embedded", "connect", "classic"]
 MessagesMode = Literal["ignore", "table"]
 ColumnNamePolicy = Literal["error", "map"]
+UnrepresentablePolicy = Literal["keep", "stop"]
+ColumnTypeOverride = Literal["string", "double"]
 SnapshotWriter = Literal["auto", "spark", "delta-rs"]
 LogFormat = Literal["auto", "json", "console"]
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
@@ -82,6 +84,7 @@ LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 #: This literal, the ``metadata`` defaults and the policy Literals repeat ``sink/constants.py``
 #: (config imports nothing of the project); ``tests/unit/sink/test_constants.py`` pins them.
 MESSAGES_TABLE: Final = "_wal2delta_messages"
+REJECTS_TABLE: Final = "_wal2delta_rejects"
 
 #: The oldest protocol version that carries each feature (logicalproto.h).
 _MIN_PROTOCOL_FOR_STREAMING: Final = 2
@@ -941,6 +944,36 @@ class SinkConfig(_Section):
             "the first such column is written."
         ),
     )
+    on_unrepresentable: UnrepresentablePolicy | dict[TableName, UnrepresentablePolicy] = Field(
+        default="keep",
+        description=(
+            "A legal value its Delta column cannot hold (`infinity` or a BC date in a DATE "
+            "or TIMESTAMP, NaN in a `numeric(p,s)`, a multi-dimensional array or one whose "
+            "lower bound is not 1): `keep` stores it under its documented convention "
+            "(`infinity` -> `9999-12-31 23:59:59.999999`, `-infinity` -> `0001-01-01`, "
+            "the rest NULL, an array's elements without the bound) and keeps its exact "
+            f"text in `<path>/{REJECTS_TABLE}`; `stop` stops the daemon. Per table: "
+            '`{"public.events": stop}` (tables not listed keep).'
+        ),
+    )
+    column_types: dict[TableName, dict[ColumnName, ColumnTypeOverride]] = Field(
+        default_factory=dict,
+        description=(
+            'Store columns as another type, `{"public.t": {valid_to: string}}`: `string` '
+            "keeps PostgreSQL's text form of any type, exact for every value; `double` "
+            "stores a `numeric` as the nearest double (NaN and infinities exact). "
+            "`check-config` checks the names against the source. Choose before the column "
+            "is first written: a table written under another choice is refused."
+        ),
+    )
+
+    def unrepresentable_policies(
+        self,
+    ) -> tuple[UnrepresentablePolicy, dict[str, UnrepresentablePolicy]]:
+        """``on_unrepresentable`` as (the policy of tables not named, per-table policies)."""
+        if isinstance(self.on_unrepresentable, str):
+            return self.on_unrepresentable, {}
+        return "keep", dict(self.on_unrepresentable)
 
 
 class SpoolConfig(_Section):
@@ -1041,6 +1074,17 @@ class AppConfig(_Section):
             if listed and name not in listed:
                 problems.append(
                     (("sink", "partition_by_key", name), f"{name} is not one of source.tables")
+                )
+        per_table = self.sink.on_unrepresentable
+        for name in per_table if isinstance(per_table, dict) else ():
+            if listed and name not in listed:
+                problems.append(
+                    (("sink", "on_unrepresentable", name), f"{name} is not one of source.tables")
+                )
+        for name in self.sink.column_types:
+            if listed and name not in listed:
+                problems.append(
+                    (("sink", "column_types", name), f"{name} is not one of source.tables")
                 )
         if isinstance(self.sink.history, list):
             for index, name in enumerate(self.sink.history):

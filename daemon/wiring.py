@@ -96,6 +96,7 @@ def published_tables(config: AppConfig) -> list[PublishedTable]:
 def sink_settings(config: AppConfig) -> SinkSettings:
     """Translate the sink section of the configuration for ``sink``."""
     sink = config.sink
+    default_policy, table_policies = sink.unrepresentable_policies()
     return SinkSettings(
         path=str(sink.path),
         lsn_column=sink.metadata.lsn_column,
@@ -118,6 +119,13 @@ def sink_settings(config: AppConfig) -> SinkSettings:
             if isinstance(sink.history, bool)
             else frozenset(relation_name(name) for name in sink.history)
         ),
+        column_types={
+            relation_name(name): dict(columns) for name, columns in sink.column_types.items()
+        },
+        on_unrepresentable=default_policy,
+        on_unrepresentable_tables={
+            relation_name(name): policy for name, policy in table_policies.items()
+        },
     )
 
 

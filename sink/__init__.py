@@ -4,12 +4,14 @@
 ``keyless``), renders MERGE statements (``sql``), ships the rows as Arrow (``arrow``) and
 runs them on the process's Spark session (``spark``), over the tables ``tables`` creates
 and caches. ``typemap`` maps PostgreSQL types to Delta types; ``convert`` turns sent values
-into Delta values; ``evolution`` decides how a table follows a changed relation, with the
-source catalog (``SourceCatalog``) that capture injects, and ``follow`` carries it out;
-``bookkeeping`` keeps the lake's own tables (snapshot markers, column origins, messages),
-``commits`` the commit log ``wal2delta cut`` reads, ``history`` each table's change history;
-``constants`` holds the names and vocabularies defined once; ``naming`` says where a table
-lands in the lake (``table_path``) and what its columns are called in Delta.
+into Delta values; ``unrepresentable`` stores legal values a Delta type cannot hold under
+their conventions, and ``rejects`` keeps their exact text; ``evolution`` decides how a
+table follows a changed relation, with the source catalog (``SourceCatalog``) that capture
+injects, and ``follow`` carries it out; ``bookkeeping`` keeps the lake's own tables
+(snapshot markers, column origins, messages), ``commits`` the commit log ``wal2delta cut``
+reads, ``history`` each table's change history; ``constants`` holds the names and
+vocabularies defined once; ``naming`` says where a table lands in the lake (``table_path``)
+and what its columns are called in Delta.
 """
 
 from sink.base import (
@@ -23,28 +25,45 @@ from sink.base import (
 )
 from sink.bulk import RANGE_ORDINAL_STRIDE, BulkTarget
 from sink.commits import commits_path
+from sink.constants import REJECTS_TABLE, ColumnTypeOverride
 from sink.convert import pg_text_form, to_delta_value
 from sink.delta import DeltaSink
 from sink.evolution import CatalogColumn, CatalogTable, SourceCatalog
 from sink.history import history_path
 from sink.naming import column_map, delta_can_hold, delta_column_name, table_of_path, table_path
+from sink.rejects import rejects_path
 from sink.settings import ColumnNamePolicy, KeyBuckets, SinkSettings, SparkSettings
 from sink.spark import create_spark_session, stop_spark_session
-from sink.typemap import NUMERIC_OID, DeltaType, ValueForm, delta_type
+from sink.typemap import NUMERIC_OID, ColumnTypeError, DeltaType, ValueForm, delta_type
+from sink.unrepresentable import (
+    DATE_INFINITY,
+    DATE_MINUS_INFINITY,
+    TIMESTAMP_INFINITY,
+    TIMESTAMP_MINUS_INFINITY,
+    Reason,
+)
 
 __all__ = [
+    "DATE_INFINITY",
+    "DATE_MINUS_INFINITY",
     "NUMERIC_OID",
     "RANGE_ORDINAL_STRIDE",
+    "REJECTS_TABLE",
+    "TIMESTAMP_INFINITY",
+    "TIMESTAMP_MINUS_INFINITY",
     "Batch",
     "BatchResult",
     "BulkTarget",
     "CatalogColumn",
     "CatalogTable",
     "ColumnNamePolicy",
+    "ColumnTypeError",
+    "ColumnTypeOverride",
     "DeferringSink",
     "DeltaSink",
     "DeltaType",
     "KeyBuckets",
+    "Reason",
     "Sink",
     "SinkDataError",
     "SinkError",
@@ -61,6 +80,7 @@ __all__ = [
     "delta_type",
     "history_path",
     "pg_text_form",
+    "rejects_path",
     "stop_spark_session",
     "table_of_path",
     "table_path",

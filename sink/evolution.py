@@ -466,6 +466,17 @@ def _type_change_error(
         else f"Delta {held.upper()}"
     )
     wanted = delta_type_name(column.delta.spark_sql).upper()
+    if before is None:
+        # No relation of the table applied yet by this process: the source type may be the
+        # one the table was written under, and the configuration what changed.
+        return SinkDataError(
+            f"column {column.name!r} of {table} is {held.upper()} in Delta, but its type "
+            f"{new_type} is now stored as {wanted}: either the column changed type, or "
+            "sink.column_types for it differs from the setting the table was written "
+            "with. wal2delta stopped before writing a row, so one column never mixes two "
+            f"representations; restore the setting (the Delta type {held.upper()} is its "
+            "record), or rebuild the Delta table from a new initial snapshot."
+        )
     return SinkDataError(
         f"column {column.name!r} of {table} changed type from {old} to {new_type} (Delta "
         f"{wanted}); Delta cannot widen {held.upper()} to {wanted} safely, so wal2delta "

@@ -10,6 +10,7 @@ from sink import SinkSettings, constants
 
 def test_messages_table_is_the_sinks() -> None:
     assert config.MESSAGES_TABLE == constants.MESSAGES_TABLE
+    assert config.REJECTS_TABLE == constants.REJECTS_TABLE
 
 
 def test_metadata_column_defaults_are_the_sinks() -> None:
@@ -27,6 +28,8 @@ def test_vocabularies_are_the_sinks() -> None:
     assert get_args(models.MissingKeyPolicy) == get_args(constants.MissingKeyPolicy)
     assert get_args(models.SparkMode) == get_args(constants.SparkMode)
     assert get_args(models.ColumnNamePolicy) == get_args(constants.ColumnNamePolicy)
+    assert get_args(models.UnrepresentablePolicy) == get_args(constants.UnrepresentablePolicy)
+    assert get_args(models.ColumnTypeOverride) == get_args(constants.ColumnTypeOverride)
 
 
 def test_row_operation_is_the_decoders() -> None:
