@@ -28,7 +28,13 @@ from capture.metrics import Metrics
 from capture.monitor import SlotSample, SourceMonitor, sample_slot
 from capture.negotiation import ReplicationRequest, negotiate, start_replication_options
 from capture.session import ServiceState, Session
-from capture.settings import BatchSettings, CaptureSettings, ReconnectSettings, SnapshotTuning
+from capture.settings import (
+    BatchSettings,
+    CaptureSettings,
+    ReconnectSettings,
+    SnapshotTuning,
+    with_text_form_settings,
+)
 from capture.sink_worker import AppliedBatch, FailedBatch, SinkWorker
 from capture.slots import PublishedTable, current_wal_lsn, read_published_tables, slot_state
 from capture.snapshot import SnapshotCopier, SnapshotMarker, SnapshotMarkerStore
@@ -87,4 +93,5 @@ __all__ = [
     "sample_slot",
     "slot_state",
     "start_replication_options",
+    "with_text_form_settings",
 ]

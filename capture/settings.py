@@ -8,10 +8,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
+
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from capture.negotiation import ReplicationRequest
 from capture.slots import PublishedTable
+
+TEXT_FORM_SETTINGS: Final = {
+    "TimeZone": "UTC",
+    "DateStyle": "ISO",
+    "IntervalStyle": "postgres",
+    "extra_float_digits": "3",
+    "lc_monetary": "C",
+}
+"""Session settings of every source connection: the output functions behind pgoutput's text
+mode and the snapshot's COPY print in them, so a value stored as PostgreSQL's text form
+(``interval``, ``tstzrange``, ``money``, a column stored as ``string``) reads alike whatever
+the server's defaults, in text mode and binary mode (whose printer uses UTC), streamed or
+copied."""
+
+
+def with_text_form_settings(conninfo: str) -> str:
+    """``conninfo`` with ``TEXT_FORM_SETTINGS`` appended to its ``options``."""
+    params = conninfo_to_dict(conninfo)
+    extra = " ".join(f"-c {name}={value}" for name, value in TEXT_FORM_SETTINGS.items())
+    params["options"] = f"{params.get('options') or ''} {extra}".strip()
+    return make_conninfo("", **params)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from capture import (
     SnapshotTuning,
     SourceInfo,
     prepare_source,
+    with_text_form_settings,
 )
 from config import AppConfig, parse_table_name
 from sink import KeyBuckets, SinkSettings, SparkSettings
@@ -32,7 +33,7 @@ def capture_settings(config: AppConfig) -> CaptureSettings:
     source = config.source
     batch = config.sink.batch
     return CaptureSettings(
-        conninfo=source.conninfo(),
+        conninfo=with_text_form_settings(source.conninfo()),
         slot=source.slot,
         publications=tuple(source.publication),
         tables=tuple(published_tables(config)),

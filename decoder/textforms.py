@@ -32,10 +32,12 @@ Settings: the output functions print some types by session settings. The ports f
 PostgreSQL's defaults, which is what a walsender started without options prints in text
 mode: ``DateStyle ISO``, ``IntervalStyle postgres``, ``bytea_output hex``,
 ``extra_float_digits 1`` - and ``TimeZone UTC`` for timestamptz and timetz, which the
-binary form does not carry (timestamptz is an instant; it prints as ``+00``). A type whose
-text form depends on something the binary form lacks - money (``lc_monetary``), the
-``reg*`` types (names looked up by OID) - has no reader: its values stop the sink with
-``UnknownBinaryFormatError`` rather than being stored differently from text mode.
+binary form does not carry (timestamptz is an instant; it prints as ``+00``), and
+``lc_monetary C`` for money (``-$1,234.50``). The daemon's connections set exactly these
+(``capture.settings.TEXT_FORM_SETTINGS``), so text mode prints the same. A type whose text
+form depends on something the binary form lacks - the ``reg*`` types (names looked up by
+OID) - has no reader: its values stop the sink with ``UnknownBinaryFormatError`` rather
+than being stored differently from text mode.
 
 Every reader raises ``ValueError``/``struct.error``/``IndexError`` for bytes PostgreSQL
 never sends (a wrong length, an unknown flag) instead of guessing.
@@ -503,6 +505,15 @@ def _bytea(data: bytes) -> str:
     return "\\x" + data.hex()
 
 
+def _money(data: bytes) -> str:
+    """``cash_out`` under ``lc_monetary C``: ``$`` first, ``,`` every three digits, two
+    fraction digits, ``-`` before the symbol."""
+    cents = _I64.unpack(data)[0]
+    whole, fraction = divmod(abs(cents), 100)
+    sign = "-" if cents < 0 else ""
+    return f"{sign}${whole:,}.{fraction:02d}"
+
+
 def _bool(data: bytes) -> str:
     byte = _exact(data, 1)[0]
     return "t" if byte else "f"
@@ -752,6 +763,7 @@ def _vector(data: bytes) -> str:
 
 BUILTIN_LEAVES: Final[Mapping[int, Reader]] = {
     16: _bool,
+    790: _money,
     17: _bytea,
     18: _char,
     19: _utf8,  # name
@@ -805,7 +817,6 @@ _NAME_BY_OID: Final = (
     "its binary form is an OID, and its text form the name the catalog gives that OID"
 )
 BUILTIN_UNREADABLE: Final[Mapping[int, str]] = {
-    790: "its text form depends on the server's lc_monetary setting",  # money
     **dict.fromkeys((24, 2202, 2203, 2204, 2205, 2206, 3734, 3769, 4089, 4096, 4191), _NAME_BY_OID),
 }
 """Builtin types whose text form cannot be printed from their binary form, and why."""

@@ -144,16 +144,33 @@ def test_a_record_prints_each_field_with_the_reader_of_its_type_oid() -> None:
 
 
 def test_types_without_a_ported_layout_have_no_reader() -> None:
-    assert builtin_text_reader(oid("money")) is None
     assert builtin_text_reader(oid("regclass")) is None
-    assert builtin_text_reader(oid("money[]")) is None
+    assert builtin_text_reader(oid("regclass[]")) is None
     assert builtin_text_reader(987_654) is None
 
 
 def test_an_element_type_without_a_reader_names_itself() -> None:
-    data = struct.pack(">iiIii", 1, 0, oid("money"), 1, 1) + struct.pack(">iq", 8, 100)
-    with pytest.raises(UnknownBinaryFormatError, match=r"pg_catalog\.money.*binary: false"):
+    data = struct.pack(">iiIii", 1, 0, oid("regclass"), 1, 1) + struct.pack(">iI", 4, 1259)
+    with pytest.raises(UnknownBinaryFormatError, match=r"pg_catalog\.regclass.*binary: false"):
         array_text(data, require_builtin_reader)
+
+
+@pytest.mark.parametrize(
+    ("cents", "text"),
+    [
+        # cash_out under lc_monetary C, as PostgreSQL 18 printed each value.
+        (-(2**63), "-$92,233,720,368,547,758.08"),
+        (2**63 - 1, "$92,233,720,368,547,758.07"),
+        (50, "$0.50"),
+        (-100, "-$1.00"),
+        (123_456_700, "$1,234,567.00"),
+        (0, "$0.00"),
+    ],
+)
+def test_money_prints_as_cash_out_under_lc_monetary_c(cents: int, text: str) -> None:
+    reader = builtin_text_reader(oid("money"))
+    assert reader is not None
+    assert reader(struct.pack(">q", cents)) == text
 
 
 @pytest.mark.parametrize(
