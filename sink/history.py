@@ -22,19 +22,48 @@ earlier change of the row in the same batch; a value still unknown is NULL and i
 is named in ``_wal2delta_unchanged_toast`` (the value is that of the row's previous
 change). The history follows the table's columns: a new column is added with
 ``mergeSchema`` on the append; columns a change does not have are NULL in its row.
+
+Column names
+------------
+A history holds three kinds of columns in one namespace, compared without case as Spark
+does: its own (``_wal2delta_op``, ``_wal2delta_xid``, ``_wal2delta_old_kind``,
+``_wal2delta_unchanged_toast`` and the LSN, ordinal and commit time columns), the new
+value of each table column, and its old value. ``new_value_column`` and
+``old_value_column`` name the last two from the column's name alone (so a column keeps
+its history columns whatever other columns the table gains), and no two names they and
+the own columns give are ever equal:
+
+* the new value of ``c`` is ``c``; when ``c`` is one of the history's own names or starts
+  with ``_wal2delta_old_`` or ``_wal2delta_new_``, it is ``_wal2delta_new_<c>`` instead;
+* the old value of ``c`` is ``_wal2delta_old_<c>``; when ``c`` is ``kind`` after any
+  number of ``_`` (``kind``, ``_kind``, ...), one more ``_`` goes before it
+  (``_wal2delta_old__kind``), since ``_wal2delta_old_kind`` is the history's own.
+
+Plain new names neither start with a prefix nor are own names; escaped new names all start
+with ``_wal2delta_new_``, which no own name does; old names all start with
+``_wal2delta_old_``, and the extra underscore keeps distinct names distinct (``_^n kind``
+becomes ``_^(n+1) kind``) while no old name is ``_wal2delta_old_kind`` any more. Every
+name written before keeps its place except the old value of ``_kind``-like columns and
+the new value of columns named ``_wal2delta_old_*`` or ``_wal2delta_new_*``
+(docs/decisions.md); a column ``kind`` or named like an own column never had a history.
+The LSN, ordinal and commit time names come from the configuration: no source column may
+take them (the planner refuses it), and one that starts with a prefix above or repeats an
+own name is refused at the table's first history write (``history_columns``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import pyarrow as pa
 import structlog
 
 from decoder import UNCHANGED_TOAST
-from sink.arrow import ArrowColumn, arrow_table, ddl, plan_column
+from sink.arrow import ArrowColumn, arrow_table, ddl
+from sink.base import SinkDataError
 from sink.constants import (
+    HISTORY_NEW_PREFIX,
     HISTORY_OLD_KIND_COLUMN,
     HISTORY_OLD_PREFIX,
     HISTORY_OPERATION_COLUMN,
@@ -56,6 +85,88 @@ if TYPE_CHECKING:
 log = structlog.get_logger("wal2delta.sink")
 
 _UNCHANGED = ArrowColumn(HISTORY_UNCHANGED_COLUMN, "ARRAY<STRING>", pa.list_(pa.string()))
+
+OWN_COLUMNS: Final = (
+    HISTORY_OPERATION_COLUMN,
+    HISTORY_XID_COLUMN,
+    HISTORY_OLD_KIND_COLUMN,
+    HISTORY_UNCHANGED_COLUMN,
+)
+"""The history's own columns whose names are fixed (the LSN, ordinal and commit time
+columns are named by the configuration)."""
+_OWN_FOLDED: Final = frozenset(name.lower() for name in OWN_COLUMNS)
+_VALUE_PREFIXES: Final = (HISTORY_OLD_PREFIX.lower(), HISTORY_NEW_PREFIX.lower())
+_OWN_OLD_SUFFIXES: Final = frozenset(
+    name[len(HISTORY_OLD_PREFIX) :]
+    for name in _OWN_FOLDED
+    if name.startswith(HISTORY_OLD_PREFIX.lower())
+)
+"""What follows the old-value prefix in the own names that have it: ``kind`` (none starts
+with ``_``, which ``old_value_column``'s extra underscore relies on)."""
+
+
+def new_value_column(name: str) -> str:
+    """The history column of the new value of the table column ``name``.
+
+    ``name`` itself, or ``_wal2delta_new_<name>`` when ``name`` is one of the history's own
+    names or starts with the old- or new-value prefix (case ignored; module doc).
+    """
+    folded = name.lower()
+    if folded in _OWN_FOLDED or folded.startswith(_VALUE_PREFIXES):
+        return HISTORY_NEW_PREFIX + name
+    return name
+
+
+def old_value_column(name: str) -> str:
+    """The history column of the old value of the table column ``name``.
+
+    ``_wal2delta_old_<name>``, with one more ``_`` before ``name`` when ``name`` is ``kind``
+    after any number of ``_`` (case ignored): ``_wal2delta_old_kind`` is the history's own.
+    """
+    if name.lower().lstrip("_") in _OWN_OLD_SUFFIXES:
+        return HISTORY_OLD_PREFIX + "_" + name
+    return HISTORY_OLD_PREFIX + name
+
+
+def history_columns(
+    name: str, meta: MetadataColumns, data: Sequence[PlanColumn]
+) -> list[ArrowColumn]:
+    """The columns of the history ``name`` of a table with the columns ``data``, in order:
+    the own columns, the new values, the old values.
+
+    Raises:
+        SinkDataError: a configured metadata column name (``sink.metadata``) clashes with
+            another column of the history; no table column name can (module doc).
+    """
+    columns = [
+        ArrowColumn(HISTORY_OPERATION_COLUMN, STRING.spark_sql, STRING.arrow),
+        ArrowColumn(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
+        ArrowColumn(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow),
+        ArrowColumn(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
+        ArrowColumn(HISTORY_XID_COLUMN, BIGINT.spark_sql, BIGINT.arrow),
+        ArrowColumn(HISTORY_OLD_KIND_COLUMN, STRING.spark_sql, STRING.arrow),
+        _UNCHANGED,
+    ]
+    columns += [
+        ArrowColumn(new_value_column(c.name), c.delta.spark_sql, c.delta.arrow) for c in data
+    ]
+    columns += [
+        ArrowColumn(old_value_column(c.name), c.delta.spark_sql, c.delta.arrow) for c in data
+    ]
+    seen: set[str] = set()
+    for column in columns:
+        folded = column.name.lower()
+        if folded in seen:
+            configured = (meta.lsn, meta.ordinal, meta.commit_time)
+            raise SinkDataError(
+                f"the change history {name} would hold two columns named {column.name!r} (case "
+                f"ignored); the metadata column names {', '.join(map(repr, configured))} "
+                "(sink.metadata) must not start with "
+                f"{HISTORY_OLD_PREFIX!r} or {HISTORY_NEW_PREFIX!r} nor repeat "
+                f"{', '.join(map(repr, OWN_COLUMNS))}"
+            )
+        seen.add(folded)
+    return columns
 
 
 def history_path(root: str, schema: str, table: str) -> str:
@@ -92,7 +203,8 @@ class HistoryWriter:
             None.
 
         Raises:
-            SinkDataError: a value does not fit its column.
+            SinkDataError: a value does not fit its column, or a configured metadata
+                column name clashes with the history's columns (``history_columns``).
             SinkRetryableError, SinkError: the engine failed; replaying is safe.
         """
         if not plan.changes:
@@ -100,7 +212,7 @@ class HistoryWriter:
         path = history_path(self._root, plan.schema, plan.table)
         name = history_name(plan.qualified_name)
         data = _data_columns(plan.changes)
-        columns = self._columns(data)
+        columns = history_columns(name, self._meta, data)
         floor = self._floors.get(path)
         if floor is None:
             with engine_errors(f"creating or reading the change history {name}"):
@@ -126,24 +238,6 @@ class HistoryWriter:
         with engine_errors(f"reading the newest change of {name}"):
             rows = self._spark.sql(query).collect()
         return (int(rows[0]["l"]), int(rows[0]["o"])) if rows else NO_POSITION
-
-    def _columns(self, data: Sequence[PlanColumn]) -> list[ArrowColumn]:
-        """The metadata columns, then the data columns, then the old ones."""
-        meta = self._meta
-        columns = [
-            ArrowColumn(HISTORY_OPERATION_COLUMN, STRING.spark_sql, STRING.arrow),
-            ArrowColumn(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
-            ArrowColumn(meta.ordinal, BIGINT.spark_sql, BIGINT.arrow),
-            ArrowColumn(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
-            ArrowColumn(HISTORY_XID_COLUMN, BIGINT.spark_sql, BIGINT.arrow),
-            ArrowColumn(HISTORY_OLD_KIND_COLUMN, STRING.spark_sql, STRING.arrow),
-            _UNCHANGED,
-        ]
-        columns += [plan_column(c) for c in data]
-        columns += [
-            ArrowColumn(HISTORY_OLD_PREFIX + c.name, c.delta.spark_sql, c.delta.arrow) for c in data
-        ]
-        return columns
 
 
 def _data_columns(changes: Sequence[ChangeRecord]) -> list[PlanColumn]:
