@@ -29,6 +29,7 @@ from capture.monitor import SlotSample, SourceMonitor, sample_slot
 from capture.negotiation import ReplicationRequest, negotiate, start_replication_options
 from capture.session import ServiceState, Session
 from capture.settings import (
+    TEXT_FORM_SETTINGS,
     BatchSettings,
     CaptureSettings,
     ReconnectSettings,
@@ -51,6 +52,7 @@ __all__ = [
     "EXIT_FATAL",
     "EXIT_OK",
     "EXIT_SLOT_IN_USE",
+    "TEXT_FORM_SETTINGS",
     "AppliedBatch",
     "BatchSettings",
     "Batcher",

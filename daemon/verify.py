@@ -40,7 +40,14 @@ import psycopg
 import structlog
 from psycopg import sql
 
-from capture import EXIT_FATAL, EXIT_OK, PublishedTable, read_published_tables, slot_state
+from capture import (
+    EXIT_FATAL,
+    EXIT_OK,
+    PublishedTable,
+    read_published_tables,
+    slot_state,
+    with_text_form_settings,
+)
 from config import AppConfig
 from daemon.verify_sql import (
     VerifyColumn,
@@ -50,7 +57,7 @@ from daemon.verify_sql import (
     spark_rows_query,
     spark_summary_query,
 )
-from daemon.wiring import configured_keys, relation_name, spark_settings
+from daemon.wiring import configured_keys, relation_name, sink_settings, spark_settings
 from decoder import Lsn, format_lsn, parse_lsn
 from sink import column_map, create_spark_session, stop_spark_session, table_path, to_delta_value
 
@@ -306,13 +313,17 @@ def _plan_table(
         described = [c for c in described if c[0] in published.columns]
     delta_columns = set(spark.read.format("delta").load(path).columns)
     renamed = column_map([c[0] for c in described], config.sink.column_names)
+    overrides = sink_settings(config).column_types.get(f"{schema}.{name}", {})
     columns = []
     for column, type_oid, typmod, generated in described:
         delta_name = renamed.get(column, column)
         present = delta_name in delta_columns
         if generated and not present:
             continue  # not published (before PostgreSQL 18, or not asked for)
-        columns.append(VerifyColumn.of(column, delta_name if present else None, type_oid, typmod))
+        override = overrides.get(column)
+        columns.append(
+            VerifyColumn.of(column, delta_name if present else None, type_oid, typmod, override)
+        )
     key = _key(conn, published, configured_keys(config).get(f"{schema}.{name}"))
     metadata = config.sink.metadata
     return VerifyTable(
@@ -673,7 +684,8 @@ def verify_source(
     clock = _Clock(now() + wait, now, sleep)
     own_session = spark is None
     session = spark if spark is not None else create_spark_session(spark_settings(config))
-    conninfo = config.source.conninfo()
+    # Text forms printed as the daemon's connections print them (TimeZone UTC, ...).
+    conninfo = with_text_form_settings(config.source.conninfo())
     try:
         with (
             psycopg.connect(conninfo, autocommit=True) as slot_conn,

@@ -13,6 +13,13 @@ microseconds since the epoch (so no time zone enters), and floats as an exact
 ``mantissa p exponent`` pair (``NaN``, ``Inf``, ``-Inf``, ``0`` apart). Arrays print their
 elements in order inside ``[...]``.
 
+Values a Delta type cannot hold are stored under the sink's documented conventions
+(``sink.unrepresentable``: ``±infinity`` as sentinels, dates and timestamps outside years
+1-9999 and NaN in a DECIMAL as NULL, a multi-dimensional array as NULL, an array without
+its lower bound); the source side applies the same conventions (``pg_stored``) before it
+prints, so a value stored under its convention is no difference - its exact text is in
+the rejects table - and any other deviation still is.
+
 A row's text joins each column's text, length-prefixed (``5:hello``), NULL being ``N``, so
 no two rows print alike. Its hash is the first 15 hex digits of the MD5 of that text's
 UTF-8 bytes: a 60-bit integer both engines compute exactly. Rows fall into ``buckets`` by
@@ -39,7 +46,16 @@ from typing import Final
 
 from psycopg import sql
 
-from sink import DeltaType, ValueForm, delta_type
+from sink import (
+    DATE_INFINITY,
+    DATE_MINUS_INFINITY,
+    TIMESTAMP_INFINITY,
+    TIMESTAMP_MINUS_INFINITY,
+    ColumnTypeOverride,
+    DeltaType,
+    ValueForm,
+    delta_type,
+)
 
 HASH_DIGITS: Final = 15
 """Hex digits of the MD5 taken as the row hash: 60 bits, positive in a BIGINT."""
@@ -103,8 +119,15 @@ class VerifyColumn:
     mapped: DeltaType
 
     @classmethod
-    def of(cls, name: str, delta_name: str | None, type_oid: int, typmod: int) -> VerifyColumn:
-        return cls(name, delta_name, delta_type(type_oid, typmod))
+    def of(
+        cls,
+        name: str,
+        delta_name: str | None,
+        type_oid: int,
+        typmod: int,
+        override: ColumnTypeOverride | None = None,
+    ) -> VerifyColumn:
+        return cls(name, delta_name, delta_type(type_oid, typmod, override))
 
     @property
     def kind(self) -> Kind:
@@ -166,8 +189,42 @@ def _pg_float(value: sql.Composable) -> sql.Composable:
     ).format(d=d, m=mantissa, s=shift)
 
 
+def _bounded(value: sql.Composable, kind: str, limits: tuple[str, str, str, str]) -> sql.Composable:
+    """``value`` with ``±infinity`` as the sentinels and anything outside them as NULL."""
+    high, low, top, bottom = (
+        sql.SQL("{} {}").format(sql.SQL(kind), sql.Literal(v)) for v in limits
+    )
+    return sql.SQL(
+        "CASE WHEN {v} = 'infinity' THEN {high} WHEN {v} = '-infinity' THEN {low} "
+        "WHEN {v} < {bottom} OR {v} > {top} THEN NULL ELSE {v} END"
+    ).format(v=value, high=high, low=low, top=top, bottom=bottom)
+
+
+def pg_stored(value: sql.Composable, mapped: DeltaType) -> sql.Composable:
+    """The source value as the sink stores it in a column mapped to ``mapped``: under the
+    conventions of ``sink.unrepresentable`` where the Delta type cannot hold it."""
+    match kind_of(mapped):
+        case Kind.DATE:
+            high, low = DATE_INFINITY.isoformat(), DATE_MINUS_INFINITY.isoformat()
+            return _bounded(value, "date", (high, low, high, low))
+        case Kind.WALLCLOCK | Kind.INSTANT as kind:
+            zone = "+00" if kind is Kind.INSTANT else ""
+            high = TIMESTAMP_INFINITY.isoformat(" ", "microseconds") + zone
+            low = TIMESTAMP_MINUS_INFINITY.isoformat(" ", "microseconds") + zone
+            name = "timestamptz" if kind is Kind.INSTANT else "timestamp"
+            return _bounded(value, name, (high, low, high, low))
+        case Kind.DECIMAL:
+            return sql.SQL("CASE WHEN {v} = 'NaN' THEN NULL ELSE {v} END").format(v=value)
+        case Kind.ARRAY:
+            # Elements follow their own conventions (pg_canonical's unnest); a lower bound
+            # is dropped by unnest, as the sink drops it.
+            return sql.SQL("CASE WHEN array_ndims({v}) > 1 THEN NULL ELSE {v} END").format(v=value)
+    return value
+
+
 def pg_canonical(value: sql.Composable, mapped: DeltaType) -> sql.Composable:
     """PostgreSQL text of one value of a column mapped to ``mapped``; NULL stays NULL."""
+    value = pg_stored(value, mapped)
     match kind_of(mapped):
         case Kind.BOOL:
             return sql.SQL("CASE {} WHEN true THEN 't' WHEN false THEN 'f' END").format(value)
@@ -256,12 +313,14 @@ def pg_rows_query(table: VerifyTable, buckets: int, chosen: Sequence[int]) -> sq
     """
     select: list[sql.Composable] = []
     for column in table.columns:
-        ident = sql.Identifier(column.name)
+        ident = pg_stored(sql.Identifier(column.name), column.mapped)
         element = column.mapped.element
         if column.mapped.form is ValueForm.TEXT:
             select.append(_pg_output_text(ident))
         elif element is not None and element.form is ValueForm.TEXT:
-            select.append(sql.SQL("{}::text[]").format(ident))
+            select.append(sql.SQL("({})::text[]").format(ident))
+        elif element is not None:
+            select.append(_pg_stored_elements(ident, element))
         else:
             select.append(ident)
     in_chosen = sql.SQL("{} IN ({})").format(
@@ -272,6 +331,15 @@ def pg_rows_query(table: VerifyTable, buckets: int, chosen: Sequence[int]) -> sq
         sql.Identifier(table.schema, table.name),
         _pg_where(table, in_chosen),
     )
+
+
+def _pg_stored_elements(value: sql.Composable, element: DeltaType) -> sql.Composable:
+    """An array with each element as stored (``pg_stored``), lower bound 1."""
+    stored = pg_stored(sql.SQL("w2d_u.x"), element)
+    return sql.SQL(
+        "CASE WHEN {v} IS NULL THEN NULL ELSE coalesce((SELECT array_agg({e} ORDER BY w2d_u.n) "
+        "FROM unnest({v}) WITH ORDINALITY AS w2d_u(x, n)), '{{}}') END"
+    ).format(v=value, e=stored)
 
 
 # --- Spark SQL -----------------------------------------------------------------------------
@@ -381,6 +449,7 @@ __all__ = [
     "kind_of",
     "pg_canonical",
     "pg_rows_query",
+    "pg_stored",
     "pg_summary_query",
     "quote",
     "spark_canonical",
