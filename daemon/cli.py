@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import psycopg
 import structlog
 
 from capture import EXIT_CONFIG, EXIT_FATAL, EXIT_OK, CaptureError
@@ -27,8 +28,9 @@ from daemon.logging import (
     uses_json,
 )
 from daemon.process import install_stop_signals, run_service
+from daemon.source_check import source_problems
 from daemon.supervisor import Supervisor, package_version
-from decoder import Lsn, Wal2DeltaError, parse_lsn
+from decoder import Lsn, Wal2DeltaError, cause_line, parse_lsn
 
 log = structlog.get_logger("wal2delta.cli")
 
@@ -78,6 +80,18 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
         if source.tables or source.create_publication
         else "every table they publish"
     )
+    try:
+        problems = source_problems(config)
+    except psycopg.OperationalError as exc:
+        problems = []
+        print(
+            f"{args.config}: the source could not be reached ({cause_line(exc)}); the table "
+            "and column names of sink.column_types and sink.on_unrepresentable were not "
+            "checked against it"
+        )
+    if problems:
+        print(f"{args.config}: invalid for its source\n" + "\n".join(problems), file=sys.stderr)
+        return EXIT_CONFIG
     print(
         f"{args.config}: ok (slot {source.slot}, publication "
         f"{', '.join(source.publication)}, {tables})"
