@@ -35,6 +35,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+import capture.snapshot
 from capture import TEXT_FORM_SETTINGS
 from capture.slots import current_wal_lsn
 from daemon.verify import verify_source
@@ -151,9 +152,9 @@ UPDATES: list[tuple[int, str, str]] = [
 ]
 
 
-def _expected_rows() -> dict[int, dict[str, Edge]]:
+def _expected_rows(updates: list[tuple[int, str, str]]) -> dict[int, dict[str, Edge]]:
     rows: dict[int, dict[str, Edge]] = {i: {e.column: e} for i, e in enumerate(EDGES, 1)}
-    for row, column, literal in UPDATES:
+    for row, column, literal in updates:
         known = [e for e in EDGES if (e.column, e.literal) == (column, literal)]
         rows[row] = {column: known[0] if known else Edge(column, literal, _plain(column, literal))}
     return rows
@@ -165,7 +166,7 @@ def _plain(column: str, literal: str) -> object:
     return Decimal(literal).quantize(Decimal("0.01"))
 
 
-def _write_workload(dsn: str) -> int:
+def _write_workload(dsn: str, updates: list[tuple[int, str, str]]) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for row, edge in enumerate(EDGES, 1):
             conn.execute(
@@ -174,7 +175,7 @@ def _write_workload(dsn: str) -> int:
                 ),
                 (row, edge.literal),
             )
-        for row, column, literal in UPDATES:
+        for row, column, literal in updates:
             with conn.transaction():
                 conn.execute(
                     sql.SQL("UPDATE edge SET {} = NULL WHERE id = %s").format(
@@ -259,18 +260,20 @@ def _edge_lakes(dsn: str, tmp_path: Path, spark_session: Any, *, binary: bool) -
     prepare_configured_source(default)
     prepare_configured_source(as_text)
     with native_subscriber(dsn, DDL, ["edge_pub"]) as subscriber:
-        end = _write_workload(dsn)
+        end = _write_workload(dsn, UPDATES)
         run_daemon(dsn, default, spark_session, end)
         run_daemon(dsn, as_text, spark_session, end)
         wait_for_subscriber(dsn, subscriber, end)
-        _check_default_lake(dsn, tmp_path / "lake", default, spark_session)
+        _check_default_lake(dsn, tmp_path / "lake", default, spark_session, UPDATES)
         _check_text_lake(subscriber, tmp_path / "text_lake")
 
 
-def _check_default_lake(dsn: str, lake: Path, config: Any, spark: Any) -> None:
+def _check_default_lake(
+    dsn: str, lake: Path, config: Any, spark: Any, updates: list[tuple[int, str, str]]
+) -> None:
     delta = {r["id"]: r for r in read_delta(table_path(str(lake), "public", "edge"))}
     source = _source_texts(dsn)
-    expected = _expected_rows()
+    expected = _expected_rows(updates)
     assert set(delta) == set(source) == set(expected)
     rejects = read_delta(rejects_path(str(lake)))
     by_cell = {(json.loads(r["key"])["id"], r["column_name"]): r for r in rejects}
@@ -304,7 +307,7 @@ def _check_default_lake(dsn: str, lake: Path, config: Any, spark: Any) -> None:
         (str(row), column)
         for row, edges in expected.items()
         for column, edge in edges.items()
-        if edge.reason is None and (row, column) not in _formerly_rejected()
+        if edge.reason is None and (row, column) not in _formerly_rejected(updates)
     }
     wrong += [f"exact value rejected: {cell}" for cell in exact_cells & set(by_cell)]
     assert not wrong, "\n".join(wrong)
@@ -312,11 +315,11 @@ def _check_default_lake(dsn: str, lake: Path, config: Any, spark: Any) -> None:
     assert [(t.table, t.status) for t in report.tables] == [("public.edge", "match")], report
 
 
-def _formerly_rejected() -> set[tuple[int, str]]:
+def _formerly_rejected(updates: list[tuple[int, str, str]]) -> set[tuple[int, str]]:
     """Cells an update moved out of an edge value: their earlier reject stays on record."""
     return {
         (row, column)
-        for row, column, _ in UPDATES
+        for row, column, _ in updates
         if EDGES[row - 1].column == column and EDGES[row - 1].reason is not None
     }
 
@@ -347,3 +350,31 @@ def test_edge_values_on_postgresql_15(
     pg15_dsn: str, tmp_path: Path, spark_session: object, binary: bool
 ) -> None:
     _edge_lakes(pg15_dsn, tmp_path, spark_session, binary=binary)
+
+
+@pytest.mark.parametrize("reader", ["adbc", "csv"])
+def test_edge_values_in_the_initial_snapshot(
+    pg18_dsn: str,
+    tmp_path: Path,
+    spark_session: Any,
+    reader: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The bulk path (appends, not MERGEs) stores the same conventions and merges the
+    # rejects of the copied rows, keyed by the copy's LSN and ordinals.
+    monkeypatch.setattr(capture.snapshot, "adbc_available", lambda: reader == "adbc")
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+    end = _write_workload(pg18_dsn, [])
+    config = make_config(
+        pg18_dsn,
+        tmp_path / "lake",
+        ["public.edge"],
+        source={"publication": "edge_pub"},
+        snapshot={"mode": "initial"},
+    )
+    prepare_configured_source(config)
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        end = current_wal_lsn(conn)
+    run_daemon(pg18_dsn, config, spark_session, end)
+    _check_default_lake(pg18_dsn, tmp_path / "lake", config, spark_session, [])
