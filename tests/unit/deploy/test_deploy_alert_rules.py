@@ -110,6 +110,19 @@ CASES: dict[str, tuple[list[dict[str, str]], str, dict[str, str]]] = {
         "4m",
         {**TARGET, "table": "public.docs"},
     ),
+    "Wal2DeltaUnrepresentableValues": (
+        [
+            _series(
+                "wal2delta_unrepresentable_values_total",
+                "0 0 3 3 3 3",
+                table="public.edge",
+                column="valid_to",
+                reason="infinity",
+            )
+        ],
+        "4m",
+        {**TARGET, "table": "public.edge", "column": "valid_to", "reason": "infinity"},
+    ),
 }
 
 
