@@ -12,7 +12,8 @@ which is lossless and is exactly what the text protocol sends.
 Each ``DeltaType`` carries a ``ValueForm`` that says how a decoded value becomes an Arrow
 value: ``NATIVE`` values (bool, int, float, str, bytes, date, datetime) go as they are,
 ``DECIMAL`` values are checked to be finite, ``TEXT`` values become their PostgreSQL text
-form and ``ARRAY`` values are converted element by element.
+form, ``ARRAY`` values are converted element by element and ``NUMERIC_DOUBLE`` values (a
+numeric under ``sink.column_types: double``) become the nearest double.
 
 Decisions (see docs/decisions.md):
 
@@ -28,8 +29,11 @@ Decisions (see docs/decisions.md):
 * ``oid`` becomes BIGINT because it is unsigned 32-bit.
 * Arrays map to ``ARRAY<element>`` only when their element maps natively (or is numeric);
   other arrays are one STRING in PostgreSQL's array text form. Multi-dimensional values
-  cannot live in a one-level ARRAY column and are rejected when converted; array lower
-  bounds other than 1 are not kept (psycopg drops them).
+  cannot live in a one-level ARRAY column, nor a lower bound other than 1: such values,
+  like ``±infinity`` and out-of-range dates or NaN in a DECIMAL, are stored under the
+  conventions of ``unrepresentable.py``, their exact text kept in the rejects table.
+* ``sink.column_types`` overrides the mapping per column (``delta_type``'s ``override``):
+  ``string`` stores any type as PostgreSQL's text form, ``double`` a numeric as DOUBLE.
 * User-defined types - enums, domains (whatever their base type), composites, ranges and
   arrays of them - are STRING in PostgreSQL's text form in both protocol modes, so the
   Delta type never depends on the mode or on the catalog. In binary mode the decoder
