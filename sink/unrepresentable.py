@@ -223,7 +223,9 @@ def array_shape_is_plain(kind: ColumnKind, data: bytes) -> bool:
     which would change the value silently.
     """
     if kind is ColumnKind.TEXT:
-        return not data.startswith(b"[")
+        # A bound prefix ([0:1]=...) or a nested brace; an element that starts with a brace
+        # is quoted in array_out's text.
+        return not data.startswith((b"[", b"{{"))
     if len(data) < 12:
         return True
     ndim = _I32.unpack_from(data)[0]
