@@ -18,8 +18,8 @@ The server streams a transaction this size to the daemon in chunks (protocol 4,
 ``streaming on``, ``logical_decoding_work_mem`` at its 64MB default); the daemon spools
 it, past ``spool.memory_limit``, to disk, and replays it in batches of
 ``sink.batch.max_rows`` changes. Peak RSS should therefore not depend on the transaction's
-size (ARCHITECTURE invariant 6): the target is ``large <= 1.2 x small``. The RSS of the
-probe just before it starts streaming is printed too: it is the part no transaction
+size (docs/architecture.md, invariant 6): the target is ``large <= 1.2 x small``. The RSS
+of the probe just before it starts streaming is printed too: it is the part no transaction
 size can change (interpreter, psycopg, Spark client libraries).
 """
 

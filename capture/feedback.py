@@ -13,9 +13,9 @@ Theory of operation (ports ``get_flush_position`` and ``send_feedback`` from Pos
 * A prepared transaction holds the flush position at its ``prepare_lsn`` until it is
   rolled back or its COMMIT PREPARED is *durable* - not merely received: acknowledging
   past the PREPARE makes the server think we have it, and after a crash it sends only the
-  COMMIT PREPARED, whose changes we never applied (ARCHITECTURE invariant 1; the crash
-  harness caught a hold released at receipt). This is stricter than worker.c, which may
-  advance because it prepared the transaction locally.
+  COMMIT PREPARED, whose changes we never applied (docs/architecture.md, invariant 1; the
+  crash harness caught a hold released at receipt). This is stricter than worker.c, which
+  may advance because it prepared the transaction locally.
 * A durable COMMIT PREPARED is not forgotten either until the flush position reaches its
   end: restarted from a position between its PREPARE and its COMMIT PREPARED, the server
   skips the PREPARE (it lies before the restart point) and sends the COMMIT PREPARED alone,

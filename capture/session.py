@@ -14,12 +14,12 @@ One loop owns the replication connection. Each turn it
 5. sleeps on the socket until the next deadline.
 
 The session is the one owner of the acknowledgement state. The flush position sent to the
-server never passes a change that is not durable in Delta (ARCHITECTURE invariant 1): only
-the sink worker's reports move it, plus keepalive ``walEnd`` while nothing is pending
-(invariant 5). A crash at any point therefore makes the server send again everything
-after the last acknowledged position, and the sink's replay guard makes that harmless
-(invariant 2). The supervisor (``daemon.supervisor``) starts a new session after a
-retryable error, from the durable position the last one reached.
+server never passes a change that is not durable in Delta (docs/architecture.md,
+invariant 1): only the sink worker's reports move it, plus keepalive ``walEnd`` while
+nothing is pending (invariant 5). A crash at any point therefore makes the server send
+again everything after the last acknowledged position, and the sink's replay guard makes
+that harmless (invariant 2). The supervisor (``daemon.supervisor``) starts a new session
+after a retryable error, from the durable position the last one reached.
 
 ``--endpos`` (like ``pg_recvlogical --endpos``) stops once every transaction committed at
 or before that LSN is durable and acknowledged; a transaction committed after it is not

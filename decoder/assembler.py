@@ -499,9 +499,9 @@ class Assembler:
     def _on_commit_prepared(self, message: CommitPrepared, event: str) -> CommittedTransaction:
         held = self._prepared.get(message.gid)
         if held is None:
-            # We never acknowledge past an unresolved PREPARE (ARCHITECTURE invariant 1), so
-            # the server sends the PREPARE again after a restart; a COMMIT PREPARED without
-            # one means changes we never saw would be committed.
+            # We never acknowledge past an unresolved PREPARE (docs/architecture.md,
+            # invariant 1), so the server sends the PREPARE again after a restart; a COMMIT
+            # PREPARED without one means changes we never saw would be committed.
             raise self._sequence_error(
                 event,
                 f"COMMIT PREPARED for gid {message.gid!r}, whose PREPARE this stream did not "

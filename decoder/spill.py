@@ -15,9 +15,9 @@ appended there, length-prefixed (a big-endian ``uint32`` before each record). So
 stays bounded however many transactions are open at once.
 Records bound for the file are staged in a 64KiB block and written a block at a time,
 and read back the same way. From then on the memory held is that fixed block, whatever
-the transaction's size (ARCHITECTURE invariant 6), like worker.c's ``BufFile`` spooling
-behind ``stream_write_change``. The file is deleted on ``close()``, or when the buffer is
-garbage-collected without being closed.
+the transaction's size (docs/architecture.md, invariant 6), like worker.c's ``BufFile``
+spooling behind ``stream_write_change``. The file is deleted on ``close()``, or when the
+buffer is garbage-collected without being closed.
 
 A mark is an opaque integer, meaningful only to the buffer that returned it.
 

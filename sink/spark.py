@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-wal2delta uses one ``SparkSession`` per process (ARCHITECTURE, Spark), built from
+wal2delta uses one ``SparkSession`` per process (docs/architecture.md, Spark), built from
 ``SparkSettings``:
 
 * ``embedded`` (default): a Sail Spark Connect server (``pysail``) runs inside this

@@ -2,8 +2,8 @@
 
 A 2-million-row transaction and a 20-thousand-row one are streamed through the daemon
 against a 1 MiB spill limit, each in its own process; their peak RSS must be within 1.2x
-(ARCHITECTURE invariant 6), and its batches must stay near ``max_rows``, the sink worker
-keeping pace with the replay. Wall time is not asserted.
+(docs/architecture.md, invariant 6), and its batches must stay near ``max_rows``, the sink
+worker keeping pace with the replay. Wall time is not asserted.
 """
 
 from __future__ import annotations

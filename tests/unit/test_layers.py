@@ -1,4 +1,4 @@
-"""The dependency rule between packages (ARCHITECTURE.md, STYLE.md section 3.1).
+"""The dependency rule between packages (docs/architecture.md, Layers and Design guide).
 
 Imports run one way: ``decoder`` <- ``sink`` <- ``capture`` <- ``daemon`` <- ``devtools``;
 ``config`` imports none of ours and is read by ``daemon`` (and ``devtools``) only - the

@@ -1,7 +1,7 @@
 """Change buffers: order, marks and truncation, spilling past a limit, bounded memory.
 
-ARCHITECTURE invariant 6: a transaction larger than the limit goes to disk and the memory
-held does not grow with its size.
+docs/architecture.md, invariant 6: a transaction larger than the limit goes to disk and the
+memory held does not grow with its size.
 """
 
 from __future__ import annotations
