@@ -11,9 +11,8 @@ import pyarrow as pa
 import pytest
 from psycopg import sql
 
-from daemon.verify_sql import (
-    VerifyColumn,
-    VerifyTable,
+from daemon.verify.plan import VerifyColumn, VerifyTable
+from daemon.verify.sql import (
     pg_canonical,
     pg_rows_query,
     pg_summary_query,

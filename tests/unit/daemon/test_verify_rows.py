@@ -18,7 +18,8 @@ from daemon.verify import (
     compare_rows,
     render_report,
 )
-from daemon.verify_sql import Kind, VerifyColumn, VerifyTable, kind_of
+from daemon.verify.plan import VerifyColumn, VerifyTable
+from daemon.verify.sql import Kind, kind_of
 from decoder import Lsn
 from sink import delta_type
 

@@ -1,5 +1,6 @@
-"""The checksums of ``wal2delta verify``: one canonical text per row, rendered in PostgreSQL
-and in Spark SQL so that both sides print the same text for the same value.
+"""The SQL of ``wal2delta verify``: one canonical text per row, rendered in PostgreSQL and
+in Spark SQL so that both sides print the same text for the same value; the bucket
+summaries and the row reads built on it.
 
 Theory of operation
 -------------------
@@ -29,7 +30,7 @@ numeric, which cannot overflow). A sum of hashes is a multiset hash, so identica
 keyless table count as often as they occur.
 
 A bucket whose summary differs on the two sides is then read row by row on both sides
-(``pg_rows_query``/``spark_rows_query``) and compared in Python (``daemon.verify``), so a
+(``pg_rows_query``/``spark_rows_query``) and compared in Python (``compare``), so a
 value both engines cannot print alike only costs a read, never a false finding; a float's
 exponent, say, comes from a logarithm that may differ by one between engines.
 
@@ -41,20 +42,18 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from psycopg import sql
 
+from daemon.verify.plan import VerifyColumn, VerifyTable
 from sink import (
     DATE_INFINITY,
     DATE_MINUS_INFINITY,
     TIMESTAMP_INFINITY,
     TIMESTAMP_MINUS_INFINITY,
-    ColumnTypeOverride,
     DeltaType,
     ValueForm,
-    delta_type,
 )
 
 HASH_DIGITS: Final = 15
@@ -65,18 +64,18 @@ _SCALE_BITS: Final = 60
 
 
 class Kind(enum.Enum):
-    """How a Delta column's values print canonically."""
+    """How a Delta column's values print canonically (the members' values mean nothing)."""
 
-    BOOL = "bool"
-    INT = "int"
-    FLOAT = "float"
-    DECIMAL = "decimal"
-    TEXT = "text"
-    BYTES = "bytes"
-    DATE = "date"
-    WALLCLOCK = "wallclock"
-    INSTANT = "instant"
-    ARRAY = "array"
+    BOOL = enum.auto()
+    INT = enum.auto()
+    FLOAT = enum.auto()
+    DECIMAL = enum.auto()
+    TEXT = enum.auto()
+    BYTES = enum.auto()
+    DATE = enum.auto()
+    WALLCLOCK = enum.auto()
+    INSTANT = enum.auto()
+    ARRAY = enum.auto()
 
 
 _KIND_OF_SPARK_TYPE: Final = {
@@ -101,74 +100,6 @@ def kind_of(mapped: DeltaType) -> Kind:
     if mapped.form is ValueForm.DECIMAL:
         return Kind.DECIMAL
     return _KIND_OF_SPARK_TYPE[mapped.spark_sql]
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyColumn:
-    """One compared column.
-
-    Attributes:
-        name: the source column name.
-        delta_name: its name in Delta (``sink.column_names: map``); None when the Delta
-            table has no such column (its values then compare as NULL).
-        mapped: its Delta type (``sink.delta_type``).
-    """
-
-    name: str
-    delta_name: str | None
-    mapped: DeltaType
-
-    @classmethod
-    def of(
-        cls,
-        name: str,
-        delta_name: str | None,
-        type_oid: int,
-        typmod: int,
-        override: ColumnTypeOverride | None = None,
-    ) -> VerifyColumn:
-        return cls(name, delta_name, delta_type(type_oid, typmod, override))
-
-    @property
-    def kind(self) -> Kind:
-        return kind_of(self.mapped)
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyTable:
-    """What is compared of one published table.
-
-    Attributes:
-        schema: source schema.
-        name: source table name.
-        columns: the compared columns, in order.
-        key: names of the key columns; empty for a table compared as a multiset.
-        row_filter: the publication's row filter (a SQL expression), if any.
-        delta_path: the Delta table's location.
-        deleted_column: the soft-delete flag column, when the sink keeps deleted rows.
-        lsn_column: the Delta column holding each row's last commit LSN, if present.
-    """
-
-    schema: str
-    name: str
-    columns: tuple[VerifyColumn, ...]
-    key: tuple[str, ...]
-    row_filter: str | None
-    delta_path: str
-    deleted_column: str | None = None
-    lsn_column: str | None = None
-
-    @property
-    def qualified_name(self) -> str:
-        return f"{self.schema}.{self.name}"
-
-    @property
-    def key_columns(self) -> tuple[VerifyColumn, ...]:
-        """The columns that place a row in a bucket: the key, or every column."""
-        if not self.key:
-            return self.columns
-        by_name = {c.name: c for c in self.columns}
-        return tuple(by_name[k] for k in self.key)
 
 
 # --- PostgreSQL ----------------------------------------------------------------------------
@@ -444,8 +375,6 @@ def spark_rows_query(table: VerifyTable, buckets: int, chosen: Sequence[int]) ->
 
 __all__ = [
     "Kind",
-    "VerifyColumn",
-    "VerifyTable",
     "kind_of",
     "pg_canonical",
     "pg_rows_query",
