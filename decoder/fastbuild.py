@@ -14,8 +14,8 @@ returns a function that instead
 The result is a genuine ``Real``: its type, equality, hash, repr, pickling and
 immutability are ``Real``'s, field by field what ``Real(...)`` makes. The builder is
 generated (as ``dataclasses`` generates ``__init__``) so one call costs one Python frame,
-about a third of the constructor's (measured in ``docs/decisions.md``, "Twin-class fast
-constructors").
+about a third of the constructor's (measured in
+``docs/decisions/0058-decoder-one-tupledata-walk-twin-class.md``).
 
 The fence: ``fast_constructor`` refuses, when the module defining the builder is
 imported, every class for which the trick would build something the constructor would

@@ -45,8 +45,8 @@ from decoder.native import COMPILED
 _LENGTH: Final = struct.Struct(">I")
 # A spool file is read back 1 MiB at a time. Each read gives the GIL up for a moment;
 # done every few hundred records (64 KiB), that kept the sink worker thread from getting
-# it while the loop replayed a spilled transaction (docs/decisions.md, "An offer to an
-# idle sink worker waits until the worker holds the batch"). Only one transaction is
+# it while the loop replayed a spilled transaction
+# (docs/decisions/0083-an-offer-to-an-idle-sink-worker-waits-until.md). Only one transaction is
 # replayed at a time, so one read buffer exists; writes stay at 64 KiB, because every
 # spilled open transaction has its own write block, outside ``spool.memory_limit``.
 _READ_BUFFER_BYTES: Final = 1024 * 1024

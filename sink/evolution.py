@@ -62,15 +62,15 @@ A Relation message that looks exactly like the previous one (``DROP b, ADD b`` o
 column, same type) changes nothing the relation shows: the plan starts a new step at every
 new Relation message (``MergePlan.relations``), and the executor asks ``evolve`` there.
 
-Limitations (docs/decisions.md): the catalog may already show DDL the stream has not
-reached; a name dropped and added back *after* the step being applied is then reset at
-that step, and rows changed between it and the DDL keep the old column's values; when the
-catalog has moved on by several DDL statements on the same name, the decision falls back
-to names; a table written before the records existed learns them on first sight, so a
-drop-and-add that happened before is taken for the same column; a column filled by a
-volatile default (``DEFAULT now()``) or a ``USING`` type change is written by a table
-rewrite that logical decoding does not see, so Delta keeps NULL or the old values for rows
-not changed since.
+Limitations (docs/decisions/0045-column-origins-are-recorded-in-the-lake.md): the catalog
+may already show DDL the stream has not reached; a name dropped and added back *after* the
+step being applied is then reset at that step, and rows changed between it and the DDL keep
+the old column's values; when the catalog has moved on by several DDL statements on the same
+name, the decision falls back to names; a table written before the records existed learns
+them on first sight, so a drop-and-add that happened before is taken for the same column; a
+column filled by a volatile default (``DEFAULT now()``) or a ``USING`` type change is
+written by a table rewrite that logical decoding does not see, so Delta keeps NULL or the
+old values for rows not changed since.
 """
 
 from __future__ import annotations

@@ -45,7 +45,8 @@ with ``_wal2delta_new_``, which no own name does; old names all start with
 becomes ``_^(n+1) kind``) while no old name is ``_wal2delta_old_kind`` any more. Every
 name written before keeps its place except the old value of ``_kind``-like columns and
 the new value of columns named ``_wal2delta_old_*`` or ``_wal2delta_new_*``
-(docs/decisions.md); a column ``kind`` or named like an own column never had a history.
+(docs/decisions/0094-a-change-history-names-a-columns-values.md); a column ``kind`` or
+named like an own column never had a history.
 The LSN, ordinal and commit time names come from the configuration: no source column may
 take them (the planner refuses it), and one that starts with a prefix above or repeats an
 own name is refused at the table's first history write (``history_columns``).

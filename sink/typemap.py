@@ -15,7 +15,8 @@ value: ``NATIVE`` values (bool, int, float, str, bytes, date, datetime) go as th
 form, ``ARRAY`` values are converted element by element and ``NUMERIC_DOUBLE`` values (a
 numeric under ``sink.column_types: double``) become the nearest double.
 
-Decisions (see docs/decisions.md):
+Decisions (see docs/decisions/0019-sink-type-mapping.md, and
+docs/decisions/0095-legal-values-a-delta-type-cannot-hold.md for edge values):
 
 * ``numeric(p, s)`` becomes ``DECIMAL(p, s)`` keeping precision and scale. Spark cannot
   hold a negative scale or a scale above the precision, so ``numeric(2, -3)`` becomes

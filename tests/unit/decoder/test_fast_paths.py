@@ -1,9 +1,10 @@
 """The decoder's fast paths give exactly what the general paths give.
 
-The hot path skips work the general path does (see ``docs/performance.md``): row messages
-are validated optimistically, replayed without splitting their columns, and several
-frozen dataclasses are built without their ``__init__``. Each shortcut is pinned here to
-its general counterpart, on real payloads, damaged payloads and generated messages.
+The hot path skips work the general path does (see
+``docs/decisions/0035-decoder-fast-paths.md``): row messages are validated optimistically,
+replayed without splitting their columns, and several frozen dataclasses are built without
+their ``__init__``. Each shortcut is pinned here to its general counterpart, on real
+payloads, damaged payloads and generated messages.
 """
 
 from __future__ import annotations
