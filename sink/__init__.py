@@ -32,7 +32,13 @@ from sink.evolution import CatalogColumn, CatalogTable, SourceCatalog
 from sink.history import history_path
 from sink.naming import column_map, delta_can_hold, delta_column_name, table_of_path, table_path
 from sink.rejects import rejects_path
-from sink.settings import ColumnNamePolicy, KeyBuckets, SinkSettings, SparkSettings
+from sink.settings import (
+    ColumnNamePolicy,
+    KeyBuckets,
+    MetadataColumns,
+    SinkSettings,
+    SparkSettings,
+)
 from sink.spark import create_spark_session, stop_spark_session
 from sink.typemap import NUMERIC_OID, ColumnTypeError, DeltaType, ValueForm, delta_type
 from sink.unrepresentable import (
@@ -63,6 +69,7 @@ __all__ = [
     "DeltaSink",
     "DeltaType",
     "KeyBuckets",
+    "MetadataColumns",
     "Reason",
     "Sink",
     "SinkDataError",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -36,9 +36,6 @@ from sink.sql import (
 )
 from sink.tables import LakeTables
 from sink.typemap import BIGINT, BINARY, BOOLEAN, STRING, TIMESTAMP
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 
 class SnapshotMarkerLike(Protocol):
@@ -66,10 +63,7 @@ class SnapshotRecord:
 class Bookkeeping:
     """Reads and writes the bookkeeping tables under the lake's root ``root``."""
 
-    def __init__(
-        self, spark: SparkSession, lake: LakeTables, root: str, meta: MetadataColumns
-    ) -> None:
-        self._spark = spark
+    def __init__(self, lake: LakeTables, root: str, meta: MetadataColumns) -> None:
         self._lake = lake
         self._root = root.rstrip("/")
         self._meta = meta
@@ -102,7 +96,7 @@ class Bookkeeping:
         path, _ = self._snapshots()
         with engine_errors("reading snapshot markers"):
             # One row per slot: reading the whole table is cheaper than a filtered plan.
-            rows = self._spark.read.format("delta").load(path).collect()
+            rows = self._lake.read(path)
         name, status, point, _ = SNAPSHOT_COLUMNS
         for row in rows:
             if row[name] == slot:
@@ -153,7 +147,7 @@ class Bookkeeping:
         if self._origins is None:
             path, _ = self._origins_table()
             with engine_errors("reading the column origins"):
-                rows = self._spark.read.format("delta").load(path).collect()
+                rows = self._lake.read(path)
             names = COLUMN_ORIGIN_COLUMNS
             origins: dict[tuple[str, str], dict[str, ColumnOrigin]] = {}
             for row in rows:

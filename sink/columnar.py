@@ -27,40 +27,15 @@ by one, where the row path raises its precise error. Without the compiled kernel
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
 
 import pyarrow as pa
 
 from decoder import ColumnarMeta, gather_text_columns
 from sink.convert import Converter
+from sink.plan import ColumnarRows
 from sink.textcast import read_exactly
 from sink.typemap import BIGINT, BOOLEAN, TIMESTAMP, DeltaType
-
-
-@dataclass(frozen=True, slots=True)
-class ColumnarRows:
-    """Rows of a merge step held as columns: upserted or deleted, none keeping a column.
-
-    Attributes:
-        values: one array per step column, of the column's Delta (Arrow) type; a deleted
-            row's are its old tuple's (the key, the other columns NULL unless REPLICA
-            IDENTITY FULL sent them), as the row path plans a delete.
-        lsns: commit LSN of each row's last change (BIGINT).
-        commit_times: commit time of that change (TIMESTAMP, UTC).
-        ordinals: ordinal of that change in its transaction (BIGINT).
-        deletes: whether that change deleted the row (BOOLEAN).
-    """
-
-    values: tuple[pa.Array, ...]
-    lsns: pa.Array
-    commit_times: pa.Array
-    ordinals: pa.Array
-    deletes: pa.Array
-
-    def __len__(self) -> int:
-        return len(self.lsns)
-
 
 _INT64_SIZE: Final = 8
 

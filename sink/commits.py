@@ -46,17 +46,16 @@ from typing import TYPE_CHECKING, Final
 import structlog
 
 from decoder import Lsn, cause_line, pg_timestamp_to_datetime
-from sink.arrow import ArrowColumn, arrow_table, ddl
+from sink.arrow import ArrowColumn, arrow_table
 from sink.base import Batch, SinkRetryableError
 from sink.constants import COMMITS_TABLE
 from sink.spark import engine_errors
-from sink.sql import delta_table, quote
+from sink.sql import delta_table, render_max
 from sink.tables import LakeTables
 from sink.typemap import BIGINT, STRING, TIMESTAMP
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
-    from pyspark.sql import SparkSession
 
 log = structlog.get_logger("wal2delta.sink")
 
@@ -110,8 +109,7 @@ def commits_path(root: str) -> str:
 class CommitLog:
     """Records batches in ``<root>/_wal2delta_commits``."""
 
-    def __init__(self, spark: SparkSession, lake: LakeTables, root: str) -> None:
-        self._spark = spark
+    def __init__(self, lake: LakeTables, root: str) -> None:
         self._lake = lake
         self._path = commits_path(root)
         self._last_batch: int | None = None
@@ -213,16 +211,13 @@ class CommitLog:
         columns = [list(column) for column in zip(*rows, strict=True)]
         arrow = arrow_table(COMMITS_TABLE, COMMIT_COLUMNS, columns)
         with engine_errors("recording batches in the commit log"):
-            frame = self._spark.createDataFrame(arrow, schema=ddl(COMMIT_COLUMNS))
-            frame.write.format("delta").mode("append").save(self._path)
+            self._lake.append(self._path, arrow, COMMIT_COLUMNS)
 
     def _newest_batch(self) -> int:
         with engine_errors("reading the commit log"):
             self._lake.load(self._path, COMMITS_TABLE, COMMIT_COLUMNS)
-            rows = self._spark.sql(
-                f"SELECT max({quote('batch')}) AS b FROM {delta_table(self._path)}"
-            ).collect()
-        return int(rows[0]["b"]) if rows and rows[0]["b"] is not None else 0
+            rows = self._lake.rows(render_max("batch", target=delta_table(self._path)))
+        return int(rows[0]["m"]) if rows and rows[0]["m"] is not None else 0
 
     def _version(self, name: str, path: str) -> int:
         table = self._tables.get(path)

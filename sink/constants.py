@@ -1,9 +1,11 @@
 """The lake's fixed names and the sink's vocabularies, defined once.
 
 Every other sink module takes these from here. ``config`` imports nothing of the
-project, so it repeats the literals its users see (defaults of ``metadata.*``,
-``MESSAGES_TABLE``, ``source.on_missing_key``, ``spark.mode``, ``sink.column_names``);
-``tests/unit/sink/test_constants.py`` pins them equal to these.
+project, so it repeats the literals its users see (``MESSAGES_TABLE``, ``REJECTS_TABLE``
+and the vocabularies of ``source.on_missing_key``, ``spark.mode``, ``sink.column_names``,
+...); ``tests/unit/sink/test_constants.py`` pins them equal to these. The names of the
+metadata columns are settings, not fixed names: they are defined in ``config/models.py``
+and reach the sink in ``SinkSettings.metadata``.
 """
 
 from __future__ import annotations
@@ -32,15 +34,6 @@ HISTORY_OLD_PREFIX: Final = "_wal2delta_old_"
 HISTORY_NEW_PREFIX: Final = "_wal2delta_new_"
 HISTORY_XID_COLUMN: Final = "_wal2delta_xid"
 
-#: Default names of the metadata columns the sink adds to every table.
-LSN_COLUMN: Final = "_wal2delta_lsn"
-COMMIT_TIME_COLUMN: Final = "_wal2delta_commit_ts"
-DELETED_COLUMN: Final = "_wal2delta_deleted"
-ORDINAL_COLUMN: Final = "_wal2delta_ordinal"
-KEY_BUCKET_COLUMN: Final = "_wal2delta_key_bucket"
-ROW_LSN_COLUMN: Final = "_wal2delta_row_lsn"
-ROW_ORDINAL_COLUMN: Final = "_wal2delta_row_ordinal"
-
 SparkMode = Literal["embedded", "connect", "classic"]
 MissingKeyPolicy = Literal["error", "skip"]
 ColumnNamePolicy = Literal["error", "map"]
@@ -57,8 +50,6 @@ REJECTS_TABLE: Final = "_wal2delta_rejects"
 __all__ = [
     "COLUMNS_TABLE",
     "COMMITS_TABLE",
-    "COMMIT_TIME_COLUMN",
-    "DELETED_COLUMN",
     "HISTORY_NEW_PREFIX",
     "HISTORY_OLD_KIND_COLUMN",
     "HISTORY_OLD_PREFIX",
@@ -66,13 +57,8 @@ __all__ = [
     "HISTORY_SUFFIX",
     "HISTORY_UNCHANGED_COLUMN",
     "HISTORY_XID_COLUMN",
-    "KEY_BUCKET_COLUMN",
-    "LSN_COLUMN",
     "MESSAGES_TABLE",
-    "ORDINAL_COLUMN",
     "REJECTS_TABLE",
-    "ROW_LSN_COLUMN",
-    "ROW_ORDINAL_COLUMN",
     "SNAPSHOTS_TABLE",
     "BulkWriter",
     "ColumnNamePolicy",

@@ -16,7 +16,7 @@ import datetime as dt
 import ipaddress
 from collections.abc import Callable
 from decimal import Decimal
-from typing import TYPE_CHECKING, Final
+from typing import Final
 from uuid import UUID
 
 from decoder import (
@@ -27,11 +27,9 @@ from decoder import (
     float8_text,
     utc_offset,
 )
+from sink.plan import PlanColumn
 from sink.typemap import DeltaType, ValueForm
 from sink.unrepresentable import UnrepresentableValueError, array_shape_is_plain
-
-if TYPE_CHECKING:
-    from sink.plan import PlanColumn
 
 
 def convert_value(

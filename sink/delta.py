@@ -57,11 +57,9 @@ module runs the plan's steps.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -83,17 +81,12 @@ from decoder import (
 )
 from sink.arrow import (
     ArrowColumn,
-    arrow_table,
-    ddl,
-    keyless_source_table,
-    keyless_touch_table,
     metadata_columns,
     plan_column,
-    source_table,
 )
 from sink.base import Batch, BatchResult, SinkDataError, SinkError
 from sink.bookkeeping import Bookkeeping, SnapshotMarkerLike, SnapshotRecord
-from sink.bulk import BulkTarget, bulk_table, frame_columns
+from sink.bulk import BulkTarget, frame_columns
 from sink.commits import CommitLog, commits_path
 from sink.compaction import Compactor
 from sink.constants import REJECTS_TABLE
@@ -102,43 +95,31 @@ from sink.deltars import DeltaRsAppender
 from sink.evolution import (
     SourceCatalog,
 )
+from sink.fold import plan_batch
 from sink.follow import RelationFollower
 from sink.history import HistoryWriter, history_name
-from sink.keyless import (
-    NO_POSITION,
-    Candidate,
-    FoldedStep,
-    KeylessStep,
-    Position,
-    assign_takes,
-    fold,
-)
 from sink.naming import table_path
-from sink.partitioning import BucketFilter, bucket_filter, bucket_of, bucket_values, bucketed_column
-from sink.plan import MergePlan, MergeStep, TruncateStep, plan_batch
+from sink.partitioning import bucketed_column
+from sink.plan import (
+    KeylessStep,
+    MergePlan,
+    MergeStep,
+    PlanOptions,
+    TruncateStep,
+)
 from sink.rejects import RejectsLog, TableReject
-from sink.settings import KeyBuckets, SinkSettings
+from sink.settings import SinkSettings
 from sink.sources import SourceFiles
 from sink.spark import engine_errors, is_embedded
 from sink.sql import (
-    ANOMALY_COUNT,
-    KEYLESS_KIND,
-    WANTED_COUNT,
-    WANTED_VALUE,
-    MetadataColumns,
     delta_table,
-    quote,
-    render_keyless_candidates,
-    render_keyless_merge,
-    render_merge,
-    render_missing_row_ids_count,
-    render_row_id_backfill,
-    render_toast_anomaly_count,
-    render_truncate,
-    truncate_columns,
 )
+from sink.step_bulk import BulkAppendExecutor
+from sink.step_keyed import KeyedMergeExecutor
+from sink.step_keyless import KeylessMergeExecutor
+from sink.step_truncate import TruncateExecutor
 from sink.tables import LakeTables, TableState
-from sink.typemap import BIGINT, BOOLEAN, TIMESTAMP
+from sink.typemap import BIGINT
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -165,28 +146,39 @@ class DeltaSink:
     def __init__(
         self, spark: SparkSession, settings: SinkSettings, catalog: SourceCatalog | None = None
     ) -> None:
-        self._spark = spark
         self._settings = settings
         self._catalog = catalog
-        self._meta = MetadataColumns.from_settings(settings)
+        self._meta = settings.metadata
         # User types in binary mode are described from the catalog (decoder.usertypes), on
         # the first relation that has one.
         self._decoder = ValueDecoder(self._describe_type if catalog is not None else None)
         self._primary_keys: dict[Relation, tuple[str, ...]] = {}
+        self._plan_options = PlanOptions(
+            keys=settings.keys,
+            reserved_columns=self._meta.reserved,
+            primary_key=self._primary_key if catalog is not None else None,
+            on_missing_key=settings.on_missing_key,
+            column_names=settings.column_names,
+            history=settings.history,
+            columnar=True,
+            column_types=settings.column_types,
+            on_unrepresentable=settings.unrepresentable_policy,
+        )
         # The embedded engine reads MERGE sources from local files (sources.py).
         files = SourceFiles() if is_embedded(spark) and not settings.inline_sources else None
         self._lake = LakeTables(spark, self._meta, files)
-        self._bookkeeping = Bookkeeping(spark, self._lake, settings.path, self._meta)
-        self._history = HistoryWriter(spark, self._lake, settings.path, self._meta)
-        self._rejects = RejectsLog(spark, self._lake, settings.path, self._meta)
-        self._rejects_lock = threading.Lock()
-        self._commits = CommitLog(spark, self._lake, settings.path)
-        self._appender = DeltaRsAppender(settings.bulk_writer)
-        self._engine_appends: dict[str, threading.Lock] = {}
-        self._engine_appends_guard = threading.Lock()
+        self._bookkeeping = Bookkeeping(self._lake, settings.path, self._meta)
+        self._history = HistoryWriter(self._lake, settings.path, self._meta)
+        self._rejects = RejectsLog(self._lake, settings.path, self._meta)
+        self._commits = CommitLog(self._lake, settings.path)
+        self._truncates = TruncateExecutor(self._lake, self._meta)
+        self._keyed = KeyedMergeExecutor(self._lake, self._meta, settings.key_buckets)
+        self._keyless = KeylessMergeExecutor(self._lake, self._meta, settings.key_buckets)
+        self._bulk = BulkAppendExecutor(
+            self._lake, self._rejects, DeltaRsAppender(settings.bulk_writer)
+        )
         self._compactor = Compactor(settings.compact_after_writes)
         self._follower = RelationFollower(
-            spark,
             self._lake,
             bookkeeping=self._bookkeeping,
             settings=settings,
@@ -207,19 +199,7 @@ class DeltaSink:
         """
         started = time.monotonic()
         self._compactor.compact_due()  # a caller that never calls after_apply still compacts
-        plan = plan_batch(
-            batch,
-            keys=self._settings.keys,
-            reserved_columns=self._meta.reserved,
-            decoder=self._decoder,
-            primary_key=self._primary_key if self._catalog is not None else None,
-            on_missing_key=self._settings.on_missing_key,
-            column_names=self._settings.column_names,
-            history=self._settings.history,
-            columnar=True,
-            column_types=self._settings.column_types,
-            on_unrepresentable=self._settings.unrepresentable_policy,
-        )
+        plan = plan_batch(batch, self._plan_options, decoder=self._decoder)
         self._commits.begin(batch)
         anomalies = 0
         written: dict[str, str] = {}
@@ -375,13 +355,10 @@ class DeltaSink:
         )
         plan = plan_batch(
             Batch(changes, durable_lsn=None, transaction_count=0, last_commit_time=None),
-            keys=self._settings.keys,
-            reserved_columns=self._meta.reserved,
+            self._plan_options,
             decoder=self._decoder,
-            primary_key=self._primary_key if self._catalog is not None else None,
-            on_missing_key=self._settings.on_missing_key,
-            column_names=self._settings.column_names,
-            column_types=self._settings.column_types,
+            history=False,
+            columnar=False,
         ).tables[0]
         truncate, step = plan.steps
         assert isinstance(truncate, TruncateStep)
@@ -395,7 +372,7 @@ class DeltaSink:
             # A table without rows (one created just now) has nothing to truncate.
             held_rows = self._holds_rows(name, target)
             if held_rows:
-                self._truncate(name, target, truncate, state)
+                self._truncates.apply(name, target, truncate, state)
             self._follower.follow(plan, path, state, step, plan.relations[1])
         except BaseException:
             state.stale = True
@@ -442,7 +419,7 @@ class DeltaSink:
     def _holds_rows(self, table: str, target: str) -> bool:
         """Whether the Delta table ``target`` has any row (soft-deleted ones too)."""
         with engine_errors(f"reading {table}"):
-            return bool(self._spark.sql(f"SELECT 1 AS one FROM {target} LIMIT 1").collect())
+            return self._lake.holds_rows(target)
 
     def finish_bulk(self, targets: Sequence[BulkTarget]) -> None:
         """Record the appended tables' Delta versions in the commit log, as ``apply`` does.
@@ -457,49 +434,14 @@ class DeltaSink:
     def append_bulk(
         self, target: BulkTarget, strings: pa.RecordBatch | pa.Table, first_ordinal: int
     ) -> int:
-        """Append copied rows (text forms, COPY order) to a table ``begin_bulk`` prepared.
-
-        Written by delta-rs where it can (``deltars.py``), else by the engine. Safe to call
-        from several threads at once, also for one table: delta-rs commits blind appends
-        that never conflict (it retries the commit at the next version), and appends the
-        engine writes are serialised per table here. Returns the rows appended.
+        """Append copied rows (text forms, COPY order) to a table ``begin_bulk`` prepared
+        (``step_bulk.py``); safe from several threads at once. Returns the rows appended.
 
         Raises:
             SinkDataError: a value cannot be stored in its Delta type.
             SinkRetryableError, SinkError: as ``apply``.
         """
-        bulk = bulk_table(target, strings, first_ordinal)
-        arrow = bulk.table
-        rows: int = arrow.num_rows
-        if not rows:
-            return 0
-        if bulk.rejects:
-            # Before the rows: a copy that fails after this repeats it, and the merge skips
-            # what is there; appends from other threads wait for the one merge at a time.
-            with self._rejects_lock:
-                self._rejects.merge([TableReject(target.table, r) for r in bulk.rejects])
-            log.warning(
-                "copied values stored under their convention",
-                table=target.table,
-                value_count=len(bulk.rejects),
-                reasons=sorted({r.reason.value for r in bulk.rejects}),
-            )
-        action = f"appending the snapshot of {target.table}"
-        partitions = [target.bucket[0]] if target.bucket is not None else []
-        if self._appender.append(target.path, arrow, partitions, action):
-            return rows
-        with self._engine_append_lock(target.path), engine_errors(action):
-            frame = self._spark.createDataFrame(arrow, schema=ddl(target.frame))
-            writer = frame.write.format("delta").mode("append")
-            if target.bucket is not None:
-                writer = writer.partitionBy(target.bucket[0])
-            writer.save(target.path)
-        return rows
-
-    def _engine_append_lock(self, path: str) -> threading.Lock:
-        """The lock that serialises the engine's appends to the table at ``path``."""
-        with self._engine_appends_guard:
-            return self._engine_appends.setdefault(path, threading.Lock())
+        return self._bulk.append(target, strings, first_ordinal)
 
     # --- tables ----------------------------------------------------------------------------
 
@@ -511,14 +453,14 @@ class DeltaSink:
             messages = plan.relations or (None,) * len(plan.steps)
             for step, message in zip(plan.steps, messages, strict=True):
                 if isinstance(step, TruncateStep):
-                    self._truncate(plan.qualified_name, target, step, state)
+                    self._truncates.apply(plan.qualified_name, target, step, state)
                 elif isinstance(step, KeylessStep):
                     self._follower.follow(plan, path, state, step, message)
-                    self._merge_keyless(plan.qualified_name, path, step, state)
+                    self._keyless.apply(plan.qualified_name, path, step, state)
                 elif step.row_count:
                     state.row_ids_complete = False
                     self._follower.follow(plan, path, state, step, message)
-                    anomalies += self._merge(plan.qualified_name, path, step, state)
+                    anomalies += self._keyed.apply(plan.qualified_name, path, step, state)
         except BaseException:
             # A failed schema change may or may not have committed: read the schema again
             # before the batch is replayed.
@@ -563,215 +505,5 @@ class DeltaSink:
         return path, state
 
     # --- steps -----------------------------------------------------------------------------
-
-    def _truncate(self, table: str, target: str, step: TruncateStep, state: TableState) -> None:
-        with engine_errors(f"truncating {table}"):
-            if not self._meta.soft_delete:
-                self._lake.sql(render_truncate(step.lsn, self._meta, target=target, view=""))
-                return
-            lsn_name, time_name = truncate_columns(self._meta)
-            columns = [
-                ArrowColumn(lsn_name, BIGINT.spark_sql, BIGINT.arrow),
-                ArrowColumn(time_name, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
-            ]
-            arrow = pa.table(
-                {
-                    lsn_name: pa.array([step.lsn], BIGINT.arrow),
-                    time_name: pa.array([step.commit_time], TIMESTAMP.arrow),
-                }
-            )
-            ordinal = step.ordinal if self._meta.ordinal in state.columns else None
-            with self._lake.view(arrow, columns) as view:
-                self._lake.sql(
-                    render_truncate(step.lsn, self._meta, target=target, view=view, ordinal=ordinal)
-                )
-
-    def _merge(self, table: str, path: str, step: MergeStep, state: TableState) -> int:
-        target = delta_table(path)
-        columns, arrow = self._source_table(table, step)
-        buckets: BucketFilter | None = None
-        spec = self._settings.key_buckets.get(table)
-        if spec is not None and state.partition_column is not None:
-            index = bucketed_column(table, step, spec)
-            if not state.buckets_checked:
-                self._check_bucket_width(table, target, step.columns[index].name, spec)
-                state.buckets_checked = True
-            values = bucket_values(step, index, spec.width)
-            partition = ArrowColumn(state.partition_column, BIGINT.spark_sql, BIGINT.arrow)
-            arrow = arrow.append_column(partition.name, values)
-            columns = [*columns, partition]
-            buckets = bucket_filter(partition.name, values)
-        anomalies = 0
-        with engine_errors(f"merging into {table}"), self._lake.view(arrow, columns) as view:
-            count_query = render_toast_anomaly_count(
-                step, self._meta, target=target, view=view, buckets=buckets
-            )
-            if count_query is not None:
-                anomalies = self._lake.count(count_query, ANOMALY_COUNT)
-            merge = render_merge(
-                step,
-                self._meta,
-                target=target,
-                view=view,
-                buckets=buckets,
-            )
-            self._lake.sql(merge)
-        if anomalies:
-            log.warning(
-                "toast value missing in target",
-                table=table,
-                key_columns=[c.name for c in step.match_columns],
-                row_count=anomalies,
-            )
-        return anomalies
-
-    # --- tables without a key (keyless.py) -------------------------------------------------
-
-    def _merge_keyless(self, table: str, path: str, step: KeylessStep, state: TableState) -> None:
-        """Apply a keyless step: fold it after the table's floor, assign its takes, MERGE."""
-        if table in self._settings.key_buckets:
-            raise SinkDataError(
-                f"sink.partition_by_key lists {table}, but it has no key (REPLICA IDENTITY "
-                "FULL without a primary key or configured key); partition only tables with "
-                "a primary key, replica identity index or configured key"
-            )
-        target = delta_table(path)
-        if not state.row_ids_complete:
-            self._complete_row_ids(table, path, state)
-        if state.keyless_floor is None:
-            state.keyless_floor = self._newest_stamp(table, target)
-        folded = fold(step, state.keyless_floor)
-        if folded.takes or folded.touches:
-            self._merge_folded(table, target, folded)
-        elif folded.new_rows:
-            self._append_new_rows(table, path, folded)
-        state.keyless_floor = max(state.keyless_floor, step.last_position)
-
-    def _append_new_rows(self, table: str, path: str, folded: FoldedStep) -> None:
-        """Insert-only after the floor: no new row's identity can be in the table yet.
-
-        A row inserted after the floor and still there would carry a stamp newer than the
-        floor; so a plain append (one commit, no join with the table) is exact here.
-        """
-        columns, arrow = keyless_source_table(table, folded, [], self._meta)
-        columns, arrow = columns[:-1], arrow.drop_columns([KEYLESS_KIND])
-        if self._meta.soft_delete:
-            columns.append(ArrowColumn(self._meta.deleted, BOOLEAN.spark_sql, BOOLEAN.arrow))
-            arrow = arrow.append_column(
-                self._meta.deleted, pa.array([False] * arrow.num_rows, BOOLEAN.arrow)
-            )
-        with engine_errors(f"appending to {table}"):
-            frame = self._spark.createDataFrame(arrow, schema=ddl(columns))
-            frame.write.format("delta").mode("append").save(path)
-
-    def _merge_folded(self, table: str, target: str, folded: FoldedStep) -> None:
-        assigned = self._assign_takes(table, target, folded) if folded.takes else []
-        columns, arrow = keyless_source_table(table, folded, assigned, self._meta)
-        with ExitStack() as views:
-            views.enter_context(engine_errors(f"merging into {table}"))
-            view = views.enter_context(self._lake.view(arrow, columns))
-            touch_view: str | None = None
-            if folded.touches:
-                touch_columns, touches = keyless_touch_table(table, folded, self._meta)
-                touch_view = views.enter_context(self._lake.view(touches, touch_columns))
-            self._lake.sql(
-                render_keyless_merge(
-                    folded, self._meta, target=target, view=view, touch_view=touch_view
-                )
-            )
-        missing = assigned.count(None)
-        if missing:
-            # What PostgreSQL's apply worker logs as "did not find row": a row Delta never
-            # held (replays end at the floor and never get here).
-            log.warning(
-                "keyless change found no equal row",
-                table=table,
-                change_count=missing,
-                consequence="the change was skipped, as PostgreSQL's subscriber skips it",
-            )
-
-    def _newest_stamp(self, table: str, target: str) -> Position:
-        """The newest (LSN, ordinal) stamp in the table: where replayed changes end."""
-        meta = self._meta
-        query = (
-            f"SELECT {quote(meta.lsn)} AS l, {quote(meta.ordinal)} AS o FROM {target} "
-            f"ORDER BY l DESC, o DESC LIMIT 1"
-        )
-        with engine_errors(f"reading the newest change applied to {table}"):
-            rows = self._spark.sql(query).collect()
-        if not rows:
-            return NO_POSITION
-        return (int(rows[0]["l"]), int(rows[0]["o"]))
-
-    def _assign_takes(self, table: str, target: str, step: FoldedStep) -> list[Candidate | None]:
-        """Read the candidate rows of the step's takes and assign one to each take."""
-        wanted = step.taken_values()
-        specs = [
-            ArrowColumn(WANTED_VALUE, BIGINT.spark_sql, BIGINT.arrow),
-            *(plan_column(c) for c in step.columns),
-            ArrowColumn(WANTED_COUNT, BIGINT.spark_sql, BIGINT.arrow),
-        ]
-        arrays: list[list[object]] = [list(range(len(wanted)))]
-        arrays += [[value[i] for value, _ in wanted] for i in range(len(step.columns))]
-        arrays.append([count for _, count in wanted])
-        arrow = arrow_table(table, specs, arrays)
-        meta = self._meta
-        with (
-            engine_errors(f"finding the rows of {table} its changes take"),
-            self._lake.view(arrow, specs) as view,
-        ):
-            rows = self._spark.sql(
-                render_keyless_candidates(step, meta, target=target, view=view)
-            ).collect()
-        candidates: list[list[Candidate]] = [[] for _ in wanted]
-        for row in rows:
-            candidates[int(row[WANTED_VALUE])].append(
-                Candidate(
-                    int(row[meta.row_lsn]),
-                    int(row[meta.row_ordinal]),
-                    int(row[meta.lsn]),
-                    int(row[meta.ordinal]),
-                )
-            )
-        return assign_takes(step.takes, candidates)
-
-    def _complete_row_ids(self, table: str, path: str, state: TableState) -> None:
-        """Give rows written without a keyless identity one, in one commit (see sql.py)."""
-        target = delta_table(path)
-        with engine_errors(f"checking the row identities of {table}"):
-            missing = self._lake.count(
-                render_missing_row_ids_count(self._meta, target=target), ANOMALY_COUNT
-            )
-        if missing:
-            with engine_errors(f"giving the rows of {table} an identity"):
-                query = render_row_id_backfill(list(state.columns), self._meta, target=target)
-                self._spark.sql(query).write.format("delta").mode("overwrite").save(path)
-            log.info("keyless row identities filled", table=table, row_count=missing)
-        state.row_ids_complete = True
-
-    def _check_bucket_width(self, table: str, target: str, key: str, spec: KeyBuckets) -> None:
-        """Compare one stored row's bucket with the configured width (once per process).
-
-        Rows bucketed with another width sit in partitions a MERGE would not look in, and
-        would be duplicated instead of updated.
-        """
-        bucket = quote(self._meta.key_bucket)
-        query = (
-            f"SELECT {quote(key)} AS k, {bucket} AS b FROM {target} "
-            f"WHERE {bucket} IS NOT NULL LIMIT 1"
-        )
-        with engine_errors(f"reading a key bucket of {table}"):
-            rows = self._spark.sql(query).collect()
-        if rows and bucket_of(int(rows[0]["k"]), spec.width) != int(rows[0]["b"]):
-            raise SinkDataError(
-                f"the Delta table of {table} is partitioned by key ranges of another width "
-                f"than sink.partition_by_key.{table}.width ({spec.width}): key "
-                f"{rows[0]['k']} is in bucket {rows[0]['b']}; restore the width the table "
-                "was written with"
-            )
-
-    def _source_table(self, table: str, step: MergeStep) -> tuple[list[ArrowColumn], pa.Table]:
-        """Build the MERGE source of ``step`` as Arrow, in ``source_columns`` order."""
-        return source_table(table, step, self._meta)
 
     # --- messages --------------------------------------------------------------------------

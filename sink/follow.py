@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import structlog
@@ -22,22 +21,17 @@ from sink.base import SinkDataError
 from sink.bookkeeping import Bookkeeping
 from sink.convert import convert_value
 from sink.evolution import CatalogTable, ColumnOrigin, SourceCatalog, delta_type_name, evolve
-from sink.keyless import KeylessStep
 from sink.naming import delta_column_name
-from sink.plan import MergePlan, MergeStep, PlanColumn
+from sink.plan import KeylessStep, MergePlan, MergeStep, PlanColumn
 from sink.settings import SinkSettings
 from sink.spark import engine_errors
 from sink.sql import (
-    MetadataColumns,
     delta_table,
     render_added_columns_select,
     render_column_reset,
 )
 from sink.tables import LakeTables, TableState
 from sink.unrepresentable import substitute
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 log = structlog.get_logger("wal2delta.sink")
 
@@ -47,7 +41,6 @@ class RelationFollower:
 
     def __init__(
         self,
-        spark: SparkSession,
         lake: LakeTables,
         *,
         bookkeeping: Bookkeeping,
@@ -55,11 +48,10 @@ class RelationFollower:
         catalog: SourceCatalog | None,
         decoder: ValueDecoder,
     ) -> None:
-        self._spark = spark
         self._lake = lake
         self._bookkeeping = bookkeeping
         self._settings = settings
-        self._meta = MetadataColumns.from_settings(settings)
+        self._meta = settings.metadata
         self._catalog = catalog
         self._decoder = decoder
 
@@ -209,13 +201,7 @@ class RelationFollower:
             query = render_added_columns_select(
                 names, self._meta, target=delta_table(path), view=view, lsn=lsn
             )
-            (
-                self._spark.sql(query)
-                .write.format("delta")
-                .mode("overwrite")
-                .option("mergeSchema", "true")
-                .save(path)
-            )
+            self._lake.overwrite(path, query, merge_schema=True)
         state.columns.update((c.name, delta_type_name(c.spark_sql)) for c in specs)
 
     def _reset_columns(

@@ -55,13 +55,13 @@ own name is refused at the table's first history write (``history_columns``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import pyarrow as pa
 import structlog
 
 from decoder import UNCHANGED_TOAST
-from sink.arrow import ArrowColumn, arrow_table, ddl
+from sink.arrow import ArrowColumn, arrow_table
 from sink.base import SinkDataError
 from sink.constants import (
     HISTORY_NEW_PREFIX,
@@ -72,16 +72,12 @@ from sink.constants import (
     HISTORY_UNCHANGED_COLUMN,
     HISTORY_XID_COLUMN,
 )
-from sink.keyless import NO_POSITION, Position
 from sink.naming import table_path
-from sink.plan import ChangeRecord, MergePlan, PlanColumn
+from sink.plan import ChangeRecord, MergePlan, PlanColumn, Position
 from sink.spark import engine_errors
-from sink.sql import MetadataColumns, delta_table, quote
+from sink.sql import MetadataColumns, delta_table
 from sink.tables import LakeTables
 from sink.typemap import BIGINT, STRING, TIMESTAMP
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 log = structlog.get_logger("wal2delta.sink")
 
@@ -183,10 +179,7 @@ def history_name(qualified_name: str) -> str:
 class HistoryWriter:
     """Appends the changes a plan kept to each table's change history."""
 
-    def __init__(
-        self, spark: SparkSession, lake: LakeTables, root: str, meta: MetadataColumns
-    ) -> None:
-        self._spark = spark
+    def __init__(self, lake: LakeTables, root: str, meta: MetadataColumns) -> None:
         self._lake = lake
         self._root = root
         self._meta = meta
@@ -225,20 +218,13 @@ class HistoryWriter:
             return path
         arrow = _arrow(name, columns, [c.name for c in data], fresh)
         with engine_errors(f"appending to the change history {name}"):
-            frame = self._spark.createDataFrame(arrow, schema=ddl(columns))
-            frame.write.format("delta").mode("append").option("mergeSchema", "true").save(path)
+            self._lake.append(path, arrow, columns, merge_schema=True)
         self._floors[path] = (fresh[-1].lsn, fresh[-1].ordinal)
         return path
 
     def _newest(self, name: str, path: str) -> Position:
-        meta = self._meta
-        query = (
-            f"SELECT {quote(meta.lsn)} AS l, {quote(meta.ordinal)} AS o FROM "
-            f"{delta_table(path)} ORDER BY l DESC, o DESC LIMIT 1"
-        )
         with engine_errors(f"reading the newest change of {name}"):
-            rows = self._spark.sql(query).collect()
-        return (int(rows[0]["l"]), int(rows[0]["o"])) if rows else NO_POSITION
+            return self._lake.newest_position(delta_table(path))
 
 
 def _data_columns(changes: Sequence[ChangeRecord]) -> list[PlanColumn]:

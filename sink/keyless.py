@@ -45,69 +45,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, ClassVar, Literal
 
 from decoder import Lsn
 from sink.matching import hashable
-
-if TYPE_CHECKING:
-    from sink.plan import PlanColumn
-
-Position = tuple[int, int]
-"""(commit LSN, ordinal): where a change stands in the stream; totally ordered."""
-
-NO_POSITION: Position = (-1, -1)
-"""Before every change: the floor of an empty table."""
-
-
-@dataclass(frozen=True, slots=True)
-class KeylessChange:
-    """One decoded change of a keyless table.
-
-    Attributes:
-        old: the whole old row (UPDATE, DELETE); None for an INSERT.
-        new: the new row (INSERT, UPDATE); None for a DELETE.
-        lsn: commit LSN of the change's transaction.
-        ordinal: the change's position in its transaction.
-        commit_time: commit time (UTC).
-    """
-
-    old: tuple[object, ...] | None
-    new: tuple[object, ...] | None
-    lsn: Lsn
-    ordinal: int
-    commit_time: datetime
-
-    @property
-    def position(self) -> Position:
-        """Where the change stands."""
-        return (self.lsn, self.ordinal)
-
-
-@dataclass(frozen=True, slots=True)
-class KeylessStep:
-    """Changes of one keyless relation shape, applied by one MERGE (see the module docstring).
-
-    Attributes:
-        columns: the relation's columns, in relation order.
-        changes: the decoded changes, in stream order; folded by the executor once it
-            knows the table's floor.
-    """
-
-    identity: ClassVar[Literal["row"]] = "row"
-
-    columns: tuple[PlanColumn, ...]
-    changes: tuple[KeylessChange, ...]
-
-    @property
-    def first_lsn(self) -> Lsn:
-        """Commit LSN of the step's first change (what schema evolution needs)."""
-        return self.changes[0].lsn
-
-    @property
-    def last_position(self) -> Position:
-        """Where the step's last change stands."""
-        return self.changes[-1].position
+from sink.plan import KeylessChange, KeylessStep, PlanColumn, Position
 
 
 @dataclass(frozen=True, slots=True)

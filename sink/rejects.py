@@ -28,22 +28,18 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import pyarrow as pa
 import structlog
 
-from sink.arrow import ArrowColumn, arrow_table, ddl
+from sink.arrow import ArrowColumn, arrow_table
 from sink.constants import REJECTS_TABLE
-from sink.keyless import NO_POSITION, Position
-from sink.plan import Reject
+from sink.plan import Position, Reject
 from sink.spark import engine_errors
-from sink.sql import MetadataColumns, delta_table, quote
+from sink.sql import MetadataColumns, delta_table, render_insert_missing
 from sink.tables import LakeTables
 from sink.typemap import BIGINT, STRING, TIMESTAMP
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 log = structlog.get_logger("wal2delta.sink")
 
@@ -76,10 +72,7 @@ def key_json(key: tuple[tuple[str, str | None], ...] | None) -> str | None:
 class RejectsLog:
     """Appends rejected values to ``<path>/_wal2delta_rejects``."""
 
-    def __init__(
-        self, spark: SparkSession, lake: LakeTables, root: str, meta: MetadataColumns
-    ) -> None:
-        self._spark = spark
+    def __init__(self, lake: LakeTables, root: str, meta: MetadataColumns) -> None:
         self._lake = lake
         self._path = rejects_path(root)
         self._meta = meta
@@ -115,8 +108,7 @@ class RejectsLog:
             return True
         arrow = self._arrow(fresh)
         with engine_errors(f"appending to {REJECTS_TABLE}"):
-            frame = self._spark.createDataFrame(arrow, schema=ddl(self._columns()))
-            frame.write.format("delta").mode("append").save(self._path)
+            self._lake.append(self._path, arrow, self._columns())
         last = fresh[-1].reject
         self._floor = (last.lsn, last.ordinal)
         return True
@@ -131,33 +123,20 @@ class RejectsLog:
             return
         self._load()
         meta = self._meta
-        columns = self._columns()
-        on = " AND ".join(
-            f"t.{quote(name)} = s.{quote(name)}"
-            for name in (TABLE_COLUMN, COLUMN_COLUMN, meta.lsn, meta.ordinal)
-        )
+        on = (TABLE_COLUMN, COLUMN_COLUMN, meta.lsn, meta.ordinal)
         with (
             engine_errors(f"merging into {REJECTS_TABLE}"),
-            self._lake.view(self._arrow(rejects), columns) as view,
+            self._lake.view(self._arrow(rejects), self._columns()) as view,
         ):
-            self._lake.sql(
-                f"MERGE INTO {delta_table(self._path)} AS t USING {view} AS s ON {on} "
-                "WHEN NOT MATCHED THEN INSERT *"
-            )
+            self._lake.sql(render_insert_missing(on, target=delta_table(self._path), view=view))
 
     def _load(self) -> None:
         with engine_errors(f"creating or reading {REJECTS_TABLE}"):
             self._lake.load(self._path, REJECTS_TABLE, self._columns())
 
     def _newest(self) -> Position:
-        meta = self._meta
-        query = (
-            f"SELECT {quote(meta.lsn)} AS l, {quote(meta.ordinal)} AS o FROM "
-            f"{delta_table(self._path)} ORDER BY l DESC, o DESC LIMIT 1"
-        )
         with engine_errors(f"reading the newest row of {REJECTS_TABLE}"):
-            rows = self._spark.sql(query).collect()
-        return (int(rows[0]["l"]), int(rows[0]["o"])) if rows else NO_POSITION
+            return self._lake.newest_position(delta_table(self._path))
 
     def _columns(self) -> list[ArrowColumn]:
         meta = self._meta

@@ -1,22 +1,18 @@
 """Plain settings for the sink and the Spark session, so ``sink`` does not import ``config``.
 
-``capture`` translates the validated configuration into these (``daemon.cli``); tests
-build them directly.
+They hold values, not defaults: every field the configuration sets comes from
+``daemon.wiring`` (``sink_settings``, ``spark_settings``), which derives it from the
+validated ``config.AppConfig``, whose models in ``config/models.py`` are the one place
+defaults live. Tests get theirs the same way (``tests/support/settings.py``). Only what no
+configuration sets has a default here (``SinkSettings.inline_sources``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sink.constants import (
-    COMMIT_TIME_COLUMN,
-    DELETED_COLUMN,
-    KEY_BUCKET_COLUMN,
-    LSN_COLUMN,
-    ORDINAL_COLUMN,
-    ROW_LSN_COLUMN,
-    ROW_ORDINAL_COLUMN,
     BulkWriter,
     ColumnNamePolicy,
     ColumnTypeOverride,
@@ -30,6 +26,7 @@ __all__ = [
     "ColumnNamePolicy",
     "ColumnTypeOverride",
     "KeyBuckets",
+    "MetadataColumns",
     "MissingKeyPolicy",
     "SinkSettings",
     "SparkMode",
@@ -48,7 +45,53 @@ class KeyBuckets:
     """
 
     width: int
-    column: str | None = None
+    column: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataColumns:
+    """The names of the metadata columns the sink adds to its tables, and whether deletes are soft.
+
+    The names come from the configuration: ``sink.metadata`` and, for the names it does
+    not let one change, the constants beside it in ``config/models.py``.
+
+    Attributes:
+        lsn: the source commit LSN of the change that last wrote the row.
+        commit_time: that change's commit time (UTC).
+        deleted: the soft-delete flag, present only when ``soft_delete`` is on.
+        ordinal: the position in its transaction of the change that last wrote the row;
+            with ``lsn`` it is the row's stamp. In tables without any key it is also the
+            identity that makes a replayed insert recognisable.
+        soft_delete: keep deleted rows with the flag set instead of removing them.
+        key_bucket: the partition column of tables partitioned by key range
+            (``floor(key / width)``, ``SinkSettings.key_buckets``).
+        row_lsn: with ``row_ordinal``, the hidden identity of each row of a table without
+            any key under REPLICA IDENTITY FULL: the position of the INSERT that created
+            it (``sink/keyless.py``).
+        row_ordinal: see ``row_lsn``.
+    """
+
+    lsn: str
+    commit_time: str
+    deleted: str
+    ordinal: str
+    soft_delete: bool
+    key_bucket: str
+    row_lsn: str
+    row_ordinal: str
+
+    @property
+    def reserved(self) -> tuple[str, ...]:
+        """Every metadata column name; source columns may not use them."""
+        return (
+            self.lsn,
+            self.commit_time,
+            self.deleted,
+            self.ordinal,
+            self.key_bucket,
+            self.row_lsn,
+            self.row_ordinal,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,29 +101,18 @@ class SinkSettings:
     Attributes:
         path: root of the lake; a table lives at ``naming.table_path(path, schema, table)``,
             ``<path>/<schema>/<table>`` with unsafe characters escaped.
-        lsn_column: metadata column holding the source commit LSN of the row's last change.
-        commit_time_column: metadata column holding that change's commit time (UTC).
-        deleted_column: soft-delete flag column, present only when ``soft_delete`` is on.
-        soft_delete: keep deleted rows with the flag set instead of removing them.
+        metadata: the names of the metadata columns and whether deletes are soft.
         messages_table: write logical decoding messages to ``<path>/_wal2delta_messages``.
         keys: qualified table name (``schema.table``) -> key columns, for tables whose
             replica identity flags no key column (FULL, NOTHING, DEFAULT without primary
             key). A key flagged by the relation always wins.
-        ordinal_column: metadata column holding the position in its transaction of the
-            change that last wrote the row; with the LSN column it is the row's stamp. In
-            tables without any key it is also the identity that makes a replayed insert
-            recognisable.
         on_missing_key: what an UPDATE or DELETE on a table without any identity (no key
             flagged, configured or in the catalog) does: ``error`` stops with a
             ``SinkDataError``, ``skip`` drops the change and logs how many were dropped
             (``source.on_missing_key``).
         key_buckets: qualified table name -> how to partition its Delta table by key
-            range, so a MERGE reads only the partitions its rows fall in.
-        key_bucket_column: the partition column of such tables (``floor(key / width)``).
-        row_lsn_column: with ``row_ordinal_column``, the hidden identity of each row of a
-            table without any key under REPLICA IDENTITY FULL: the position of the INSERT
-            that created it (``sink/keyless.py``).
-        row_ordinal_column: see ``row_lsn_column``.
+            range, so a MERGE reads only the partitions its rows fall in
+            (``metadata.key_bucket`` is their partition column).
         column_names: a source column whose name Delta cannot hold (a space or one of
             ``,;{}()=``): ``error`` stops with a ``SinkDataError``, ``map`` stores it under
             ``naming.mapped_column_name`` (``unit price`` -> ``unit_x0020_price``).
@@ -92,7 +124,8 @@ class SinkSettings:
             (``compaction.py``); 0 never compacts.
         inline_sources: send every MERGE source through the Spark session, also to the
             embedded engine, which otherwise reads it from a local Arrow file
-            (``sources.py``); for the tests that compare the two.
+            (``sources.py``); for the tests that compare the two. No configuration sets
+            it, so it is the one field with a default.
         column_types: qualified table name -> source column name -> what the column is
             stored as instead of its mapped type: ``string`` (PostgreSQL's text form) or
             ``double`` (a numeric).
@@ -103,26 +136,19 @@ class SinkSettings:
     """
 
     path: str
-    lsn_column: str = LSN_COLUMN
-    commit_time_column: str = COMMIT_TIME_COLUMN
-    deleted_column: str = DELETED_COLUMN
-    soft_delete: bool = False
-    messages_table: bool = False
-    keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    ordinal_column: str = ORDINAL_COLUMN
-    on_missing_key: MissingKeyPolicy = "error"
-    key_buckets: Mapping[str, KeyBuckets] = field(default_factory=dict)
-    key_bucket_column: str = KEY_BUCKET_COLUMN
-    row_lsn_column: str = ROW_LSN_COLUMN
-    row_ordinal_column: str = ROW_ORDINAL_COLUMN
-    column_names: ColumnNamePolicy = "error"
-    history: bool | frozenset[str] = False
-    bulk_writer: BulkWriter = "auto"
-    compact_after_writes: int = 20
+    metadata: MetadataColumns
+    messages_table: bool
+    keys: Mapping[str, tuple[str, ...]]
+    on_missing_key: MissingKeyPolicy
+    key_buckets: Mapping[str, KeyBuckets]
+    column_names: ColumnNamePolicy
+    history: bool | frozenset[str]
+    bulk_writer: BulkWriter
+    compact_after_writes: int
+    column_types: Mapping[str, Mapping[str, ColumnTypeOverride]]
+    on_unrepresentable: UnrepresentablePolicy
+    on_unrepresentable_tables: Mapping[str, UnrepresentablePolicy]
     inline_sources: bool = False
-    column_types: Mapping[str, Mapping[str, ColumnTypeOverride]] = field(default_factory=dict)
-    on_unrepresentable: UnrepresentablePolicy = "keep"
-    on_unrepresentable_tables: Mapping[str, UnrepresentablePolicy] = field(default_factory=dict)
 
     def unrepresentable_policy(self, table: str) -> UnrepresentablePolicy:
         """``on_unrepresentable`` of the qualified table ``table``."""
@@ -143,7 +169,7 @@ class SparkSettings:
             ``spark.embedded_parallelism()`` (``embedded`` only).
     """
 
-    mode: SparkMode = "embedded"
-    url: str | None = None
-    conf: Mapping[str, str] = field(default_factory=dict)
-    parallelism: int | None = None
+    mode: SparkMode
+    url: str | None
+    conf: Mapping[str, str]
+    parallelism: int | None

@@ -34,14 +34,12 @@ IDENTITY FULL and configured keys may hold NULLs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
 
-from sink.constants import KEY_BUCKET_COLUMN, ROW_LSN_COLUMN, ROW_ORDINAL_COLUMN
 from sink.keyless import FoldedStep
 from sink.partitioning import BucketFilter
 from sink.plan import HELPER_PREFIX, MergeStep
-from sink.settings import SinkSettings
+from sink.settings import MetadataColumns as MetadataColumns  # noqa: PLC0414 - re-exported
 
 DELETE_FLAG: Final = f"{HELPER_PREFIX}delete"
 MOVED_FLAG: Final = f"{HELPER_PREFIX}moved"
@@ -68,47 +66,6 @@ def quote(identifier: str) -> str:
 def delta_table(path: str) -> str:
     """A path-based Delta table reference, ``delta.`<path>```."""
     return "delta." + quote(path)
-
-
-@dataclass(frozen=True, slots=True)
-class MetadataColumns:
-    """The names of the metadata columns and whether deletes are soft."""
-
-    lsn: str
-    commit_time: str
-    deleted: str
-    ordinal: str
-    soft_delete: bool
-    key_bucket: str = KEY_BUCKET_COLUMN
-    row_lsn: str = ROW_LSN_COLUMN
-    row_ordinal: str = ROW_ORDINAL_COLUMN
-
-    @classmethod
-    def from_settings(cls, settings: SinkSettings) -> MetadataColumns:
-        """Take the names from the sink settings."""
-        return cls(
-            lsn=settings.lsn_column,
-            commit_time=settings.commit_time_column,
-            deleted=settings.deleted_column,
-            ordinal=settings.ordinal_column,
-            soft_delete=settings.soft_delete,
-            key_bucket=settings.key_bucket_column,
-            row_lsn=settings.row_lsn_column,
-            row_ordinal=settings.row_ordinal_column,
-        )
-
-    @property
-    def reserved(self) -> tuple[str, ...]:
-        """Every metadata column name; source columns may not use them."""
-        return (
-            self.lsn,
-            self.commit_time,
-            self.deleted,
-            self.ordinal,
-            self.key_bucket,
-            self.row_lsn,
-            self.row_ordinal,
-        )
 
 
 def _col(alias: str, name: str) -> str:
@@ -668,3 +625,37 @@ def render_row_id_backfill(columns: Sequence[str], meta: MetadataColumns, *, tar
         for name in columns
     ]
     return f"SELECT {', '.join(select)}\nFROM {target} AS t"
+
+
+def render_newest_position(meta: MetadataColumns, *, target: str) -> str:
+    """The newest (commit LSN, ordinal) stamp of a table, as columns ``l`` and ``o``."""
+    return (
+        f"SELECT {quote(meta.lsn)} AS l, {quote(meta.ordinal)} AS o FROM {target} "
+        "ORDER BY l DESC, o DESC LIMIT 1"
+    )
+
+
+def render_any_row(*, target: str) -> str:
+    """One row of a table, if it has any (column ``one``)."""
+    return f"SELECT 1 AS one FROM {target} LIMIT 1"
+
+
+def render_max(column: str, *, target: str) -> str:
+    """The largest value of ``column`` (column ``m``; NULL for an empty table)."""
+    return f"SELECT max({quote(column)}) AS m FROM {target}"
+
+
+def render_bucket_sample(meta: MetadataColumns, key: str, *, target: str) -> str:
+    """One row's key (``k``) and stored key-range bucket (``b``), if any row has one."""
+    bucket = quote(meta.key_bucket)
+    return (
+        f"SELECT {quote(key)} AS k, {bucket} AS b FROM {target} WHERE {bucket} IS NOT NULL LIMIT 1"
+    )
+
+
+def render_insert_missing(on: Sequence[str], *, target: str, view: str) -> str:
+    """Insert the view's rows that the target has no row equal on ``on`` for."""
+    condition = " AND ".join(f"t.{quote(name)} = s.{quote(name)}" for name in on)
+    return (
+        f"MERGE INTO {target} AS t USING {view} AS s ON {condition} WHEN NOT MATCHED THEN INSERT *"
+    )

@@ -1,6 +1,10 @@
-"""The Delta tables of the lake as the sink sees them: creation, schema cache, partitioning.
+"""The lake port: every engine call of the sink goes through ``LakeTables``.
 
-``LakeTables`` wraps the Spark session for the sink: it creates a table with its columns
+``LakeTables`` wraps the Spark session for the sink - no other sink module holds it. SQL is
+rendered in ``sql.py`` and executed here: statements (``sql``), queries whose rows the
+sink reads (``rows``, ``count``, ``newest_position``), appends of Arrow tables
+(``append``), rewrites of a table from a query (``overwrite``) and whole reads of the
+lake's small bookkeeping tables (``read``). It also creates a table with its columns
 unless it exists (an empty DataFrame written with save mode ``ignore``: Sail rejects
 ``CREATE TABLE delta.`path```), caches each table's columns after the first look
 (``TableState``), adds missing columns (``mergeSchema``, a metadata-only commit), checks a
@@ -17,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import structlog
@@ -26,12 +30,11 @@ from decoder import Relation
 from sink.arrow import ArrowColumn, ddl
 from sink.base import SinkDataError
 from sink.evolution import delta_type_name
-from sink.keyless import Position
-from sink.plan import PlanColumn
+from sink.plan import NO_POSITION, PlanColumn, Position
 from sink.settings import KeyBuckets
 from sink.sources import SourceFiles
 from sink.spark import engine_errors
-from sink.sql import MetadataColumns
+from sink.sql import MetadataColumns, render_any_row, render_newest_position
 from sink.typemap import BIGINT
 
 if TYPE_CHECKING:
@@ -224,6 +227,48 @@ class LakeTables:
             self._files.close()
             self._files = None
             return None
+
+    def rows(self, query: str) -> list[Any]:
+        """The rows of ``query`` (pyspark ``Row`` objects, read by column name)."""
+        return list(self._spark.sql(query).collect())
+
+    def read(self, path: str) -> list[Any]:
+        """Every row of the Delta table at ``path`` (the lake's small bookkeeping tables)."""
+        return list(self._spark.read.format("delta").load(path).collect())
+
+    def append(
+        self,
+        path: str,
+        table: pa.Table,
+        columns: Sequence[ArrowColumn],
+        *,
+        partitions: Sequence[str] = (),
+        merge_schema: bool = False,
+    ) -> None:
+        """Append ``table`` (typed as ``columns``) to the Delta table at ``path``, one commit."""
+        writer = self._spark.createDataFrame(table, schema=ddl(columns)).write
+        writer = writer.format("delta").mode("append")
+        if merge_schema:
+            writer = writer.option("mergeSchema", "true")
+        if partitions:
+            writer = writer.partitionBy(*partitions)
+        writer.save(path)
+
+    def overwrite(self, path: str, query: str, *, merge_schema: bool = False) -> None:
+        """Replace the Delta table at ``path`` by the rows of ``query``, in one commit."""
+        writer = self._spark.sql(query).write.format("delta").mode("overwrite")
+        if merge_schema:
+            writer = writer.option("mergeSchema", "true")
+        writer.save(path)
+
+    def holds_rows(self, target: str) -> bool:
+        """Whether the table ``target`` (``sql.delta_table``) has any row."""
+        return bool(self.rows(render_any_row(target=target)))
+
+    def newest_position(self, target: str) -> Position:
+        """The newest (commit LSN, ordinal) stamp of ``target``; ``NO_POSITION`` when empty."""
+        rows = self.rows(render_newest_position(self._meta, target=target))
+        return (int(rows[0]["l"]), int(rows[0]["o"])) if rows else NO_POSITION
 
     def sql(self, statement: str) -> None:
         """Run ``statement`` to completion."""

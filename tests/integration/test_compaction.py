@@ -16,10 +16,11 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from structlog.testing import capture_logs
 
-from sink import DeltaSink, SinkSettings, table_path
+from sink import DeltaSink, table_path
 from sink.commits import commits_path
 from sink.compaction import Compactor
 from sink.history import history_path
+from tests.support.settings import sink_settings
 from tests.support.sink_changes import INT4, batch, col, delete, insert, rel, update
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -54,10 +55,8 @@ def _paths(lake: Path) -> list[str]:
 
 def test_compaction_keeps_the_rows_and_bounds_the_files(spark_session: Any, tmp_path: Path) -> None:
     plain, compacted = tmp_path / "plain", tmp_path / "compacted"
-    _stream(DeltaSink(spark_session, SinkSettings(path=str(plain), history=True)))
-    sink = DeltaSink(
-        spark_session, SinkSettings(path=str(compacted), history=True, compact_after_writes=3)
-    )
+    _stream(DeltaSink(spark_session, sink_settings(plain, history=True)))
+    sink = DeltaSink(spark_session, sink_settings(compacted, history=True, compact_after_writes=3))
     _stream(sink)
     for before, after in zip(_paths(plain), _paths(compacted), strict=True):
         operations = [c["operation"] for c in DeltaTable(after).history()]
@@ -84,7 +83,7 @@ def test_a_due_compaction_waits_for_after_apply_or_the_next_batch(
     spark_session: Any, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
-    sink = DeltaSink(spark_session, SinkSettings(path=str(lake), compact_after_writes=2))
+    sink = DeltaSink(spark_session, sink_settings(lake, compact_after_writes=2))
     docs = table_path(str(lake), "public", "docs")
 
     def operations() -> list[str]:

@@ -21,12 +21,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = """
 import glob, sys
-from sink.settings import SparkSettings
 from sink.spark import create_spark_session, stop_spark_session
+from tests.support.settings import spark_settings
 
 lake, parallelism = sys.argv[1], sys.argv[2]
 spark = create_spark_session(
-    SparkSettings(parallelism=None if parallelism == "auto" else int(parallelism))
+    spark_settings(parallelism=parallelism if parallelism == "auto" else int(parallelism))
 )
 try:
     spark.sql(

@@ -21,12 +21,12 @@ from config import AppConfig
 from daemon.supervisor import Supervisor
 from daemon.wiring import prepare_configured_source, sink_settings
 from devtools.pgserver import LocalPostgres
-from devtools.verify import compare_table, normalise, read_source
 from sink import DeltaSink, table_path
 from tests.conftest import TEST_SERVER_SETTINGS, server_dir
 from tests.support.configs import make_config
 from tests.support.harness import confirmed_flush, wait_until
 from tests.support.model_sink import ModelSink
+from tests.support.oracle import canonical, compare_table, read_source
 from tests.support.sinks import TeeSink
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -80,12 +80,12 @@ def _serving(service: Supervisor, stop: threading.Event) -> Iterator[list[BaseEx
 def _source_rows(dsn: str) -> dict[str, list[object]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         _, rows = read_source(conn, "public", "items")
-    return {repr(r[0]): [normalise(v) for v in r] for r in rows}
+    return {repr(r[0]): [canonical(v) for v in r] for r in rows}
 
 
 def _model_rows(model: ModelSink) -> dict[str, list[object]]:
     return {
-        repr(r["id"]): [normalise(r["id"]), normalise(r["label"])]
+        repr(r["id"]): [canonical(r["id"]), canonical(r["label"])]
         for r in model.tables.get("public.items", {}).values()
     }
 

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from sink import DeltaSink, SinkSettings, table_path
+from sink import DeltaSink, table_path
 from sink.history import history_path
+from tests.support.settings import sink_settings
 from tests.support.sink_changes import INT4, batch, col, delete, insert, rel, update
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -39,7 +40,7 @@ def test_a_full_table_with_a_column_named_kind_keeps_its_history(
     spark_session: Any, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
-    sink = DeltaSink(spark_session, SinkSettings(path=str(lake), history=True))
+    sink = DeltaSink(spark_session, sink_settings(lake, history=True))
     sink.apply(
         batch(
             insert(EVENTS, "a", "1", lsn=10),
@@ -67,7 +68,7 @@ def test_columns_named_like_the_historys_own_land_beside_them(
     spark_session: Any, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
-    sink = DeltaSink(spark_session, SinkSettings(path=str(lake), history=True))
+    sink = DeltaSink(spark_session, sink_settings(lake, history=True))
     sink.apply(batch(insert(ODD, "1", "k", "op", "7", lsn=10)))
     sink.apply(batch(update(ODD, "2", "k2", "op2", "8", lsn=20, old=["1", None, None, None])))
     rows = history(lake, "odd")

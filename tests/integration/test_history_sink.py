@@ -16,9 +16,10 @@ from deltalake import DeltaTable, write_deltalake
 
 from daemon.cut import choose_cut
 from decoder import Lsn, RowChange
-from sink import Batch, DeltaSink, SinkSettings, table_path
+from sink import Batch, DeltaSink, table_path
 from sink.commits import commits_path
 from sink.history import history_path
+from tests.support.settings import sink_settings
 from tests.support.sink_changes import (
     INT4,
     U,
@@ -94,15 +95,15 @@ def ended(*changes: RowChange) -> Batch:
     return Batch(changes, Lsn(max(c.commit_lsn for c in changes) + 1), 1, None)
 
 
-def make_sink(spark_session: Any, lake: Path, history: bool | frozenset[str]) -> DeltaSink:
-    return DeltaSink(spark_session, SinkSettings(path=str(lake), history=history))
+def make_sink(spark_session: Any, lake: Path, history: bool | list[str]) -> DeltaSink:
+    return DeltaSink(spark_session, sink_settings(lake, history=history))
 
 
 def test_history_holds_every_change_once_with_old_keys_and_unchanged_toast_named(
     spark_session: Any, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
-    sink = make_sink(spark_session, lake, frozenset({"public.docs"}))
+    sink = make_sink(spark_session, lake, ["public.docs"])
     for each in changes():
         sink.apply(each)
     assert history(lake) == EXPECTED
@@ -132,7 +133,7 @@ def test_replayed_batches_cut_differently_add_nothing_to_the_history(
 
 def test_only_the_listed_tables_keep_a_history(spark_session: Any, tmp_path: Path) -> None:
     lake = tmp_path / "lake"
-    sink = make_sink(spark_session, lake, frozenset({"public.tags"}))
+    sink = make_sink(spark_session, lake, ["public.tags"])
     sink.apply(
         batch(insert(DOCS, "1", "one", "1", lsn=10), insert(TAGS, "1", "a", lsn=10, ordinal=1))
     )
@@ -145,7 +146,7 @@ def test_commit_log_records_each_batch_with_the_versions_it_made(
     spark_session: Any, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
-    sink = make_sink(spark_session, lake, frozenset({"public.docs"}))
+    sink = make_sink(spark_session, lake, ["public.docs"])
     docs = table_path(str(lake), "public", "docs")
     docs_history = history_path(str(lake), "public", "docs")
     tags = table_path(str(lake), "public", "tags")

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from devtools.verify import assert_delta_matches, delta_rows
-from sink import DeltaSink, KeyBuckets, SinkDataError, SinkSettings, table_path
+from sink import DeltaSink, SinkDataError, table_path
+from tests.support.oracle import assert_delta_matches, delta_rows
+from tests.support.settings import sink_settings
 from tests.support.sink_changes import (
     INT4,
     INT8,
@@ -42,6 +43,8 @@ TENANTS = rel(
 NAMED = rel("public.named", col("name", TEXT, key=True), col("body"))
 
 SinkFactory = Callable[..., DeltaSink]
+#: One table's ``sink.partition_by_key`` entry, as in YAML: ``{width: 10, column: tenant}``.
+Buckets = dict[str, Any]
 
 
 @pytest.fixture
@@ -51,9 +54,10 @@ def lake(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def make_sink(spark_session: Any, lake: Path) -> SinkFactory:
-    def make(buckets: dict[str, KeyBuckets] | None = None, **settings: Any) -> DeltaSink:
+    def make(buckets: dict[str, Buckets] | None = None, **settings: Any) -> DeltaSink:
+        """A sink whose ``sink.partition_by_key`` is ``buckets``."""
         return DeltaSink(
-            spark_session, SinkSettings(path=str(lake), key_buckets=buckets or {}, **settings)
+            spark_session, sink_settings(lake, partition_by_key=buckets or {}, **settings)
         )
 
     return make
@@ -87,13 +91,13 @@ CHANGES = [
 def test_a_key_partitioned_table_holds_exactly_what_an_unpartitioned_one_holds(
     make_sink: SinkFactory, lake: Path, tmp_path: Path, spark_session: Any
 ) -> None:
-    partitioned = make_sink({"public.docs": KeyBuckets(width=10)})
-    plain = DeltaSink(spark_session, SinkSettings(path=str(tmp_path / "plain")))
+    partitioned = make_sink({"public.docs": {"width": 10}})
+    plain = DeltaSink(spark_session, sink_settings(tmp_path / "plain"))
     for changes in CHANGES:
         partitioned.apply(changes)
         plain.apply(changes)
     # A restarted sink replays the last two batches: nothing changes.
-    replayed = make_sink({"public.docs": KeyBuckets(width=10)})
+    replayed = make_sink({"public.docs": {"width": 10}})
     for changes in CHANGES[1:]:
         replayed.apply(changes)
 
@@ -113,7 +117,7 @@ def test_a_key_partitioned_table_holds_exactly_what_an_unpartitioned_one_holds(
 def test_truncate_soft_delete_and_an_added_column_keep_rows_in_their_partitions(
     make_sink: SinkFactory, lake: Path
 ) -> None:
-    sink = make_sink({"public.docs": KeyBuckets(width=100)}, soft_delete=True)
+    sink = make_sink({"public.docs": {"width": 100}}, soft_delete=True)
     sink.apply(batch(*(insert(DOCS, str(i), f"b{i}", "1", lsn=10, ordinal=i) for i in range(300))))
     sink.apply(
         batch(
@@ -140,7 +144,7 @@ def test_truncate_soft_delete_and_an_added_column_keep_rows_in_their_partitions(
 def test_a_composite_key_is_bucketed_by_the_configured_column(
     make_sink: SinkFactory, lake: Path
 ) -> None:
-    sink = make_sink({"public.tenants": KeyBuckets(width=1, column="tenant")})
+    sink = make_sink({"public.tenants": {"width": 1, "column": "tenant"}})
     sink.apply(
         batch(
             *(
@@ -166,13 +170,13 @@ def test_a_composite_key_is_bucketed_by_the_configured_column(
 @pytest.mark.parametrize(
     ("relation", "spec", "message"),
     [
-        (TENANTS, KeyBuckets(width=10), "name the one to partition by"),
-        (TENANTS, KeyBuckets(width=10, column="body"), "which is not a key column"),
-        (NAMED, KeyBuckets(width=10), "need an integer column"),
+        (TENANTS, {"width": 10}, "name the one to partition by"),
+        (TENANTS, {"width": 10, "column": "body"}, "which is not a key column"),
+        (NAMED, {"width": 10}, "need an integer column"),
     ],
 )
 def test_a_key_that_cannot_be_bucketed_is_a_data_error_before_anything_is_merged(
-    make_sink: SinkFactory, lake: Path, relation: Any, spec: KeyBuckets, message: str
+    make_sink: SinkFactory, lake: Path, relation: Any, spec: Buckets, message: str
 ) -> None:
     name = relation.qualified_name
     sink = make_sink({name: spec})
@@ -186,22 +190,22 @@ def test_the_configured_layout_must_match_the_existing_table(
     make_sink: SinkFactory, lake: Path, spark_session: Any
 ) -> None:
     make_sink().apply(batch(insert(DOCS, "1", "one", "1", lsn=10)))
-    mismatched = make_sink({"public.docs": KeyBuckets(width=10)})
+    mismatched = make_sink({"public.docs": {"width": 10}})
     for _ in range(2):  # a replayed batch meets the same check, not a cached table
         with pytest.raises(SinkDataError, match="exists without the partition column"):
             mismatched.apply(batch(insert(DOCS, "2", "two", "1", lsn=20)))
 
     other = str(lake / "other")
 
-    def sink(**buckets: KeyBuckets) -> DeltaSink:
+    def sink(**buckets: Buckets) -> DeltaSink:
         keyed = {f"public.{name}": spec for name, spec in buckets.items()}
-        return DeltaSink(spark_session, SinkSettings(path=other, key_buckets=keyed))
+        return DeltaSink(spark_session, sink_settings(other, partition_by_key=keyed))
 
-    sink(docs=KeyBuckets(width=10)).apply(batch(insert(DOCS, "15", "one", "1", lsn=10)))
+    sink(docs={"width": 10}).apply(batch(insert(DOCS, "15", "one", "1", lsn=10)))
     with pytest.raises(SinkDataError, match="does not list it"):
         sink().apply(batch(insert(DOCS, "16", "two", "1", lsn=20)))
     with pytest.raises(SinkDataError, match="another width"):
-        sink(docs=KeyBuckets(width=7)).apply(batch(insert(DOCS, "16", "two", "1", lsn=20)))
+        sink(docs={"width": 7}).apply(batch(insert(DOCS, "16", "two", "1", lsn=20)))
     assert_delta_matches(
         table_path(other, "public", "docs"), [{"id": 15, "body": "one", "rev": 1}], key=["id"]
     )

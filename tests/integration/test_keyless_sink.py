@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from devtools.verify import assert_delta_matches, delta_rows
-from sink import DeltaSink, SinkSettings, table_path
+from sink import DeltaSink, table_path
+from tests.support.oracle import assert_delta_matches, delta_rows
+from tests.support.settings import sink_settings
 from tests.support.sink_changes import INT4, batch, col, delete, insert, rel, truncate, update
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -33,7 +34,7 @@ def rows(*pairs: tuple[int | None, str | None]) -> list[dict[str, object]]:
 
 @pytest.fixture
 def sink(spark_session: Any, tmp_path: Path) -> DeltaSink:
-    return DeltaSink(spark_session, SinkSettings(path=str(tmp_path / "lake")))
+    return DeltaSink(spark_session, sink_settings(tmp_path / "lake"))
 
 
 def test_identical_rows_are_kept_and_each_delete_removes_one_of_them(
@@ -92,11 +93,11 @@ def test_replaying_batches_after_a_crash_changes_nothing(
     # After a restart the server re-sends everything after the acknowledged position, which
     # the new process may batch differently; the same process may also be sent it again.
     replayed = [change for changes in batches for change in changes.changes]
-    restarted = DeltaSink(spark_session, SinkSettings(path=str(lake)))
+    restarted = DeltaSink(spark_session, sink_settings(lake))
     restarted.apply(batch(*replayed))
     assert_delta_matches(log_path(lake), expected)
     for start in range(len(batches)):
-        restarted = DeltaSink(spark_session, SinkSettings(path=str(lake)))
+        restarted = DeltaSink(spark_session, sink_settings(lake))
         for changes in batches[start:]:
             restarted.apply(changes)
             sink.apply(changes)
@@ -116,8 +117,8 @@ def test_changes_folded_within_one_batch_match_applying_them_one_by_one(
         delete(LOG, "2", "x", lsn=40, old_kind="O"),
         insert(LOG, "3", None, lsn=50),
     ]
-    one_by_one = DeltaSink(spark_session, SinkSettings(path=str(tmp_path / "a")))
-    folded = DeltaSink(spark_session, SinkSettings(path=str(tmp_path / "b")))
+    one_by_one = DeltaSink(spark_session, sink_settings(tmp_path / "a"))
+    folded = DeltaSink(spark_session, sink_settings(tmp_path / "b"))
     for change in changes:
         one_by_one.apply(batch(change))
     folded.apply(batch(*changes[:2]))
@@ -142,7 +143,7 @@ def test_soft_deletes_flag_exactly_one_of_several_identical_rows(
     spark_session: Any, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
-    sink = DeltaSink(spark_session, SinkSettings(path=str(lake), soft_delete=True))
+    sink = DeltaSink(spark_session, sink_settings(lake, soft_delete=True))
     sink.apply(batch(insert(LOG, "1", "x", lsn=10), insert(LOG, "1", "x", lsn=10, ordinal=1)))
     removal = batch(delete(LOG, "1", "x", lsn=20, old_kind="O"))
     sink.apply(removal)
@@ -170,7 +171,7 @@ def test_a_soft_truncate_stamps_its_own_position_so_later_changes_of_its_transac
     spark_session: Any, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
-    settings = SinkSettings(path=str(lake), soft_delete=True)
+    settings = sink_settings(lake, soft_delete=True)
     DeltaSink(spark_session, settings).apply(
         batch(*(insert(LOG, "1", "x", lsn=10, ordinal=i) for i in range(4)))
     )

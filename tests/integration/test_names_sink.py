@@ -13,18 +13,17 @@ from typing import Any
 
 import pytest
 
-from devtools.verify import assert_delta_matches, delta_rows
 from sink import (
     CatalogColumn,
     CatalogTable,
     DeltaSink,
-    KeyBuckets,
     SinkDataError,
-    SinkSettings,
     table_of_path,
     table_path,
 )
 from sink.constants import COMMITS_TABLE
+from tests.support.oracle import assert_delta_matches, delta_rows
+from tests.support.settings import sink_settings
 from tests.support.sink_changes import (
     INT4,
     INT8,
@@ -80,7 +79,9 @@ def test_tables_of_any_name_land_at_their_location_and_nowhere_else(
     spark_session: Any, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
-    sink = DeltaSink(spark_session, SinkSettings(path=str(lake), messages_table=True))
+    sink = DeltaSink(
+        spark_session, sink_settings(lake, messages="table", source={"messages": True})
+    )
     relations = [odd_relation(s, t, 16384 + i) for i, (s, t) in enumerate(ODD_TABLES)]
     sink.apply(
         batch(
@@ -142,10 +143,10 @@ class Catalog:
 
 def test_mapped_columns_take_every_path_of_the_sink(spark_session: Any, tmp_path: Path) -> None:
     lake = tmp_path / "lake"
-    settings = SinkSettings(
-        path=str(lake),
+    settings = sink_settings(
+        lake,
         column_names="map",
-        key_buckets={"Sales EU.orders": KeyBuckets(width=10, column="order id")},
+        partition_by_key={"Sales EU.orders": {"width": 10, "column": "order id"}},
     )
     sink = DeltaSink(spark_session, settings, Catalog())
     path = table_path(str(lake), "Sales EU", "orders")
@@ -202,7 +203,7 @@ def test_a_keyless_table_with_mapped_columns_keeps_identical_rows(
     spark_session: Any, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
-    sink = DeltaSink(spark_session, SinkSettings(path=str(lake), column_names="map"))
+    sink = DeltaSink(spark_session, sink_settings(lake, column_names="map"))
     log = rel("public.event log", col("what (kind)"), col("n = count", INT4), identity="f")
     sink.apply(
         batch(
@@ -225,7 +226,7 @@ def test_column_names_error_stops_before_anything_is_written(
     spark_session: Any, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
-    sink = DeltaSink(spark_session, SinkSettings(path=str(lake)))
+    sink = DeltaSink(spark_session, sink_settings(lake))
     with pytest.raises(SinkDataError, match=r"sink\.column_names: map") as raised:
         sink.apply(batch(insert(ORDERS, "1", "2.50", "a", "б", None, lsn=10)))
     assert "'order id' of Sales EU.orders" in str(raised.value)

@@ -17,9 +17,9 @@ import pytest
 from capture.slots import current_wal_lsn
 from daemon.supervisor import Supervisor
 from daemon.wiring import prepare_configured_source
-from devtools.verify import normalise
 from tests.support.configs import make_config
 from tests.support.model_sink import ModelSink
+from tests.support.oracle import canonical
 
 pytestmark = pytest.mark.integration
 
@@ -27,12 +27,12 @@ pytestmark = pytest.mark.integration
 def _rows(dsn: str, query: str) -> dict[str, list[object]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(query).fetchall()  # type: ignore[call-overload]
-    return {repr(r[0]): [normalise(v) for v in r] for r in rows}
+    return {repr(r[0]): [canonical(v) for v in r] for r in rows}
 
 
 def _model(model: ModelSink, table: str, columns: list[str]) -> dict[str, list[object]]:
     return {
-        repr(row[columns[0]]): [normalise(row[c]) for c in columns]
+        repr(row[columns[0]]): [canonical(row[c]) for c in columns]
         for row in model.tables.get(table, {}).values()
     }
 
@@ -114,7 +114,7 @@ def test_partition_changes_land_in_the_root_table_when_published_via_root(
     columns = ["id", "taken", "value"]
     expected = _rows(pg18_dsn, "SELECT id, taken, value FROM readings")
     got = {
-        repr((row["id"], row["taken"])): [normalise(row[c]) for c in columns]
+        repr((row["id"], row["taken"])): [canonical(row[c]) for c in columns]
         for row in model.tables["public.readings"].values()
     }
     assert sorted(map(tuple, got.values())) == sorted(map(tuple, expected.values()))  # type: ignore[arg-type]
@@ -137,5 +137,5 @@ def test_partition_changes_land_per_partition_when_not_published_via_root(
         expected = _rows(pg18_dsn, f"SELECT id, taken, value FROM {partition}")
         got = model.tables[f"public.{partition}"].values()
         assert sorted(
-            tuple(normalise(r[c]) for c in ("id", "taken", "value")) for r in got
+            tuple(canonical(r[c]) for c in ("id", "taken", "value")) for r in got
         ) == sorted(tuple(v) for v in expected.values())

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from sink import Batch, DeltaSink, SinkDataError, SinkSettings, rejects_path, table_path
+from sink import Batch, DeltaSink, SinkDataError, rejects_path, table_path
+from tests.support.settings import sink_settings
 from tests.support.sink_changes import INT4, batch, col, insert, rel, update
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -92,7 +93,7 @@ EXPECTED = [
 
 def test_every_reject_is_written_once_across_replays(tmp_path: Path, spark_session: object) -> None:
     lake = tmp_path / "lake"
-    settings = SinkSettings(path=str(lake))
+    settings = sink_settings(lake)
     first, second = _changes()
     sink = DeltaSink(spark_session, settings)  # type: ignore[arg-type]
     result = sink.apply(first)
@@ -120,7 +121,7 @@ def test_every_reject_is_written_once_across_replays(tmp_path: Path, spark_sessi
 
 def test_stop_refuses_the_batch_before_writing(tmp_path: Path, spark_session: object) -> None:
     lake = tmp_path / "lake"
-    settings = SinkSettings(path=str(lake), on_unrepresentable_tables={"public.events": "stop"})
+    settings = sink_settings(lake, on_unrepresentable={"public.events": "stop"})
     sink = DeltaSink(spark_session, settings)  # type: ignore[arg-type]
     first, _ = _changes()
     with pytest.raises(SinkDataError, match=r"column 'at' of public\.events.*outside years"):

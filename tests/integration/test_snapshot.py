@@ -17,11 +17,11 @@ import pytest
 from capture.errors import SlotNotFoundError
 from capture.slots import current_wal_lsn, slot_state
 from daemon.supervisor import Supervisor
-from devtools.verify import normalise, read_source
 from sink import Batch, BatchResult
 from tests.support.configs import make_config
 from tests.support.harness import wait_for_flush
 from tests.support.model_sink import ModelSink
+from tests.support.oracle import canonical, read_source
 from tests.support.sinks import InjectedFaultError
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -54,12 +54,12 @@ def _source(
         keep = {
             r[0] for r in conn.execute(f"SELECT id FROM public.accounts WHERE {where}").fetchall()
         }
-    return {repr(r[0]): [normalise(v) for v in r] for r in rows if r[0] in keep}
+    return {repr(r[0]): [canonical(v) for v in r] for r in rows if r[0] in keep}
 
 
 def _model(model: ModelSink, columns: list[str]) -> dict[str, list[object]]:
     return {
-        repr(row["id"]): [normalise(row[c]) for c in columns]
+        repr(row["id"]): [canonical(row[c]) for c in columns]
         for row in model.tables.get("public.accounts", {}).values()
     }
 

@@ -10,12 +10,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from sink import SinkSettings
 from sink.arrow import ArrowColumn
 from sink.sources import LOCK_NAME, SourceFiles
-from sink.sql import MetadataColumns
 from sink.tables import LakeTables
 from sink.typemap import BIGINT, STRING
+from tests.support.settings import sink_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -25,7 +24,7 @@ def test_a_view_has_the_types_of_the_columns_and_leaves_no_file(
     spark_session: Any, tmp_path: Path, *, inline: bool
 ) -> None:
     files = None if inline else SourceFiles(tmp_path)
-    meta = MetadataColumns.from_settings(SinkSettings(path=str(tmp_path / "lake")))
+    meta = sink_settings(tmp_path / "lake").metadata
     lake = LakeTables(spark_session, meta, files)
     # A narrower integer type than the columns say.
     table = pa.table({"id": pa.array([2, 1], pa.int32()), "note": pa.array([None, "ü"])})

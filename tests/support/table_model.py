@@ -18,8 +18,16 @@ from decoder import UNCHANGED_TOAST, RowChange, TruncateChange, ValueDecoder
 from decoder.lsn import pg_timestamp_to_datetime
 from sink import Batch
 from sink.convert import to_delta_value
-from sink.keyless import NO_POSITION, Candidate, KeylessStep, assign_takes, fold, row_key
-from sink.plan import BatchPlan, MergeStep, PlannedRow, TruncateStep, hashable
+from sink.keyless import Candidate, assign_takes, fold, row_key
+from sink.matching import hashable
+from sink.plan import (
+    NO_POSITION,
+    BatchPlan,
+    KeylessStep,
+    MergeStep,
+    PlannedRow,
+    TruncateStep,
+)
 from sink.typemap import delta_type
 
 Row = dict[str, object]

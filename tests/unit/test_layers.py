@@ -81,3 +81,90 @@ def test_no_test_module_imports_another() -> None:
             if module.startswith(("tests.unit", "tests.integration", "tests.e2e")):
                 problems.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
     assert not problems, "\n".join(problems)
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _compiled(package: str, name: str) -> bool:
+    """Whether ``package.name`` is a C extension (``decoder._tuplewalk``), not a name of the
+    package root."""
+    folder = ROOT.joinpath(*package.split("."))
+    return (folder / f"{name}.c").exists() or any(folder.glob(f"{name}.*.so"))
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Product module -> the product modules it imports anywhere in its text (module level,
+    inside functions, under ``TYPE_CHECKING``); ``from pkg import x`` names ``pkg.x`` when
+    that is a module, else the package ``pkg`` itself."""
+    paths = {_module_name(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in paths}
+    for name, path in paths.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [
+                    f"{node.module}.{alias.name}"
+                    if f"{node.module}.{alias.name}" in paths
+                    else node.module
+                    for alias in node.names
+                    if not _compiled(node.module, alias.name)
+                ]
+            for target in targets:
+                if target in paths and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No import circle between product modules - function-level and ``TYPE_CHECKING``
+    imports count: a circle hidden from the interpreter is still a circle for a reader.
+    A package's ``__init__`` re-exports its modules, so a module that imports its own
+    package root closes a circle too."""
+    cycles = _cycles(_module_graph())
+    assert not cycles, "\n".join(" <-> ".join(cycle) for cycle in cycles)
+
+
+def test_the_circle_finder_finds_circles() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []

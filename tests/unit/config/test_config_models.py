@@ -6,7 +6,17 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from config import AppConfig, ConfigError, SourceConfig, parse_config, redact_spark_url
+from config import (
+    ORDINAL_COLUMN,
+    ROW_LSN_COLUMN,
+    ROW_ORDINAL_COLUMN,
+    AppConfig,
+    ConfigError,
+    MetadataConfig,
+    SourceConfig,
+    parse_config,
+    redact_spark_url,
+)
 from daemon.wiring import sink_settings, spark_settings
 from decoder import (
     ColumnKind,
@@ -20,7 +30,8 @@ from decoder import (
     TupleData,
 )
 from sink import Batch, KeyBuckets
-from sink.plan import MergeStep, plan_batch
+from sink.fold import plan_batch
+from sink.plan import MergeStep
 
 SECRET = "hunter2-very-secret"
 
@@ -331,7 +342,29 @@ class TestTables:
         data["sink"]["metadata"] = {"key_bucket_column": "bucket"}
         settings = sink_settings(parse(data))
         assert settings.key_buckets == {"public.orders": KeyBuckets(width=500, column="id")}
-        assert settings.key_bucket_column == "bucket"
+        assert settings.metadata.key_bucket == "bucket"
+
+    def test_metadata_names_and_soft_delete_reach_the_sink_settings(self) -> None:
+        defaults = MetadataConfig()
+        meta = sink_settings(parse(minimal())).metadata
+        assert (meta.lsn, meta.commit_time, meta.deleted, meta.key_bucket) == (
+            defaults.lsn_column,
+            defaults.commit_time_column,
+            defaults.deleted_column,
+            defaults.key_bucket_column,
+        )
+        assert (meta.ordinal, meta.row_lsn, meta.row_ordinal, meta.soft_delete) == (
+            ORDINAL_COLUMN,
+            ROW_LSN_COLUMN,
+            ROW_ORDINAL_COLUMN,
+            False,
+        )
+        data = minimal()
+        data["sink"]["metadata"] = {"lsn_column": "l", "commit_time_column": "t"}
+        data["sink"]["soft_delete"] = True
+        meta = sink_settings(parse(data)).metadata
+        assert (meta.lsn, meta.commit_time, meta.soft_delete) == ("l", "t", True)
+        assert {"l", "t", defaults.deleted_column, ORDINAL_COLUMN} <= set(meta.reserved)
 
     def test_column_names_is_error_or_map_and_reaches_the_sink_settings(self) -> None:
         data = minimal()

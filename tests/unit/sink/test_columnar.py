@@ -28,12 +28,11 @@ from decoder import (
     gather_text_columns,
     pick_text_values,
 )
-from sink import Batch, SinkDataError, SinkSettings
+from sink import Batch, SinkDataError
 from sink.arrow import source_table
-from sink.keyless import KeylessStep
+from sink.fold import plan_batch
 from sink.partitioning import bucket_of, bucket_values
-from sink.plan import BatchPlan, MergeStep, plan_batch
-from sink.sql import MetadataColumns
+from sink.plan import BatchPlan, KeylessStep, MergeStep
 from tests.support.pg_text_forms import (
     TEXT_FORM_CASES,
     TYPED,
@@ -46,6 +45,7 @@ from tests.support.pg_text_forms import (
     typed_batches,
 )
 from tests.support.pgoutput_builder import encode_tuple
+from tests.support.settings import metadata_columns
 from tests.support.sink_changes import (
     INT8,
     U,
@@ -61,7 +61,7 @@ from tests.support.sink_changes import (
     update,
 )
 
-META = MetadataColumns.from_settings(SinkSettings(path="unused"))
+META = metadata_columns()
 
 
 def _sources(changes: Batch, *, columnar: bool) -> tuple[str, object]:

@@ -35,20 +35,13 @@ from decoder import (
     ValueDecoder,
     datetime_to_pg_timestamp,
 )
-from sink import Batch, SinkDataError, SinkSettings
+from sink import Batch, SinkDataError
 from sink.arrow import commit_time_array as _commit_time_array
 from sink.arrow import source_table
 from sink.constants import ColumnTypeOverride
 from sink.convert import column_converter, convert_value
-from sink.plan import (
-    BatchPlan,
-    MergeStep,
-    PlanColumn,
-    PlannedRow,
-    _new_planned_row,
-    plan_batch,
-)
-from sink.sql import MetadataColumns
+from sink.fold import _new_planned_row, plan_batch
+from sink.plan import BatchPlan, MergeStep, PlanColumn, PlannedRow
 from sink.typemap import ValueForm, delta_type
 from tests.support.pg_text_forms import (
     NUMERIC_5_0,
@@ -68,12 +61,13 @@ from tests.support.pg_text_forms import (
 from tests.support.pg_text_forms import float_text as _float_text
 from tests.support.pg_text_forms import wall as _wall
 from tests.support.pgoutput_builder import encode_tuple
+from tests.support.settings import metadata_columns
 from tests.support.sink_changes import U, Value, batch, insert, tup, update
 
 PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 PG_DATE_EPOCH = dt.date(2000, 1, 1)
 DECODER = ValueDecoder()
-META = MetadataColumns.from_settings(SinkSettings(path="unused"))
+META = metadata_columns()
 Sent = tuple[ColumnKind, bytes]
 
 

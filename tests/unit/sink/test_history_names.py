@@ -8,19 +8,23 @@ name. Names are compared without case, as Spark resolves them.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sink import SinkDataError, SinkSettings
+from sink import SinkDataError
 from sink.constants import HISTORY_OLD_KIND_COLUMN
+from sink.fold import plan_batch
 from sink.history import OWN_COLUMNS, history_columns, new_value_column, old_value_column
-from sink.plan import HELPER_PREFIX, PlanColumn, plan_batch
+from sink.plan import HELPER_PREFIX, PlanColumn
 from sink.sql import MetadataColumns
 from sink.typemap import delta_type
+from tests.support.settings import metadata_columns
 from tests.support.sink_changes import INT4, TEXT, batch, col, delete, insert, rel, update
 
-META = MetadataColumns.from_settings(SinkSettings(path="/lake"))
+META = metadata_columns()
 EVENTS = rel("public.events", col("kind"), col("v", INT4), identity="f")
 
 
@@ -156,18 +160,6 @@ def test_no_set_of_column_names_gives_two_history_columns_one_name(
 def test_a_configured_metadata_name_inside_the_historys_names_is_refused(
     setting: str, value: str, column: str
 ) -> None:
-    settings_ = {
-        "lsn": META.lsn,
-        "ordinal": META.ordinal,
-        "commit_time": META.commit_time,
-        setting: value,
-    }
-    meta = MetadataColumns(
-        lsn=settings_["lsn"],
-        commit_time=settings_["commit_time"],
-        deleted=META.deleted,
-        ordinal=settings_["ordinal"],
-        soft_delete=False,
-    )
+    meta = replace(META, **{setting: value})
     with pytest.raises(SinkDataError, match=r"public\.t__changes .*sink\.metadata"):
         names(text_columns(column), meta)

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from decoder import RowChange
 from sink import Batch
-from sink.keyless import NO_POSITION, Candidate, FoldedStep, KeylessStep, Take, assign_takes, fold
-from sink.plan import plan_batch
+from sink.fold import plan_batch
+from sink.keyless import Candidate, FoldedStep, Take, assign_takes, fold
+from sink.plan import NO_POSITION, KeylessStep
 from tests.support.sink_changes import INT4, batch, col, commit_time, delete, insert, rel, update
 from tests.support.table_model import TableModel, apply_plan, replay_changes
 

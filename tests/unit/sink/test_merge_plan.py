@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from decoder import Lsn, Relation, RowChange, TruncateChange
 from sink import Batch, SinkDataError
-from sink.keyless import KeylessStep
-from sink.plan import MergeStep, PlannedRow, TruncateStep, plan_batch
+from sink.fold import plan_batch
+from sink.plan import KeylessStep, MergeStep, PlannedRow, TruncateStep
 from tests.support.sink_changes import (
     INT4,
     U,

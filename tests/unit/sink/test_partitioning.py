@@ -6,8 +6,9 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sink.fold import plan_batch
 from sink.partitioning import bucket_filter, bucket_of, bucket_values, bucketed_column
-from sink.plan import MergeStep, plan_batch
+from sink.plan import MergeStep
 from sink.settings import KeyBuckets
 from tests.support.sink_changes import INT8, batch, col, delete, insert, rel
 
@@ -32,7 +33,7 @@ def test_every_planned_row_deletes_included_gets_the_bucket_of_its_identity() ->
         insert(ITEMS, "250", "b", lsn=10, ordinal=1),
         delete(ITEMS, "99", None, lsn=10, ordinal=2),
     )
-    index = bucketed_column("public.items", step, KeyBuckets(width=100))
+    index = bucketed_column("public.items", step, KeyBuckets(width=100, column=None))
     assert index == 0
     values = bucket_values(step, index, 100)
     assert sorted(v for v in values.to_pylist() if v is not None) == [-1, 0, 2]

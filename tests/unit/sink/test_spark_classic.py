@@ -16,8 +16,8 @@ import pytest
 
 import sink.spark
 from sink import SinkError
-from sink.settings import SparkSettings
 from sink.spark import classic_session_conf, create_spark_session
+from tests.support.settings import spark_settings
 
 DELTA_JARS = ("delta-spark_4.2_2.13-4.4.1.jar", "delta-storage-4.4.1.jar")
 S3_JARS = ("hadoop-aws-3.5.0.jar", "bundle-2.29.52.jar")
@@ -151,7 +151,7 @@ def test_classic_session_uses_the_present_jars_and_never_asks_delta_pip(
     monkeypatch.setenv("SPARK_HOME", str(tmp_path))
     jars_dir(tmp_path, *DELTA_JARS, *S3_JARS)
     session = create_spark_session(
-        SparkSettings(mode="classic", conf={"spark.sql.shuffle.partitions": "4"})
+        spark_settings(mode="classic", conf={"spark.sql.shuffle.partitions": "4"})
     )
     assert builder.sessions == [session]
     assert delta_pip_calls == []
@@ -171,7 +171,7 @@ def test_classic_session_without_jars_fails_before_building(
 ) -> None:
     monkeypatch.setenv("SPARK_HOME", str(tmp_path))
     with pytest.raises(SinkError, match="does not download them at start"):
-        create_spark_session(SparkSettings(mode="classic"))
+        create_spark_session(spark_settings(mode="classic"))
     assert builder.sessions == []
     assert builder.settings == {}
     assert delta_pip_calls == []

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from decoder import RowChange
+from sink.fold import plan_batch
 from sink.partitioning import MAX_LISTED_BUCKETS, BucketFilter
-from sink.plan import MergeStep, plan_batch
-from sink.settings import SinkSettings
+from sink.plan import MergeStep
 from sink.sql import (
-    MetadataColumns,
     delta_table,
     quote,
     render_added_columns_select,
@@ -21,12 +22,13 @@ from sink.sql import (
     render_truncate,
     source_columns,
 )
+from tests.support.settings import metadata_columns
 from tests.support.sink_changes import INT4, U, batch, col, insert, rel, update
 
 DOCS = rel("public.docs", col("id", INT4, key=True), col("body"), col("rev", INT4))
 LOG = rel("public.log", col("id", INT4), col("body"), identity="n")
-META = MetadataColumns.from_settings(SinkSettings(path="/lake"))
-SOFT = MetadataColumns.from_settings(SinkSettings(path="/lake", soft_delete=True))
+META = metadata_columns()
+SOFT = metadata_columns(soft_delete=True)
 TARGET = delta_table("/lake/public/docs")
 
 
@@ -228,11 +230,8 @@ def test_messages_are_inserted_once_per_message_lsn() -> None:
 
 
 def test_custom_metadata_column_names_are_used_everywhere() -> None:
-    meta = MetadataColumns.from_settings(
-        SinkSettings(
-            path="/lake", lsn_column="src_lsn", commit_time_column="src_ts", ordinal_column="src_o"
-        )
-    )
+    names = {"lsn_column": "src_lsn", "commit_time_column": "src_ts"}
+    meta = replace(metadata_columns(metadata=names), ordinal="src_o")  # not configurable
     text = render_merge(step_of(insert(DOCS, "1", "a", "1", lsn=10)), meta, target=TARGET, view="v")
     assert "t.`src_lsn` <= s.`src_lsn`" in text
     assert "t.`src_ts` = s.`src_ts`" in text

@@ -274,5 +274,6 @@ def test_builtin_types_with_a_ported_layout_print_from_their_bytes() -> None:
 
 
 def test_types_without_a_ported_layout_have_no_binary_text_form() -> None:
-    assert binary_text_form(oid("money"), bytes(8)) is None
+    assert binary_text_form(oid("regclass"), bytes(4)) is None
     assert binary_text_form(987_654, b"happy") is None
+    assert binary_text_form(oid("money"), bytes(8)) == "$0.00"  # under lc_monetary C

@@ -1,0 +1,105 @@
+"""The keyed MERGE step: a merge step's rows, one per identity value, into the table.
+
+The step's rows ship as one Arrow table (``arrow.source_table``: the row path's objects
+and the columnar rows) to a temporary view of the lake port, and one MERGE
+(``sql.render_merge``) applies them: the replay guard makes a row change only for a change
+at or after the one stored in it (docs/architecture.md, invariant 2), kept columns stay as
+they are (invariant 7), deletes remove or flag. When rows keep unchanged-TOAST columns, a
+count query first finds those whose value exists nowhere in the target; they are not
+inserted (the MERGE excludes them), but counted and logged. A table partitioned by key
+range (``partitioning.py``) gets the rows' buckets, and the MERGE reads only those
+partitions; the first MERGE of a process compares a stored row's bucket with the
+configured width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import structlog
+
+from sink.arrow import ArrowColumn, source_table
+from sink.base import SinkDataError
+from sink.partitioning import BucketFilter, bucket_filter, bucket_of, bucket_values, bucketed_column
+from sink.plan import MergeStep
+from sink.settings import KeyBuckets
+from sink.spark import engine_errors
+from sink.sql import (
+    ANOMALY_COUNT,
+    MetadataColumns,
+    delta_table,
+    render_bucket_sample,
+    render_merge,
+    render_toast_anomaly_count,
+)
+from sink.tables import LakeTables, TableState
+from sink.typemap import BIGINT
+
+log = structlog.get_logger("wal2delta.sink")
+
+
+class KeyedMergeExecutor:
+    """Applies merge steps of tables with a key through the lake port."""
+
+    def __init__(
+        self, lake: LakeTables, meta: MetadataColumns, key_buckets: Mapping[str, KeyBuckets]
+    ) -> None:
+        self._lake = lake
+        self._meta = meta
+        self._key_buckets = key_buckets
+
+    def apply(self, table: str, path: str, step: MergeStep, state: TableState) -> int:
+        """MERGE the step's rows into the table; return the TOAST anomalies it counted."""
+        target = delta_table(path)
+        columns, arrow = source_table(table, step, self._meta)
+        buckets: BucketFilter | None = None
+        spec = self._key_buckets.get(table)
+        if spec is not None and state.partition_column is not None:
+            index = bucketed_column(table, step, spec)
+            if not state.buckets_checked:
+                self._check_bucket_width(table, target, step.columns[index].name, spec)
+                state.buckets_checked = True
+            values = bucket_values(step, index, spec.width)
+            partition = ArrowColumn(state.partition_column, BIGINT.spark_sql, BIGINT.arrow)
+            arrow = arrow.append_column(partition.name, values)
+            columns = [*columns, partition]
+            buckets = bucket_filter(partition.name, values)
+        anomalies = 0
+        with engine_errors(f"merging into {table}"), self._lake.view(arrow, columns) as view:
+            count_query = render_toast_anomaly_count(
+                step, self._meta, target=target, view=view, buckets=buckets
+            )
+            if count_query is not None:
+                anomalies = self._lake.count(count_query, ANOMALY_COUNT)
+            merge = render_merge(
+                step,
+                self._meta,
+                target=target,
+                view=view,
+                buckets=buckets,
+            )
+            self._lake.sql(merge)
+        if anomalies:
+            log.warning(
+                "toast value missing in target",
+                table=table,
+                key_columns=[c.name for c in step.match_columns],
+                row_count=anomalies,
+            )
+        return anomalies
+
+    def _check_bucket_width(self, table: str, target: str, key: str, spec: KeyBuckets) -> None:
+        """Compare one stored row's bucket with the configured width (once per process).
+
+        Rows bucketed with another width sit in partitions a MERGE would not look in, and
+        would be duplicated instead of updated.
+        """
+        with engine_errors(f"reading a key bucket of {table}"):
+            rows = self._lake.rows(render_bucket_sample(self._meta, key, target=target))
+        if rows and bucket_of(int(rows[0]["k"]), spec.width) != int(rows[0]["b"]):
+            raise SinkDataError(
+                f"the Delta table of {table} is partitioned by key ranges of another width "
+                f"than sink.partition_by_key.{table}.width ({spec.width}): key "
+                f"{rows[0]['k']} is in bucket {rows[0]['b']}; restore the width the table "
+                "was written with"
+            )
