@@ -5,8 +5,10 @@ reads), ``frames`` (CopyData frames), ``tupledata`` (the one walk over a row's c
 ``parser`` (one message), ``transitions`` (the assembler's state table), ``assembler``
 (messages to committed transactions, spooled through ``spill``), ``replay`` (committed
 transactions back as changes), ``outputs`` and ``changes`` (what they produce), ``values``
-(column bytes to Python), with ``textforms`` and ``usertypes`` (binary values to
-PostgreSQL's text form). ``fastbuild`` is the one place objects skip their constructor.
+(column bytes to Python), with ``textforms`` (PostgreSQL's text form of binary values and
+of the Python values psycopg loads, a package by type family) and ``usertypes`` (binary
+values of user types to their text form). ``fastbuild`` is the one place objects skip
+their constructor.
 """
 
 from decoder.assembler import Assembler
@@ -92,6 +94,7 @@ from decoder.textforms import (
     builtin_text_reader,
     float8_text,
     utc_offset,
+    value_text,
 )
 from decoder.transitions import EVENTS, TRANSITIONS, AssemblerState, message_event
 from decoder.usertypes import (
@@ -221,5 +224,6 @@ __all__ = [
     "read_xlog_data",
     "spilling_buffers",
     "utc_offset",
+    "value_text",
     "xlog_records",
 ]

@@ -8,15 +8,30 @@ PostgreSQL 18 and 15; the properties below need no server.
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import struct
+from decimal import Decimal
+from uuid import UUID
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from psycopg import adapt, postgres
+from psycopg.adapt import PyFormat
 from psycopg.pq import Format
+from psycopg.types.multirange import Multirange, MultirangeInfo, register_multirange
+from psycopg.types.range import Range, RangeInfo, register_range
 
-from decoder import UnknownBinaryFormatError, builtin_text_reader, float8_text
+from decoder import (
+    ArrayType,
+    MultirangeType,
+    RangeType,
+    UnknownBinaryFormatError,
+    UserTypeForms,
+    builtin_text_reader,
+    float8_text,
+    value_text,
+)
 from decoder.textforms import (
     Reader,
     array_text,
@@ -252,3 +267,164 @@ def test_record_text_parses_back_to_its_fields(fields: list[str | None]) -> None
     # lone NULL field prints as "()", which without the type reads as no field at all.
     expected = () if fields == [None] else tuple(fields)
     assert loader.load(text.encode()) == expected
+
+
+# --- one value, two paths: its binary form read, and the value psycopg loads printed ---------
+#
+# The sink prints a value from its binary form (the readers) or, where it holds the Python
+# value psycopg loaded, with ``value_text``. Both must print what
+# PostgreSQL prints. Each case: a type, the send format PostgreSQL 18.6 sent and the text
+# form it printed for the same value (``::text``; inet and cidr as array elements, since
+# their ``::text`` casts add the mask). The user range is
+# ``CREATE TYPE textrange AS RANGE (subtype = text)``, with the OIDs it got.
+
+TEXTRANGE, TEXTRANGES, TEXTMULTIRANGE = 16387, 16384, 16385
+USER_TYPES = UserTypeForms(
+    {
+        TEXTRANGE: RangeType(TEXTRANGE, "public", "textrange", oid("text")),
+        TEXTRANGES: ArrayType(TEXTRANGES, "public", "_textrange", TEXTRANGE),
+        TEXTMULTIRANGE: MultirangeType(TEXTMULTIRANGE, "public", "textmultirange", TEXTRANGE),
+    }.get
+)
+LOADING = adapt.AdaptersMap(postgres.adapters)
+register_range(RangeInfo("textrange", TEXTRANGE, TEXTRANGES, subtype_oid=oid("text")), LOADING)
+register_multirange(
+    MultirangeInfo(
+        "textmultirange", TEXTMULTIRANGE, 0, range_oid=TEXTRANGE, subtype_oid=oid("text")
+    ),
+    LOADING,
+)
+TRANSFORMER = adapt.Transformer(LOADING)
+
+PG18_BOTH_PATHS: tuple[tuple[int, str, str], ...] = (
+    # range_bound_escape doubles a quote and a backslash inside a quoted bound...
+    (TEXTRANGE, "060000000361226200000003635c64", '["a""b","c\\\\d"]'),
+    (
+        TEXTMULTIRANGE,
+        "000000020000000d02000000036122620000000163000000081200000003782079",
+        '{["a""b",c),["x y",)}',
+    ),
+    # ...array_out escapes them with a backslash, around a range's own quoting.
+    (
+        TEXTRANGES,
+        "00000001000000000000400300000001000000010000000d02000000036122620000000163",
+        '{"[\\"a\\"\\"b\\",c)"}',
+    ),
+    # White space is ASCII only (array_isspace): U+00A0 and U+001C are not quoted.
+    (
+        oid("text[]"),
+        "00000001000000000000001900000008000000010000000361226200000003635c64000000066e62"
+        "c2a0737000000003781c79000000044e554c4c00000000000000046e756c6c00000003782c79",
+        '{"a\\"b","c\\\\d",nb\xa0sp,x\x1cy,"NULL","","null","x,y"}',
+    ),
+    # inet_net_ntop prints an IPv4-mapped address in dotted form (Python's str does not).
+    (oid("inet"), "0380001000000000000000000000ffff01020304", "::ffff:1.2.3.4"),
+    (oid("cidr"), "0360011000000000000000000000ffff00000000", "::ffff:0.0.0.0/96"),
+    (oid("numrange"), "120000000c000200000000000200011388", "[1.50,)"),
+    (
+        oid("tsrange"),
+        "06000000080002b0d5d4e94000000000080002b0e9f2c84120",
+        '["2024-01-01 00:00:00","2024-01-02 00:00:00.5"]',
+    ),
+)
+
+
+@pytest.mark.parametrize(("type_oid", "data", "text"), PG18_BOTH_PATHS)
+def test_a_binary_form_and_its_loaded_value_print_as_postgresql_18_printed_them(
+    type_oid: int, data: str, text: str
+) -> None:
+    sent = bytes.fromhex(data)
+    loaded = TRANSFORMER.get_loader(type_oid, Format.BINARY).load(sent)
+    assert USER_TYPES.reader(type_oid)(sent) == text
+    assert value_text(loaded) == text
+
+
+def _user_dumper(sample: object, type_oid: int) -> adapt.Dumper:
+    # psycopg picks a range's dumper from its bounds' type: show it a range of texts.
+    dumper = TRANSFORMER.get_dumper(sample, PyFormat.BINARY).upgrade(sample, PyFormat.BINARY)
+    assert dumper.oid == type_oid
+    return dumper
+
+
+USER_DUMPERS = {
+    TEXTRANGE: _user_dumper(Range("a", "b"), TEXTRANGE),
+    TEXTMULTIRANGE: _user_dumper(Multirange([Range("a", "b")]), TEXTMULTIRANGE),
+}
+
+
+def _dumped(type_oid: int, value: object) -> bytes:
+    """``value`` in ``type_oid``'s send format, as psycopg's binary dumpers write it."""
+    dumper = USER_DUMPERS.get(type_oid) or LOADING.get_dumper_by_oid(type_oid, Format.BINARY)(
+        type(value), TRANSFORMER
+    )
+    dumped = dumper.dump(value)
+    assert dumped is not None
+    return bytes(dumped)
+
+
+_OFFSETS = st.integers(-15 * 3600, 15 * 3600).map(lambda s: dt.timezone(dt.timedelta(seconds=s)))
+_BOUNDS = st.sampled_from(["[)", "(]", "[]", "()"])
+_TEXT_RANGES = st.builds(Range, st.none() | TEXTS, st.none() | TEXTS, _BOUNDS)
+_NUMERICS = st.decimals(-(10**30), 10**30, allow_nan=False, allow_infinity=False)
+_ADDRESSES = st.ip_addresses()
+LOADED_CASES = st.one_of(
+    st.tuples(st.just(oid("bool")), st.booleans()),
+    st.tuples(st.just(oid("float8")), st.floats()),
+    st.tuples(
+        st.just(oid("numeric")),
+        _NUMERICS | st.sampled_from([Decimal("NaN"), Decimal("Infinity"), Decimal("-Infinity")]),
+    ),
+    st.tuples(st.just(oid("date")), st.dates()),
+    st.tuples(st.just(oid("timestamp")), st.datetimes()),
+    st.tuples(
+        st.just(oid("timestamptz")),
+        st.datetimes(dt.datetime(2, 1, 1), dt.datetime(9998, 12, 31), timezones=_OFFSETS),
+    ),
+    st.tuples(st.just(oid("time")), st.times()),
+    st.tuples(st.just(oid("timetz")), st.times(timezones=_OFFSETS)),
+    st.tuples(st.just(oid("uuid")), st.uuids()),
+    st.tuples(st.just(oid("inet")), _ADDRESSES),
+    st.tuples(
+        st.just(oid("inet")),
+        _ADDRESSES.flatmap(
+            lambda a: st.integers(0, a.max_prefixlen).map(
+                lambda bits: ipaddress.ip_interface((a, bits))
+            )
+        ),
+    ),
+    st.tuples(
+        st.just(oid("cidr")),
+        _ADDRESSES.flatmap(
+            lambda a: st.integers(0, a.max_prefixlen).map(
+                lambda bits: ipaddress.ip_network((a, bits), strict=False)
+            )
+        ),
+    ),
+    st.tuples(st.just(oid("text[]")), st.lists(st.none() | TEXTS)),
+    st.tuples(
+        st.just(oid("text[]")),
+        st.integers(1, 3).flatmap(
+            lambda n: st.lists(st.lists(st.none() | TEXTS, min_size=n, max_size=n), min_size=1)
+        ),
+    ),
+    st.tuples(st.just(TEXTRANGE), _TEXT_RANGES),
+    st.tuples(st.just(TEXTMULTIRANGE), st.lists(_TEXT_RANGES).map(Multirange)),
+    st.tuples(
+        st.just(oid("numrange")), st.builds(Range, st.none() | _NUMERICS, st.none() | _NUMERICS)
+    ),
+)
+
+
+@given(LOADED_CASES)
+def test_a_binary_form_and_the_value_psycopg_loads_from_it_print_alike(
+    case: tuple[int, object],
+) -> None:
+    type_oid, value = case
+    sent = _dumped(type_oid, value)
+    loaded = TRANSFORMER.get_loader(type_oid, Format.BINARY).load(sent)
+    assert value_text(loaded) == USER_TYPES.reader(type_oid)(sent)
+
+
+def test_a_value_psycopg_left_as_bytes_is_never_printed() -> None:
+    with pytest.raises(UnknownBinaryFormatError, match="text mode"):
+        value_text([UUID(int=1), b"\x00\x01"])
