@@ -207,7 +207,7 @@ class Session:
         than for the next message. Read as soon as anything arrives, the loop kept pace
         with the walsender at a few dozen messages per wake-up and spent more on waking
         both than on the changes (4.5 µs of CPU per change against 1.2 µs in bulk,
-        docs/performance.md).
+        docs/performance-log.md).
 
         The worker's wake-ups are consumed after the wait and before the next look at its
         state, so none is lost: one written after that look makes the next wait return.

@@ -29,7 +29,7 @@ messages applied to the relation cache, in their place among the changes. The ou
 ``feed`` are in ``outputs.py``.
 
 Row messages are nearly all of a stream, so they take a fast path at both ends (see
-``docs/performance.md``). ``feed`` proves a row message valid with
+``docs/performance-log.md``). ``feed`` proves a row message valid with
 ``row_message_is_valid``, which builds nothing (``tupledata.walk_tuple`` without
 output); only when it cannot (a damaged message, or
 a state the fast path does not cover) does the general path parse it and raise the

@@ -10,7 +10,7 @@ bucket of one integer key column, ``floor(key / width)``, kept in the metadata c
 ``key_bucket_column``; each MERGE names the buckets of its rows as literals
 (``t.bucket IN (3, 4) AND t.bucket <=> s.bucket AND <key match>``), so its cost follows
 the partitions the batch touches instead of the size of the table (measured in
-``docs/performance.md``).
+``docs/performance-log.md``).
 
 The bucket is a function of the identity, never of other columns, so the row a change
 must find is always in the bucket the change computes: a key-changing UPDATE plans a

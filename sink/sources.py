@@ -6,7 +6,7 @@ Every MERGE reads its batch from a temporary view over an Arrow table built by t
 Through Spark Connect that table travels inside the plan: pyspark writes it to Arrow IPC,
 copies it into a protobuf message, copies that into the request and serialises it, and the
 server decodes it again - about 60 ms of the sink thread's time per 100k-row source, most
-of it holding the interpreter lock the capture thread needs (docs/performance.md).
+of it holding the interpreter lock the capture thread needs (docs/performance-log.md).
 
 The embedded engine (``sink.spark.mode: embedded``) runs in this process and sees its
 files, so the sink writes the table once, as an uncompressed Arrow IPC file, and the view

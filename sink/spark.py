@@ -44,7 +44,7 @@ usable CPU cores less one, at least 1, unless configured or set in the environme
 daemon's capture and planning threads keep about one core busy, and a MERGE split into
 more partitions than the cores left hashes both of its inputs into partitions and writes
 a file per partition for nothing: on two cores, one partition made ``bench e2e`` about 9%
-faster (ten alternating pairs) and halved the files a MERGE writes (docs/performance.md).
+faster (ten alternating pairs) and halved the files a MERGE writes (docs/performance-log.md).
 """
 
 from __future__ import annotations
