@@ -4,7 +4,7 @@ The contract (after supabase/etl's ``destination/base.rs``):
 
 * Input is at-least-once. After a crash the server re-sends every transaction after the
   slot's confirmed flush LSN, so a sink must tolerate the replay of any batch whose
-  transactions are at or before the last durable one (ARCHITECTURE invariant 2).
+  transactions are at or before the last durable one (docs/architecture.md, invariant 2).
 * Changes arrive in commit order, and inside a transaction in ordinal order (invariant 3).
 * ``apply`` returning means every change of the batch is durable; only then may capture
   acknowledge ``durable_lsn`` to the server (invariant 1).

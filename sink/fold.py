@@ -9,8 +9,8 @@ rows all share one relation *shape*: the same columns (names, types) and the sam
 identity. A relation whose shape differs from the previous change's (a column added, a
 type or the replica identity changed) closes the current merge step and starts a new one,
 so the executor applies steps strictly in order and every MERGE sees the effect of the
-ones before it (ARCHITECTURE invariant 3). A new Relation message equal to the last one
-does not: the server re-sends the Relation in every streamed transaction, and a step per
+ones before it (docs/architecture.md, invariant 3). A new Relation message equal to the last
+one does not: the server re-sends the Relation in every streamed transaction, and a step per
 message would cost a MERGE per streamed transaction. Each step keeps the Relation message
 of its first change (``MergePlan.relations``); the executor asks the catalog about a step
 whose message is new (``evolution.py``), which is how ``DROP b, ADD b`` - no name or type
@@ -162,15 +162,11 @@ def plan_batch(
     if chosen.columnar:
         try:
             return plan(with_columns=True)
-        except (SinkDataError, _ColumnarRefusedError):
+        except SinkDataError:
             # The row path plans the same batch value by value: it finds the same plan, or
             # raises the exact error - the first in batch order - a row-path plan raises.
             pass
     return plan(with_columns=False)
-
-
-class _ColumnarRefusedError(Exception):
-    """Some value of a columnar row did not convert column by column (``_freeze_step``)."""
 
 
 _NOTHING_KEPT: Final[frozenset[int]] = frozenset()
@@ -363,12 +359,51 @@ class _Planner:
         shape = step.shape
         arrays = column_arrays([c.delta for c in shape.columns], shape.text, step.columnar_parts)
         if arrays is None:
-            raise _ColumnarRefusedError
+            return self._freeze_by_rows(step)
         meta = columnar_meta(step.rows.values(), folded, step.columnar_deletes)
         assert meta is not None, "column_arrays answers None without the kernel"
         # Later changes may have replaced some: the others stay, in the order they were folded.
         columnar = columnar_rows(arrays, meta)
         return step.freeze(columnar if len(columnar) else None, meta.others)
+
+    def _freeze_by_rows(self, step: _OpenStep) -> MergeStep:
+        """Freeze ``step`` converting its columnar rows one by one, as the row path would
+        have: some value did not convert column by column (one the converter refuses, or a
+        legal value its Delta type cannot hold, stored under its convention and rejected).
+        Every folded change is read, the replaced ones too, in fold order - as the row path
+        reads them - so the errors and rejects are the row path's; only this step pays."""
+        shape, table = step.shape, self._table_of(step)
+        rows: list[_Row] = []
+        for index, change in enumerate(step.columnar_changes):
+            delete = step.columnar_deletes[index]
+            data = change.old if delete else change.new
+            values = self._decode(change, shape, required(data, change, "old" if delete else "new"))
+            commit_time = self._commit_time(change.commit_time)
+            if not delete:
+                self._reader.take_rejects(table.rejects, change, shape, values, commit_time)
+            rows.append(
+                _Row(
+                    delete,
+                    without_unchanged(values) if delete else values,
+                    None,
+                    change.commit_lsn,
+                    commit_time,
+                    change.ordinal,
+                )
+            )
+        for identity, entry in step.rows.items():
+            if type(entry) is int:
+                step.rows[identity] = rows[entry]
+        step.columnar_changes.clear()
+        step.columnar_parts.clear()
+        step.columnar_deletes.clear()
+        return step.freeze()
+
+    def _table_of(self, step: _OpenStep) -> _TablePlan:
+        """The table plan holding ``step``."""
+        relation = step.relation
+        assert relation is not None, "an open merge step keeps its first relation"
+        return self._table(relation)
 
     def _prior_values(self, prior: _Row | int, step: _OpenStep) -> list[object]:
         """The values of the row ``prior`` in ``step`` (a columnar row's converted now)."""
@@ -455,7 +490,7 @@ class _Planner:
         of the relation of the change before, with the same commit time, into the step
         that change went to - is folded by ``decoder.fold_text_rows``, in C, as
         ``_add_columnar_row`` folds an insert or update one change at a time (planning
-        with the Arrow sources fell from 1.35 to 0.8 µs per change, docs/performance.md;
+        with the Arrow sources fell from 1.35 to 0.8 µs per change, docs/performance-log.md;
         a delete is planned the row path's way when it starts a run). The loop hands
         it the changes after each one ``add_row`` planned into a columnar-capable step;
         the change that ends its run goes to ``add_row`` untouched, which decides it from

@@ -19,8 +19,8 @@ position P
   as Y with stamp P (or removes it), and *touches* every other row equal to X stamped
   before P: its stamp becomes P.
 
-Replays (ARCHITECTURE invariant 2). After a crash the server re-sends every transaction
-after the acknowledged position, some of which Delta may already hold. Changes of one
+Replays (docs/architecture.md, invariant 2). After a crash the server re-sends every
+transaction after the acknowledged position, some of which Delta may already hold. Changes of one
 table are applied in stream order, so a stamp P in the table proves that every change of
 the table up to P was applied: the **floor** of a step, the newest stamp in the table
 when the step runs (``DeltaSink`` reads it once per table after a start, then follows

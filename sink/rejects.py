@@ -102,7 +102,11 @@ class RejectsLog:
         floor = self._floor
         if floor is None:
             floor = self._floor = self._newest()
-        fresh = [r for r in rejects if (r.reject.lsn, r.reject.ordinal) > floor]
+        # Several tables' rejects in one batch: in position order, so the floor is the last.
+        fresh = sorted(
+            (r for r in rejects if (r.reject.lsn, r.reject.ordinal) > floor),
+            key=lambda r: (r.reject.lsn, r.reject.ordinal),
+        )
         if not fresh:
             log.debug("rejects replay skipped", count=len(rejects))
             return True

@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 Every statement names its columns explicitly and quotes every identifier with backticks,
 and targets a path-based table (``delta.`/lake/schema/table```). That subset runs
-unchanged on Sail and on Spark 4 with Delta (ARCHITECTURE, Spark). Statements that Sail
-does not run (``CREATE TABLE delta.`path```, ``ALTER TABLE ... ADD COLUMNS``, correlated
+unchanged on Sail and on Spark 4 with Delta (docs/architecture.md, Spark). Statements
+that Sail does not run (``CREATE TABLE delta.`path```, ``ALTER TABLE ... ADD COLUMNS``, correlated
 ``NOT EXISTS``) are not used; table creation and column addition go through the
 DataFrame writer in ``delta.py`` (``render_added_columns_select`` is the query whose result
 it writes when new columns need values).
@@ -181,7 +181,7 @@ def render_merge(
     An update writes only the step's columns: a target column the step's relation does
     not carry (dropped in PostgreSQL, or left out of the publication's column list) keeps
     its stored value in updated rows and is NULL in inserted ones, as in the table of a
-    native subscriber (ARCHITECTURE, "An UPDATE writes only the columns it carries").
+    native subscriber (docs/architecture.md, Keys and MERGE).
 
     Args:
         step: the planned rows and their shape.

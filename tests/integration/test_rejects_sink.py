@@ -129,3 +129,27 @@ def test_stop_refuses_the_batch_before_writing(tmp_path: Path, spark_session: ob
     sink.close()
     assert not Path(table_path(str(lake), "public", "spans")).exists()
     assert not Path(rejects_path(str(lake))).exists()
+
+
+def test_rejects_of_several_tables_in_one_batch_are_not_written_twice(
+    tmp_path: Path, spark_session: object
+) -> None:
+    # The plan lists tables in order of first appearance: events' rejects (100, 102) before
+    # spans' (101). The floor must be the newest of all, or a replay writes 102 again.
+    lake = tmp_path / "lake"
+    settings = sink_settings(lake)
+    interleaved = batch(
+        insert(EVENTS, "a", "infinity", lsn=100),
+        insert(SPANS, "1", "infinity", "1.5", lsn=101),
+        insert(EVENTS, "b", "-infinity", lsn=102),
+    )
+    for _ in range(2):  # a new process replays the batch
+        sink = DeltaSink(spark_session, settings)  # type: ignore[arg-type]
+        sink.apply(interleaved)
+        sink.close()
+    positions = [(r[0], r[6]) for r in _rejects(lake)]
+    assert sorted(positions) == [
+        ("public.events", 100),
+        ("public.events", 102),
+        ("public.spans", 101),
+    ]
