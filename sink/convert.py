@@ -12,20 +12,17 @@ once per relation, a function per column that does the same without the per-valu
 
 from __future__ import annotations
 
-import datetime as dt
-import ipaddress
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Final
-from uuid import UUID
 
 from decoder import (
     TEXT_KEPT_TYPE_OIDS,
     ColumnKind,
+    UnknownBinaryFormatError,
     ValueDecoder,
     builtin_text_reader,
-    float8_text,
-    utc_offset,
+    value_text,
 )
 from sink.plan import PlanColumn
 from sink.typemap import DeltaType, ValueForm
@@ -228,121 +225,27 @@ def checked_decimal(target: DeltaType, value: object) -> Decimal:
 # as they are. With ``binary true`` the value arrives in binary form: a builtin type whose
 # layout the decoder ports (``decoder.textforms``, through ``binary_text_form``) is printed
 # from its bytes; user types are printed by the decoder from the catalog's description
-# (``decoder.usertypes``); any other value psycopg loads into a Python object, which the
-# functions below print back the way PostgreSQL's output functions do (ISO DateStyle, hex
-# bytea, timestamptz in UTC).
+# (``decoder.usertypes``); any other value psycopg loads into a Python object, which
+# ``pg_text_form`` prints with the same printer (``decoder.value_text``).
 
-_ARRAY_SPECIAL: Final = frozenset('{},"\\')
-_RANGE_SPECIAL: Final = frozenset('()[],"\\')
-
-
-def _fraction(microseconds: int) -> str:
-    return f".{microseconds:06d}".rstrip("0") if microseconds else ""
-
-
-def _time_text(value: dt.time) -> str:
-    text = f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}{_fraction(value.microsecond)}"
-    offset = value.utcoffset()
-    return text if offset is None else text + utc_offset(int(offset.total_seconds()))
-
-
-def _datetime_text(value: dt.datetime) -> str:
-    if value.tzinfo is not None:
-        value = value.astimezone(dt.UTC)
-        return f"{value.date().isoformat()} {_time_text(value.time())}+00"
-    return f"{value.date().isoformat()} {_time_text(value.time())}"
-
-
-def _float_text(value: float) -> str:
-    """Print a float as float8out does (the decoder's port of PostgreSQL's Ryu output)."""
-    return float8_text(value)
-
-
-def _quoted(text: str, special: frozenset[str]) -> str:
-    needs_quotes = text == "" or any(ch in special or ch.isspace() for ch in text)
-    if not needs_quotes:
-        return text
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
-
-
-def _array_text(items: list[object]) -> str:
-    parts: list[str] = []
-    for item in items:
-        if item is None:
-            parts.append("NULL")
-        elif isinstance(item, list):
-            parts.append(_array_text(item))
-        else:
-            text = pg_text_form(item)
-            parts.append(f'"{text}"' if text.upper() == "NULL" else _quoted(text, _ARRAY_SPECIAL))
-    return "{" + ",".join(parts) + "}"
-
-
-def _range_text(value: object) -> str | None:
-    """Print a psycopg ``Range`` as ``range_out`` does; None when it is not a range."""
-    from psycopg.types.range import Range  # noqa: PLC0415 - only binary-mode ranges need it
-
-    if not isinstance(value, Range):
-        return None
-    if value.isempty:
-        return "empty"
-    bounds = value.bounds
-    lower = "" if value.lower is None else _quoted(pg_text_form(value.lower), _RANGE_SPECIAL)
-    upper = "" if value.upper is None else _quoted(pg_text_form(value.upper), _RANGE_SPECIAL)
-    return f"{bounds[0]}{lower},{upper}{bounds[1]}"
+_RAW_BYTES: Final = (
+    "the binary format of this type has no known text form; replicate the table in text "
+    "mode (source binary: false)"
+)
 
 
 def pg_text_form(value: object) -> str:
-    """Print a psycopg-loaded value the way PostgreSQL's output function would.
+    """``decoder.value_text``: a psycopg-loaded value printed as PostgreSQL's output
+    function would, raw bytes refused as a value the sink cannot store.
 
-    Covers the values psycopg's built-in loaders produce for types the sink stores as
-    text: strings, UUIDs, network addresses, times, numbers, dates and timestamps, bytea,
-    booleans, arrays and ranges. Anything else falls back to ``str``.
+    Raises:
+        UnrepresentableValueError: the value (or one inside it) is raw bytes - a binary
+            value nothing could read, its send format rather than its text.
     """
-    match value:
-        case str():
-            return value
-        case bool():
-            return "t" if value else "f"
-        case int() | UUID():
-            return str(value)
-        case Decimal():
-            return format(value, "f")
-        case float():
-            return _float_text(value)
-        case dt.datetime():
-            return _datetime_text(value)
-        case dt.date():
-            return value.isoformat()
-        case dt.time():
-            return _time_text(value)
-        case bytes() | bytearray() | memoryview():
-            # Raw bytes are a binary value nothing could read (psycopg's fallback): the
-            # type's send format, not its text, so printing them would store something
-            # PostgreSQL never shows.
-            raise UnrepresentableValueError(
-                "the binary format of this type has no known text form; replicate the table "
-                "in text mode (source binary: false)"
-            )
-        case list():
-            return _array_text(value)
-        case (
-            ipaddress.IPv4Address()
-            | ipaddress.IPv6Address()
-            | ipaddress.IPv4Interface()
-            | ipaddress.IPv6Interface()
-            | ipaddress.IPv4Network()
-            | ipaddress.IPv6Network()
-        ):
-            return str(value)
-    range_text = _range_text(value)
-    if range_text is not None:
-        return range_text
-    multirange = _multirange_text(value)
-    if multirange is not None:
-        return multirange
-    return str(value)
+    try:
+        return value_text(value)
+    except UnknownBinaryFormatError as exc:
+        raise UnrepresentableValueError(_RAW_BYTES) from exc
 
 
 def binary_text_form(type_oid: int, data: bytes) -> str | None:
@@ -359,11 +262,3 @@ def binary_text_form(type_oid: int, data: bytes) -> str | None:
 def binary_text_decoder(type_oid: int) -> Callable[[bytes], str] | None:
     """The function ``binary_text_form`` uses for ``type_oid``; None when it has none."""
     return builtin_text_reader(type_oid)
-
-
-def _multirange_text(value: object) -> str | None:
-    from psycopg.types.multirange import Multirange  # noqa: PLC0415 - binary-mode only
-
-    if not isinstance(value, Multirange):
-        return None
-    return "{" + ",".join(pg_text_form(item) for item in value) + "}"

@@ -39,6 +39,7 @@ from decoder.textforms import (
     record_text,
     require_builtin_reader,
 )
+from sink import pg_text_form
 
 # (type, send format as hex, text form), printed by PostgreSQL 18.
 PG18_GOLDEN: tuple[tuple[str, str, str], ...] = (
@@ -272,7 +273,7 @@ def test_record_text_parses_back_to_its_fields(fields: list[str | None]) -> None
 # --- one value, two paths: its binary form read, and the value psycopg loads printed ---------
 #
 # The sink prints a value from its binary form (the readers) or, where it holds the Python
-# value psycopg loaded, with ``value_text``. Both must print what
+# value psycopg loaded, with ``value_text`` (``sink.pg_text_form``). Both must print what
 # PostgreSQL prints. Each case: a type, the send format PostgreSQL 18.6 sent and the text
 # form it printed for the same value (``::text``; inet and cidr as array elements, since
 # their ``::text`` casts add the mask). The user range is
@@ -337,6 +338,7 @@ def test_a_binary_form_and_its_loaded_value_print_as_postgresql_18_printed_them(
     loaded = TRANSFORMER.get_loader(type_oid, Format.BINARY).load(sent)
     assert USER_TYPES.reader(type_oid)(sent) == text
     assert value_text(loaded) == text
+    assert pg_text_form(loaded) == text
 
 
 def _user_dumper(sample: object, type_oid: int) -> adapt.Dumper:
