@@ -54,6 +54,7 @@ from deltalake import DeltaTable
 from bench.daemon import add_delta_run_arguments, bench_config, run_daemon
 from bench.postgres import bench_server
 from bench.report import Figure, Ratio, median_figure, print_report
+from bench.settings import bench_spark_settings
 from bench.sink_scaling import bucketed_settings, build_table, layout_description
 from bench.split_bound import HalfRun, SplitBound, SplitRun, measure_sink_alone, measure_split_bound
 from bench.workload import (
@@ -69,7 +70,6 @@ from sink import (
     Batch,
     BatchResult,
     DeltaSink,
-    SparkSettings,
     create_spark_session,
     stop_spark_session,
     table_path,
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         source = stack.enter_context(bench_server(workdir / "source"))
         subscriber = stack.enter_context(bench_server(workdir / "subscriber"))
-        spark = create_spark_session(SparkSettings())
+        spark = create_spark_session(bench_spark_settings())
         stack.callback(stop_spark_session, spark)
         lake = workdir / "lake"
         settings = bucketed_settings(str(lake), args.key_bucket_width or None)

@@ -48,6 +48,7 @@ from psycopg.types.numeric import Int8
 from bench.daemon import add_delta_run_arguments, bench_config
 from bench.postgres import bench_server
 from bench.report import Ratio, median_figure, print_report
+from bench.settings import bench_spark_settings
 from bench.sink_scaling import bucketed_settings, build_table, layout_description
 from bench.workload import PUBLICATION, TABLE, create_source_slot, create_table
 from bench.wrapped_sink import WrapsDeltaSink
@@ -60,7 +61,6 @@ from sink import (
     Batch,
     BatchResult,
     DeltaSink,
-    SparkSettings,
     create_spark_session,
     stop_spark_session,
     table_path,
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             stack.enter_context(tempfile.TemporaryDirectory(prefix="w2d-bench-lag-"))
         )
         server = stack.enter_context(bench_server(workdir, synchronous_commit=True))
-        spark = create_spark_session(SparkSettings())
+        spark = create_spark_session(bench_spark_settings())
         stack.callback(stop_spark_session, spark)
         lake = workdir / "lake"
         settings = bucketed_settings(str(lake), args.key_bucket_width or None)

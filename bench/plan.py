@@ -51,6 +51,7 @@ import pyarrow as pa
 from psycopg.types.numeric import DecimalBinaryDumper
 
 from bench.report import Figure, Ratio, median_figure, print_report
+from bench.settings import bench_sink_settings
 from bench.sink_scaling import RELATION
 from decoder import (
     DECODER_KERNEL,
@@ -63,10 +64,10 @@ from decoder import (
     datetime_to_pg_timestamp,
 )
 from decoder.native import PURE_PYTHON_ENV
-from sink import Batch, SinkSettings
+from sink import Batch
 from sink.arrow import source_table
-from sink.plan import BatchPlan, MergeStep, plan_batch
-from sink.sql import MetadataColumns
+from sink.fold import plan_batch
+from sink.plan import BatchPlan, MergeStep
 
 TRANSACTION: Final = 1000
 
@@ -154,7 +155,7 @@ def make_batch(changes: int, protocol: Protocol) -> Batch:
     )
 
 
-_META: Final = MetadataColumns.from_settings(SinkSettings(path="unused"))
+_META: Final = bench_sink_settings("unused").metadata
 
 
 def run(

@@ -45,6 +45,7 @@ from typing import Final
 from pyspark.sql import SparkSession
 
 from bench.report import Figure, Ratio, median_figure, print_report
+from bench.settings import bench_sink_settings, bench_spark_settings
 from decoder import (
     ColumnKind,
     ColumnValue,
@@ -60,9 +61,7 @@ from decoder import (
 from sink import (
     Batch,
     DeltaSink,
-    KeyBuckets,
     SinkSettings,
-    SparkSettings,
     create_spark_session,
     stop_spark_session,
     table_path,
@@ -219,8 +218,8 @@ def build_table(
 def bucketed_settings(lake: str, width: int | None) -> SinkSettings:
     """The sink settings of the benchmark table: plain, or partitioned by key range."""
     if width is None:
-        return SinkSettings(path=lake)
-    return SinkSettings(path=lake, key_buckets={RELATION.qualified_name: KeyBuckets(width)})
+        return bench_sink_settings(lake)
+    return bench_sink_settings(lake, partition_by_key={RELATION.qualified_name: {"width": width}})
 
 
 def layout_description(width: int | None) -> str:
@@ -298,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir: Path = args.workdir or Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="w2d-bench-sink-"))
         )
-        spark = create_spark_session(SparkSettings())
+        spark = create_spark_session(bench_spark_settings())
         stack.callback(stop_spark_session, spark)
         for layout_name, size in [(layout, size) for layout in layouts for size in sizes]:
             bucket_width = width if layout_name == "partitioned" else None

@@ -35,12 +35,13 @@ import psycopg
 
 from bench.postgres import bench_server
 from bench.report import Figure, Ratio, median_figure, print_report
+from bench.settings import bench_spark_settings
 from capture.slots import current_wal_lsn
 from config import AppConfig, parse_config
 from daemon.supervisor import Supervisor
 from daemon.wiring import sink_settings
 from decoder import Lsn
-from sink import DeltaSink, SparkSettings, create_spark_session, stop_spark_session, table_path
+from sink import DeltaSink, create_spark_session, stop_spark_session, table_path
 
 ONE_TABLE_TARGET: Final = 0.8
 PARALLEL_TARGET: Final = 1.0
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         per_table = max(1, args.rows // args.tables)
         parts = [f"part{i}" for i in range(args.tables)]
         _create_tables(dsn, parts, per_table)
-        spark = create_spark_session(SparkSettings())
+        spark = create_spark_session(bench_spark_settings())
         stack.callback(stop_spark_session, spark)
 
         baseline_runs, daemon_runs, ranged_runs, single_runs, parallel_runs = [], [], [], [], []

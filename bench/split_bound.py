@@ -38,6 +38,7 @@ from pathlib import Path
 
 from bench.daemon import bench_config, run_daemon
 from bench.report import Figure, median_figure
+from bench.settings import bench_spark_settings
 from bench.sink_scaling import bucketed_settings
 from bench.workload import PUBLICATION, TABLE
 from config import AppConfig
@@ -47,7 +48,6 @@ from sink import (
     Batch,
     BatchResult,
     DeltaSink,
-    SparkSettings,
     create_spark_session,
     stop_spark_session,
 )
@@ -174,7 +174,7 @@ def _sink_half(half: _Half) -> _Timed:
         run_daemon(half.config(workdir), half.endpos, collector)
         batches = list(regroup(collector.batches, half.sizes))
         collector.batches.clear()
-        spark = create_spark_session(SparkSettings())
+        spark = create_spark_session(bench_spark_settings())
         sink = DeltaSink(spark, bucketed_settings(half.lake, half.bucket_width))
         try:
             with collector_paced_by_time():

@@ -20,7 +20,10 @@ from config.errors import ConfigError
 from config.load import load_config, parse_config
 from config.models import (
     MESSAGES_TABLE,
+    ORDINAL_COLUMN,
     REJECTS_TABLE,
+    ROW_LSN_COLUMN,
+    ROW_ORDINAL_COLUMN,
     AppConfig,
     BatchConfig,
     HealthConfig,
@@ -50,7 +53,10 @@ from config.units import (
 
 __all__ = [
     "MESSAGES_TABLE",
+    "ORDINAL_COLUMN",
     "REJECTS_TABLE",
+    "ROW_LSN_COLUMN",
+    "ROW_ORDINAL_COLUMN",
     "AppConfig",
     "BatchConfig",
     "ByteSize",

@@ -8,7 +8,13 @@ path. ``AppConfig`` is the whole file; each section is a model with
 instead of a silently ignored setting. Defaults live here, in the ``Field`` declarations,
 and nowhere else; ``config.docs`` renders these declarations (type, default,
 ``description``) into docs/configuration.md, so the descriptions are the reference
-documentation.
+documentation. The layers below never see this module: ``daemon.wiring`` derives their
+plain settings objects (``SinkSettings``, ``SparkSettings``, ``CaptureSettings``) from a
+validated ``AppConfig``, and those objects carry no defaults of their own for anything
+configured here (tests and benchmarks build theirs through ``daemon.wiring`` too). The
+names of the metadata columns a user cannot rename (``ORDINAL_COLUMN``, ...) are defined
+here as well, beside the ``sink.metadata`` defaults, so that every metadata column name
+has one definition.
 
 Validation happens in three layers, all inside pydantic so that ``config.load`` can report
 every problem of a file at once with its field path:
@@ -81,10 +87,19 @@ LogFormat = Literal["auto", "json", "console"]
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
 #: Table that receives logical decoding messages when ``sink.messages`` is ``table``.
-#: This literal, the ``metadata`` defaults and the policy Literals repeat ``sink/constants.py``
-#: (config imports nothing of the project); ``tests/unit/sink/test_constants.py`` pins them.
+#: These two table names and the vocabularies above repeat ``sink/constants.py`` (config
+#: imports nothing of the project); ``tests/unit/sink/test_constants.py`` pins them.
 MESSAGES_TABLE: Final = "_wal2delta_messages"
 REJECTS_TABLE: Final = "_wal2delta_rejects"
+
+#: Metadata columns whose names are not configurable (``MetadataConfig`` names the
+#: others); ``daemon.wiring.sink_settings`` hands them to the sink with those. The ordinal
+#: column holds the position in its transaction of the change that last wrote the row
+#: (with the LSN column, the row's stamp); the row LSN and row ordinal columns are the
+#: hidden identity of the rows of a table without any key under REPLICA IDENTITY FULL.
+ORDINAL_COLUMN: Final = "_wal2delta_ordinal"
+ROW_LSN_COLUMN: Final = "_wal2delta_row_lsn"
+ROW_ORDINAL_COLUMN: Final = "_wal2delta_row_ordinal"
 
 #: The oldest protocol version that carries each feature (logicalproto.h).
 _MIN_PROTOCOL_FOR_STREAMING: Final = 2

@@ -1,7 +1,11 @@
 """Wiring: the validated configuration turned into the plain settings of each layer.
 
 ``config`` is read here and in the rest of ``daemon`` only; ``capture`` and ``sink`` get
-frozen settings objects (``CaptureSettings``, ``SinkSettings``, ``SparkSettings``).
+frozen settings objects (``CaptureSettings``, ``SinkSettings``, ``SparkSettings``). Those
+objects have no defaults for what the configuration sets: every value comes from here,
+derived from ``AppConfig``, so a default is written once, in ``config/models.py``. Tests and
+benchmarks that drive a layer directly build its settings with these functions too
+(``tests/support/settings.py``, ``bench/settings.py``).
 """
 
 from __future__ import annotations
@@ -14,14 +18,19 @@ from capture import (
     PublishedTable,
     ReconnectSettings,
     ReplicationRequest,
-    SnapshotMarkerStore,
     SnapshotTuning,
     SourceInfo,
     prepare_source,
     with_text_form_settings,
 )
-from config import AppConfig, parse_table_name
-from sink import KeyBuckets, SinkSettings, SparkSettings
+from config import (
+    ORDINAL_COLUMN,
+    ROW_LSN_COLUMN,
+    ROW_ORDINAL_COLUMN,
+    AppConfig,
+    parse_table_name,
+)
+from sink import KeyBuckets, MetadataColumns, SinkSettings, SnapshotMarkerStore, SparkSettings
 
 
 def capture_settings(config: AppConfig) -> CaptureSettings:
@@ -100,10 +109,16 @@ def sink_settings(config: AppConfig) -> SinkSettings:
     default_policy, table_policies = sink.unrepresentable_policies()
     return SinkSettings(
         path=str(sink.path),
-        lsn_column=sink.metadata.lsn_column,
-        commit_time_column=sink.metadata.commit_time_column,
-        deleted_column=sink.metadata.deleted_column,
-        soft_delete=sink.soft_delete,
+        metadata=MetadataColumns(
+            lsn=sink.metadata.lsn_column,
+            commit_time=sink.metadata.commit_time_column,
+            deleted=sink.metadata.deleted_column,
+            ordinal=ORDINAL_COLUMN,
+            soft_delete=sink.soft_delete,
+            key_bucket=sink.metadata.key_bucket_column,
+            row_lsn=ROW_LSN_COLUMN,
+            row_ordinal=ROW_ORDINAL_COLUMN,
+        ),
         messages_table=sink.messages == "table",
         keys=configured_keys(config),
         on_missing_key=config.source.on_missing_key,
@@ -111,7 +126,6 @@ def sink_settings(config: AppConfig) -> SinkSettings:
             relation_name(name): KeyBuckets(width=entry.width, column=entry.column)
             for name, entry in sink.partition_by_key.items()
         },
-        key_bucket_column=sink.metadata.key_bucket_column,
         column_names=sink.column_names,
         bulk_writer=config.snapshot.writer,
         compact_after_writes=sink.compact_after_writes,
@@ -154,6 +168,7 @@ def relation_name(configured: str) -> str:
 
 
 def spark_settings(config: AppConfig) -> SparkSettings:
+    """Translate ``sink.spark`` for ``sink.create_spark_session``."""
     spark = config.sink.spark
     return SparkSettings(
         mode=spark.mode,

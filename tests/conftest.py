@@ -115,8 +115,9 @@ def pg15_dsn(pg15: LocalPostgres) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def spark_session() -> Iterator[object]:
     """One embedded Sail Spark session for every test that writes Delta in-process."""
-    from sink import SparkSettings, create_spark_session, stop_spark_session
+    from sink import create_spark_session, stop_spark_session
+    from tests.support.settings import spark_settings
 
-    session = create_spark_session(SparkSettings(mode="embedded"))
+    session = create_spark_session(spark_settings(mode="embedded"))
     yield session
     stop_spark_session(session)

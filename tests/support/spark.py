@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from sink import SparkSettings, create_spark_session, stop_spark_session
+from sink import create_spark_session, stop_spark_session
+from tests.support.settings import spark_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 def sail_spark_session() -> Iterator[SparkSession]:
     """Fixture body: start an embedded Sail session, yield it, stop it (and its server)."""
-    session = create_spark_session(SparkSettings(mode="embedded"))
+    session = create_spark_session(spark_settings(mode="embedded"))
     try:
         yield session
     finally:
