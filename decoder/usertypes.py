@@ -250,24 +250,10 @@ class UserTypeForms:
                 return read_record
             case RangeType(subtype_oid=subtype):
                 bound = self._inner(name, "its subtype", self._outcome(subtype, outer))
-                if isinstance(bound, _Unreadable):
-                    return bound
-                read_bound = bound
-
-                def read_range(data: bytes) -> str:
-                    return range_text(data, read_bound)
-
-                return read_range
+                return _around(bound, range_text)
             case MultirangeType(range_oid=range_oid):
                 one = self._inner(name, "its range type", self._outcome(range_oid, outer))
-                if isinstance(one, _Unreadable):
-                    return one
-                read_one = one
-
-                def read_multirange(data: bytes) -> str:
-                    return multirange_text(data, read_one)
-
-                return read_multirange
+                return _around(one, multirange_text)
             case OpaqueType(kind=kind):
                 what = _KINDS.get(kind, f"a type of kind {kind!r}")
                 return _Unreadable(
@@ -281,6 +267,21 @@ class UserTypeForms:
                 name, f"{role} {outcome.type_name} cannot be read ({outcome.reason})"
             )
         return outcome
+
+
+def _around(
+    inner: Reader | _Unreadable, container: Callable[[bytes, Reader], str]
+) -> Reader | _Unreadable:
+    """The reader of a container printed by ``container`` around ``inner``, the reader of
+    what it holds (a range's bounds, a multirange's ranges); ``inner`` when unreadable."""
+    if isinstance(inner, _Unreadable):
+        return inner
+    read_inner = inner
+
+    def read(data: bytes) -> str:
+        return container(data, read_inner)
+
+    return read
 
 
 def _label(data: bytes) -> str:
