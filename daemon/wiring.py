@@ -18,6 +18,7 @@ from capture import (
     PublishedTable,
     ReconnectSettings,
     ReplicationRequest,
+    SnapshotMarkerStore,
     SnapshotTuning,
     SourceInfo,
     prepare_source,
@@ -30,7 +31,7 @@ from config import (
     AppConfig,
     parse_table_name,
 )
-from sink import KeyBuckets, MetadataColumns, SinkSettings, SnapshotMarkerStore, SparkSettings
+from sink import KeyBuckets, MetadataColumns, SinkSettings, SparkSettings
 
 
 def capture_settings(config: AppConfig) -> CaptureSettings:
