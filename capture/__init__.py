@@ -38,7 +38,7 @@ from capture.settings import (
 )
 from capture.sink_worker import AppliedBatch, FailedBatch, SinkWorker
 from capture.slots import PublishedTable, current_wal_lsn, read_published_tables, slot_state
-from capture.snapshot import SnapshotCopier, SnapshotMarker, SnapshotMarkerStore
+from capture.snapshot import SnapshotCopier
 from capture.startup import (
     SourceInfo,
     drop_undecodable_slot,
@@ -79,8 +79,6 @@ __all__ = [
     "SlotSample",
     "SlotUndecodableError",
     "SnapshotCopier",
-    "SnapshotMarker",
-    "SnapshotMarkerStore",
     "SnapshotTuning",
     "SourceInfo",
     "SourceMonitor",

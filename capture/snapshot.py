@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Final, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final
 
 import psycopg
 import structlog
@@ -85,12 +85,17 @@ from decoder import (
     Relation,
     RelationColumn,
     RowChange,
-    TruncateChange,
     TupleData,
     datetime_to_pg_timestamp,
     format_lsn,
 )
-from sink import RANGE_ORDINAL_STRIDE, Batch, BulkTarget
+from sink import (
+    RANGE_ORDINAL_STRIDE,
+    Batch,
+    BulkSnapshotSink,
+    CopyTarget,
+    copy_truncate,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -98,25 +103,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger("wal2delta.snapshot")
 
 Conn = psycopg.Connection[tuple[object, ...]]
-SnapshotStatus = Literal["in_progress", "complete"]
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotMarker:
-    """What the sink records about the snapshot of one slot."""
-
-    slot: str
-    status: SnapshotStatus
-    consistent_point: Lsn
-
-
-@runtime_checkable
-class SnapshotMarkerStore(Protocol):
-    """Sinks that can record snapshot progress next to the data they write."""
-
-    def load_snapshot_marker(self, slot: str) -> SnapshotMarker | None: ...
-
-    def save_snapshot_marker(self, marker: SnapshotMarker) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,23 +216,6 @@ def _estimated_rows(conn: Conn, relation: Relation) -> int:
     return int(str(row[0])) if row is not None else 0
 
 
-@runtime_checkable
-class BulkSnapshotSink(Protocol):
-    """Sinks that take copied rows as bulk appends of Arrow batches (``sink.bulk``)."""
-
-    def begin_bulk(
-        self, relation: Relation, lsn: Lsn, commit_time: PgTimestamp
-    ) -> BulkTarget | None: ...
-
-    def append_bulk(
-        self, target: BulkTarget, strings: pa.RecordBatch | pa.Table, first_ordinal: int
-    ) -> int:
-        """Append rows; called from several workers at once, also for one table."""
-        ...
-
-    def finish_bulk(self, targets: Sequence[BulkTarget]) -> None: ...
-
-
 @dataclass(slots=True)
 class _TableJob:
     """One table of a bulk copy: its target, ranges left and progress."""
@@ -254,7 +223,7 @@ class _TableJob:
     relation: Relation
     row_filter: str | None
     only: bool
-    target: BulkTarget
+    target: CopyTarget
     estimate: int
     pages: int
     ranges: int
@@ -288,7 +257,7 @@ class SnapshotCopier:
         metrics: Metrics,
         chunk_rows: int,
         bulk: BulkSnapshotSink | None = None,
-        tuning: SnapshotTuning | None = None,
+        tuning: SnapshotTuning,
         progress_interval: float = 5.0,
     ) -> None:
         self._conninfo = conninfo
@@ -297,7 +266,7 @@ class SnapshotCopier:
         self._metrics = metrics
         self._chunk_rows = chunk_rows
         self._bulk = bulk
-        self._tuning = tuning or SnapshotTuning()
+        self._tuning = tuning
         self._progress_interval = progress_interval
         self._remaining = 0
         self._remaining_lock = threading.Lock()
@@ -576,16 +545,7 @@ class SnapshotCopier:
         estimate = _estimated_rows(conn, relation)
         self._metrics.snapshot_table_rows_estimated.labels(table=name).set(estimate)
         # Replaces whatever an interrupted earlier snapshot left behind.
-        first: list[Change] = [
-            TruncateChange(
-                relations=(relation,),
-                cascade=False,
-                restart_identity=False,
-                commit_lsn=lsn,
-                commit_time=commit_time,
-                ordinal=0,
-            )
-        ]
+        first: list[Change] = [copy_truncate(relation, lsn, commit_time)]
         copied = read = 0
         ordinal = 1
         started = last_report = time.monotonic()

@@ -34,15 +34,10 @@ from capture.slots import (
     slot_state,
     wal_sender_timeout_seconds,
 )
-from capture.snapshot import (
-    BulkSnapshotSink,
-    SnapshotCopier,
-    SnapshotMarker,
-    SnapshotMarkerStore,
-)
+from capture.snapshot import SnapshotCopier
 from capture.stream import ReplicationStream
 from decoder import Lsn, ProtocolOptions, format_lsn
-from sink import Sink
+from sink import BulkSnapshotSink, Sink, SnapshotMarker, SnapshotMarkerStore
 
 log = structlog.get_logger("wal2delta.startup")
 

@@ -50,7 +50,6 @@ from capture import (
     SinkWorker,
     SlotInvalidatedError,
     SlotUndecodableError,
-    SnapshotMarkerStore,
     SourceInfo,
     SourceMonitor,
     SourceRefusedError,
@@ -69,7 +68,7 @@ from decoder import (
     Wal2DeltaError,
     spilling_buffers,
 )
-from sink import Sink
+from sink import Sink, SnapshotMarkerStore
 
 log = structlog.get_logger("wal2delta.supervisor")
 

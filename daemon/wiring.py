@@ -18,7 +18,6 @@ from capture import (
     PublishedTable,
     ReconnectSettings,
     ReplicationRequest,
-    SnapshotMarkerStore,
     SnapshotTuning,
     SourceInfo,
     prepare_source,
@@ -31,7 +30,7 @@ from config import (
     AppConfig,
     parse_table_name,
 )
-from sink import KeyBuckets, MetadataColumns, SinkSettings, SparkSettings
+from sink import KeyBuckets, MetadataColumns, SinkSettings, SnapshotMarkerStore, SparkSettings
 
 
 def capture_settings(config: AppConfig) -> CaptureSettings:

@@ -17,11 +17,16 @@ and what its columns are called in Delta.
 from sink.base import (
     Batch,
     BatchResult,
+    BulkSnapshotSink,
+    CopyTarget,
     DeferringSink,
     Sink,
     SinkDataError,
     SinkError,
     SinkRetryableError,
+    SnapshotMarker,
+    SnapshotMarkerStore,
+    SnapshotStatus,
 )
 from sink.bulk import RANGE_ORDINAL_STRIDE, BulkTarget
 from sink.commits import commits_path
@@ -29,6 +34,7 @@ from sink.constants import REJECTS_TABLE, ColumnTypeOverride
 from sink.convert import pg_text_form, to_delta_value
 from sink.delta import DeltaSink
 from sink.evolution import CatalogColumn, CatalogTable, SourceCatalog
+from sink.fold import copy_truncate
 from sink.history import history_path
 from sink.naming import column_map, delta_can_hold, delta_column_name, table_of_path, table_path
 from sink.rejects import rejects_path
@@ -59,12 +65,14 @@ __all__ = [
     "TIMESTAMP_MINUS_INFINITY",
     "Batch",
     "BatchResult",
+    "BulkSnapshotSink",
     "BulkTarget",
     "CatalogColumn",
     "CatalogTable",
     "ColumnNamePolicy",
     "ColumnTypeError",
     "ColumnTypeOverride",
+    "CopyTarget",
     "DeferringSink",
     "DeltaSink",
     "DeltaType",
@@ -76,11 +84,15 @@ __all__ = [
     "SinkError",
     "SinkRetryableError",
     "SinkSettings",
+    "SnapshotMarker",
+    "SnapshotMarkerStore",
+    "SnapshotStatus",
     "SourceCatalog",
     "SparkSettings",
     "ValueForm",
     "column_map",
     "commits_path",
+    "copy_truncate",
     "create_spark_session",
     "delta_can_hold",
     "delta_column_name",

@@ -1,4 +1,6 @@
-"""What every sink accepts and promises: ``Batch``, ``BatchResult``, ``Sink`` and its errors.
+"""What every sink accepts and promises: ``Batch``, ``BatchResult``, ``Sink`` and its errors,
+and the capabilities a destination may declare besides (deferred upkeep, snapshot markers,
+bulk appends of copied rows), each declared once, here.
 
 The contract (after supabase/etl's ``destination/base.rs``):
 
@@ -15,11 +17,14 @@ The contract (after supabase/etl's ``destination/base.rs``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Literal, Protocol, runtime_checkable
 
-from decoder import Change, Lsn, PgTimestamp, Wal2DeltaError
+from decoder import Change, Lsn, PgTimestamp, Relation, Wal2DeltaError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +102,61 @@ class DeferringSink(Protocol):
 
     def settle(self) -> None:
         """Upkeep deferred until the sink is idle; failures are logged, never raised."""
+        ...
+
+
+SnapshotStatus = Literal["in_progress", "complete"]
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotMarker:
+    """What a sink records about the initial snapshot of one slot."""
+
+    slot: str
+    status: SnapshotStatus
+    consistent_point: Lsn
+
+
+@runtime_checkable
+class SnapshotMarkerStore(Protocol):
+    """A sink that records snapshot progress next to the data it writes."""
+
+    def load_snapshot_marker(self, slot: str) -> SnapshotMarker | None:
+        """The recorded state of ``slot``'s snapshot; None when nothing is recorded."""
+        ...
+
+    def save_snapshot_marker(self, marker: SnapshotMarker) -> None:
+        """Record ``marker``, replacing any earlier record of its slot."""
+        ...
+
+
+class CopyTarget(Protocol):
+    """A table a ``BulkSnapshotSink`` prepared for appends; opaque but for its name."""
+
+    @property
+    def table(self) -> str:
+        """``schema.table`` of the source."""
+        ...
+
+
+@runtime_checkable
+class BulkSnapshotSink(Protocol):
+    """A sink that takes copied rows as bulk appends of Arrow batches (``bulk.py``)."""
+
+    def begin_bulk(
+        self, relation: Relation, lsn: Lsn, commit_time: PgTimestamp
+    ) -> CopyTarget | None:
+        """Prepare ``relation``'s table for appends at ``lsn``; None: copy through ``apply``."""
+        ...
+
+    def append_bulk(
+        self, target: CopyTarget, strings: pa.RecordBatch | pa.Table, first_ordinal: int
+    ) -> int:
+        """Append rows; called from several workers at once, also for one table."""
+        ...
+
+    def finish_bulk(self, targets: Sequence[CopyTarget]) -> None:
+        """Record the appended tables as ``apply`` records a batch."""
         ...
 
 

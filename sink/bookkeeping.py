@@ -13,14 +13,13 @@ The names are ``constants.SNAPSHOTS_TABLE``, ``COLUMNS_TABLE`` and ``MESSAGES_TA
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
 
 import pyarrow as pa
 
 from decoder import Lsn, MessageChange, pg_timestamp_to_datetime
 from sink.arrow import ArrowColumn, arrow_table
+from sink.base import SinkError, SnapshotMarker, SnapshotStatus
 from sink.constants import COLUMNS_TABLE, MESSAGES_TABLE, SNAPSHOTS_TABLE
 from sink.evolution import ColumnOrigin
 from sink.spark import engine_errors
@@ -36,28 +35,6 @@ from sink.sql import (
 )
 from sink.tables import LakeTables
 from sink.typemap import BIGINT, BINARY, BOOLEAN, STRING, TIMESTAMP
-
-
-class SnapshotMarkerLike(Protocol):
-    """What ``save_snapshot_marker`` reads from capture's ``SnapshotMarker``."""
-
-    @property
-    def slot(self) -> str: ...
-
-    @property
-    def status(self) -> str: ...
-
-    @property
-    def consistent_point(self) -> int: ...
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotRecord:
-    """A stored snapshot marker; has the fields of capture's ``SnapshotMarker``."""
-
-    slot: str
-    status: str
-    consistent_point: Lsn
 
 
 class Bookkeeping:
@@ -87,7 +64,7 @@ class Bookkeeping:
         self._lake.ensure_columns(path, SNAPSHOTS_TABLE, columns)
         return path, columns
 
-    def load_snapshot_marker(self, slot: str) -> SnapshotRecord | None:
+    def load_snapshot_marker(self, slot: str) -> SnapshotMarker | None:
         """The recorded snapshot state of ``slot``, or None when nothing is recorded.
 
         Raises:
@@ -100,10 +77,10 @@ class Bookkeeping:
         name, status, point, _ = SNAPSHOT_COLUMNS
         for row in rows:
             if row[name] == slot:
-                return SnapshotRecord(slot, str(row[status]), Lsn(int(row[point])))
+                return SnapshotMarker(slot, _status(row[status]), Lsn(int(row[point])))
         return None
 
-    def save_snapshot_marker(self, marker: SnapshotMarkerLike) -> None:
+    def save_snapshot_marker(self, marker: SnapshotMarker) -> None:
         """Record the snapshot state of ``marker.slot``, replacing any earlier record.
 
         Raises:
@@ -221,3 +198,12 @@ class Bookkeeping:
             self._lake.view(arrow, columns) as view,
         ):
             self._lake.sql(render_messages_merge(meta, target=delta_table(path), view=view))
+
+
+def _status(stored: object) -> SnapshotStatus:
+    """A stored marker status, checked: the table is ours, but a hand edit is possible."""
+    if stored == "complete":
+        return "complete"
+    if stored == "in_progress":
+        return "in_progress"
+    raise SinkError(f"{SNAPSHOTS_TABLE} holds an unknown snapshot status {stored!r}")

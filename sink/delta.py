@@ -45,7 +45,7 @@ batch is replayed after a restart and the LSN guard makes that harmless (invaria
 Errors from the engine are translated at this boundary (``spark.engine_errors``).
 
 Snapshot markers: ``DeltaSink`` also records, per replication slot, whether the initial
-snapshot of the tables finished (``capture.snapshot.SnapshotMarkerStore``), in a small Delta
+snapshot of the tables finished (``base.SnapshotMarkerStore``), in a small Delta
 table ``<path>/_wal2delta_snapshots`` next to the data it describes, so a lake copied or
 restored elsewhere carries its own snapshot state.
 
@@ -66,15 +66,10 @@ import pyarrow as pa
 import structlog
 
 from decoder import (
-    Change,
     ColumnKind,
-    ColumnValue,
     Lsn,
     PgTimestamp,
     Relation,
-    RowChange,
-    TruncateChange,
-    TupleData,
     TypeDescription,
     ValueDecoder,
     pg_timestamp_to_datetime,
@@ -84,8 +79,8 @@ from sink.arrow import (
     metadata_columns,
     plan_column,
 )
-from sink.base import Batch, BatchResult, SinkDataError, SinkError
-from sink.bookkeeping import Bookkeeping, SnapshotMarkerLike, SnapshotRecord
+from sink.base import Batch, BatchResult, CopyTarget, SinkDataError, SinkError, SnapshotMarker
+from sink.bookkeeping import Bookkeeping
 from sink.bulk import BulkTarget, frame_columns
 from sink.commits import CommitLog, commits_path
 from sink.compaction import Compactor
@@ -95,7 +90,7 @@ from sink.deltars import DeltaRsAppender
 from sink.evolution import (
     SourceCatalog,
 )
-from sink.fold import plan_batch
+from sink.fold import plan_batch, plan_copy
 from sink.follow import RelationFollower
 from sink.history import HistoryWriter, history_name
 from sink.naming import table_path
@@ -291,9 +286,9 @@ class DeltaSink:
             key = self._primary_keys[relation] = described.primary_key if described else ()
         return key
 
-    # --- snapshot markers (capture.snapshot.SnapshotMarkerStore) ---------------------------
+    # --- snapshot markers (base.SnapshotMarkerStore) ---------------------------
 
-    def load_snapshot_marker(self, slot: str) -> SnapshotRecord | None:
+    def load_snapshot_marker(self, slot: str) -> SnapshotMarker | None:
         """The recorded snapshot state of ``slot``, or None (``bookkeeping.py``).
 
         Raises:
@@ -301,7 +296,7 @@ class DeltaSink:
         """
         return self._bookkeeping.load_snapshot_marker(slot)
 
-    def save_snapshot_marker(self, marker: SnapshotMarkerLike) -> None:
+    def save_snapshot_marker(self, marker: SnapshotMarker) -> None:
         """Record the snapshot state of ``marker.slot``, replacing any earlier record.
 
         Raises:
@@ -332,39 +327,12 @@ class DeltaSink:
         history = self._settings.history
         if history is True or (not isinstance(history, bool) and name in history):
             return None  # its change history records the copied rows as inserts
-        null = ColumnValue(ColumnKind.NULL)
-        changes: tuple[Change, ...] = (
-            TruncateChange(
-                relations=(relation,),
-                cascade=False,
-                restart_identity=False,
-                commit_lsn=lsn,
-                commit_time=commit_time,
-                ordinal=0,
-            ),
-            RowChange(
-                op="insert",
-                relation=relation,
-                new=TupleData((null,) * len(relation.columns)),
-                old=None,
-                old_kind=None,
-                commit_lsn=lsn,
-                commit_time=commit_time,
-                ordinal=1,
-            ),
-        )
-        plan = plan_batch(
-            Batch(changes, durable_lsn=None, transaction_count=0, last_commit_time=None),
-            self._plan_options,
-            decoder=self._decoder,
-            history=False,
-            columnar=False,
-        ).tables[0]
+        plan = plan_copy(relation, self._plan_options, self._decoder, lsn, commit_time)
         truncate, step = plan.steps
         assert isinstance(truncate, TruncateStep)
-        assert not isinstance(step, TruncateStep)
+        assert isinstance(step, MergeStep)
         spec = self._settings.key_buckets.get(name)
-        if spec is not None and isinstance(step, KeylessStep):
+        if spec is not None and step.identity == "row":
             return None  # the MERGE path raises the error that names the fix
         path, state = self._prepare_table(plan)
         target = delta_table(path)
@@ -421,7 +389,7 @@ class DeltaSink:
         with engine_errors(f"reading {table}"):
             return self._lake.holds_rows(target)
 
-    def finish_bulk(self, targets: Sequence[BulkTarget]) -> None:
+    def finish_bulk(self, targets: Sequence[CopyTarget]) -> None:
         """Record the appended tables' Delta versions in the commit log, as ``apply`` does.
 
         Raises:
@@ -429,10 +397,11 @@ class DeltaSink:
         """
         if targets:
             done = Batch((), durable_lsn=None, transaction_count=0, last_commit_time=None)
-            self._commits.record(done, {t.table: t.path for t in targets})
+            prepared = [t for t in targets if isinstance(t, BulkTarget)]
+            self._commits.record(done, {t.table: t.path for t in prepared})
 
     def append_bulk(
-        self, target: BulkTarget, strings: pa.RecordBatch | pa.Table, first_ordinal: int
+        self, target: CopyTarget, strings: pa.RecordBatch | pa.Table, first_ordinal: int
     ) -> int:
         """Append copied rows (text forms, COPY order) to a table ``begin_bulk`` prepared
         (``step_bulk.py``); safe from several threads at once. Returns the rows appended.
@@ -441,6 +410,7 @@ class DeltaSink:
             SinkDataError: a value cannot be stored in its Delta type.
             SinkRetryableError, SinkError: as ``apply``.
         """
+        assert isinstance(target, BulkTarget), "a target begin_bulk handed out"
         return self._bulk.append(target, strings, first_ordinal)
 
     # --- tables ----------------------------------------------------------------------------

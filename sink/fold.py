@@ -82,6 +82,7 @@ from decoder import (
     Change,
     Lsn,
     MessageChange,
+    PgTimestamp,
     Relation,
     RowChange,
     TruncateChange,
@@ -122,6 +123,48 @@ from sink.shape import (
     required,
     without_unchanged,
 )
+
+
+def copy_truncate(relation: Relation, lsn: Lsn, commit_time: PgTimestamp) -> TruncateChange:
+    """The change that opens a table's copy at the snapshot's consistent point ``lsn``: it
+    removes whatever an interrupted earlier copy left (rows at or below ``lsn``). The MERGE
+    path of the snapshot applies it first; ``plan_copy`` plans it for the bulk path."""
+    return TruncateChange(
+        relations=(relation,),
+        cascade=False,
+        restart_identity=False,
+        commit_lsn=lsn,
+        commit_time=commit_time,
+        ordinal=0,
+    )
+
+
+def plan_copy(
+    relation: Relation,
+    options: PlanOptions,
+    decoder: ValueDecoder,
+    lsn: Lsn,
+    commit_time: PgTimestamp,
+) -> MergePlan:
+    """The plan that prepares ``relation``'s table for a bulk copy: ``copy_truncate``, then
+    an empty merge step of the relation's shape (its columns, its identity - ``row`` for a
+    table without a key), which the executor follows as it would the first rows' step.
+
+    Raises:
+        SinkDataError: as ``shape.build_shape``.
+    """
+    shape = build_shape(relation, options, decoder)
+    truncate = TruncateStep(lsn, pg_timestamp_to_datetime(commit_time), 0)
+    step = MergeStep(shape.columns, shape.identity, shape.match_indexes, (), lsn)
+    return MergePlan(
+        schema=relation.schema_name,
+        table=relation.relation_name,
+        columns=shape.columns,
+        steps=(truncate, step),
+        counts={"insert": 0, "update": 0, "delete": 0},
+        uses_row_ids=shape.identity == "row",
+        relations=(None, relation),
+    )
 
 
 def plan_batch(

@@ -886,7 +886,7 @@ def test_binary_value_without_a_known_text_form_is_a_data_error_naming_text_mode
 def test_snapshot_markers_are_recorded_next_to_the_data_and_replaced_per_slot(
     make_sink: SinkFactory, lake: Path
 ) -> None:
-    from capture.snapshot import SnapshotMarker, SnapshotMarkerStore
+    from sink import SnapshotMarker, SnapshotMarkerStore
 
     sink = make_sink()
     assert isinstance(sink, SnapshotMarkerStore)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from capture.snapshot import SnapshotMarker
 from decoder import (
     UNCHANGED_TOAST,
     MessageChange,
@@ -18,7 +17,7 @@ from decoder import (
     TruncateChange,
     ValueDecoder,
 )
-from sink import Batch, BatchResult
+from sink import Batch, BatchResult, SnapshotMarker
 
 Row = dict[str, object]
 
