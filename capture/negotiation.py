@@ -31,14 +31,15 @@ def max_protocol_version(server_version_num: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ReplicationRequest:
-    """Requested protocol options, before negotiation."""
+    """Requested protocol options, before negotiation (``source.*`` of the configuration,
+    which holds their defaults; ``daemon.wiring.capture_settings`` builds it)."""
 
-    protocol_version: int | Literal["auto"] = "auto"
-    streaming: StreamingSetting = "auto"
-    two_phase: bool = False
-    binary: bool = False
-    messages: bool = False
-    origin: Literal["any", "none"] = "any"
+    protocol_version: int | Literal["auto"]
+    streaming: StreamingSetting
+    two_phase: bool
+    binary: bool
+    messages: bool
+    origin: Literal["any", "none"]
 
 
 def negotiate(request: ReplicationRequest, server_version_num: int) -> ProtocolOptions:

@@ -1,7 +1,10 @@
 """Plain settings of the replication layer, so ``capture`` never reads ``config``.
 
-``daemon.wiring.capture_settings`` builds them from the validated configuration; tests may
-build them directly. Durations are seconds, sizes bytes.
+``daemon.wiring.capture_settings`` builds them from the validated configuration. They have
+no defaults for what the configuration sets (its models in ``config/models.py`` are the one
+place defaults live); only ``SnapshotTuning.reader``, which no configuration sets, has one.
+Tests derive theirs from a configuration too (``tests/support/settings.py``). Durations are
+seconds, sizes bytes.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ class BatchSettings:
     max_age: float
     max_rows_ceiling: int
     max_bytes: int
-    close_when_idle: bool = True
+    close_when_idle: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +60,11 @@ class SnapshotTuning:
         chunk_bytes: COPY output read and appended at a time, per connection.
         reader: ``adbc`` reads with the ADBC PostgreSQL driver (``capture.adbcreader``),
             ``csv`` with COPY csv and Arrow's parser (``capture.copyreader``); ``auto``:
-            ADBC when it is installed.
+            ADBC when it is installed. No configuration sets it, hence its default.
     """
 
-    parallelism: int = 1
-    chunk_bytes: int = 32 << 20
+    parallelism: int
+    chunk_bytes: int
     reader: Literal["auto", "adbc", "csv"] = "auto"
 
 
@@ -112,4 +115,4 @@ class CaptureSettings:
     spool_dir: Path | None
     spool_memory_limit: int
     shutdown_grace: float
-    snapshot: SnapshotTuning = SnapshotTuning()
+    snapshot: SnapshotTuning

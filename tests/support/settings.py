@@ -1,9 +1,9 @@
-"""Sink and Spark settings for tests, derived from a configuration as the daemon derives them.
+"""Settings for tests, derived from a configuration as the daemon derives them.
 
-``sink.SinkSettings`` and ``sink.SparkSettings`` have no defaults of their own: the
-configuration's (``config/models.py``) are the only ones, and ``daemon.wiring`` carries
-them over. Tests that drive the sink or the engine without a whole daemon build their
-settings here, so they run with the defaults ``wal2delta run`` runs with.
+``sink.SinkSettings``, ``sink.SparkSettings`` and the capture settings have no defaults of
+their own: the configuration's (``config/models.py``) are the only ones, and
+``daemon.wiring`` carries them over. Tests that drive a layer without a whole daemon build
+its settings here, so they run with the defaults ``wal2delta run`` runs with.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from capture import ReplicationRequest
 from config import AppConfig, parse_config
+from daemon.wiring import capture_settings as wired_capture_settings
 from daemon.wiring import sink_settings as wired_sink_settings
 from daemon.wiring import spark_settings as wired_spark_settings
 from sink import MetadataColumns, SinkSettings, SparkSettings
@@ -80,3 +82,9 @@ def spark_settings(**spark: Any) -> SparkSettings:
     """``daemon.wiring.spark_settings`` of a configuration whose ``sink.spark`` is ``spark``
     (``mode="connect", url="sc://..."``, ``parallelism=2``)."""
     return wired_spark_settings(sink_config("unused", spark=spark))
+
+
+def replication_request(**source: Any) -> ReplicationRequest:
+    """The protocol options ``daemon.wiring.capture_settings`` asks for under the
+    configuration's ``source`` keys ``source`` (``protocol_version=1``, ``binary=True``)."""
+    return wired_capture_settings(sink_config("unused", source=source)).request

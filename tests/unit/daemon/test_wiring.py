@@ -10,16 +10,34 @@ from dataclasses import MISSING, fields
 
 import pytest
 
+from capture import (
+    BatchSettings,
+    CaptureSettings,
+    ReconnectSettings,
+    ReplicationRequest,
+    SnapshotTuning,
+)
 from config import parse_config
-from daemon.wiring import sink_settings, spark_settings
+from daemon.wiring import capture_settings, sink_settings, spark_settings
 from sink import KeyBuckets, MetadataColumns, SinkSettings, SparkSettings
 
 # Fields no configuration sets; only these may have a default of their own.
-UNCONFIGURED = {SinkSettings: {"inline_sources"}}
+UNCONFIGURED = {SinkSettings: {"inline_sources"}, SnapshotTuning: {"reader"}}
 
 
 @pytest.mark.parametrize(
-    "settings_class", [SinkSettings, SparkSettings, MetadataColumns, KeyBuckets]
+    "settings_class",
+    [
+        SinkSettings,
+        SparkSettings,
+        MetadataColumns,
+        KeyBuckets,
+        CaptureSettings,
+        BatchSettings,
+        SnapshotTuning,
+        ReconnectSettings,
+        ReplicationRequest,
+    ],
 )
 def test_settings_objects_have_no_defaults_of_their_own(settings_class: type) -> None:
     defaulted = {
@@ -48,3 +66,8 @@ def test_the_default_configuration_gives_the_sink_its_defaults() -> None:
     assert (sink.on_unrepresentable, sink.on_unrepresentable_tables) == ("keep", {})
     spark = spark_settings(config)
     assert (spark.mode, spark.url, spark.conf, spark.parallelism) == ("embedded", None, {}, None)
+    capture = capture_settings(config)
+    assert capture.snapshot.parallelism == config.snapshot.parallelism
+    assert capture.snapshot.chunk_bytes == int(config.snapshot.chunk_size)
+    assert capture.batch.close_when_idle is config.sink.batch.close_when_idle is True
+    assert capture.request.protocol_version == "auto"
