@@ -4,11 +4,17 @@ Names follow https://prometheus.io/docs/practices/naming: ``wal2delta_`` prefix,
 units, ``_total`` for counters (prometheus_client adds the suffix on exposition), bounded
 labels only (table names from the publication, operation kinds; never xids or LSNs).
 The list of exposed names is pinned by a test because dashboards and alerts depend on it.
+
+The class body of ``Metrics`` is the one table of them: each metric one declaration (kind,
+help text, labels), exposed as ``wal2delta_<attribute>``, made once per registry.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
+from typing import Generic, TypeVar, overload
 
 from prometheus_client import (
     CollectorRegistry,
@@ -26,184 +32,141 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
+M = TypeVar("M", Counter, Gauge, Histogram)
+
+
+class _Declared(Generic[M]):
+    """One metric of ``Metrics``: its kind, help text and labels, named ``wal2delta_<attribute>``.
+
+    ``Metrics.__init__`` makes one per registry into the instance, whose attribute then hides
+    this declaration; reading it through the class gives the declaration itself.
+    """
+
+    def __init__(self, kind: Callable[..., M], documentation: str, labels: tuple[str, ...]):
+        self._kind: Callable[..., M] = kind
+        self._documentation = documentation
+        self._labels = labels
+        self._attribute = ""  # set by __set_name__
+
+    def __set_name__(self, owner: type, attribute: str) -> None:
+        self._attribute = attribute
+
+    def make(self, registry: CollectorRegistry) -> M:
+        name = f"wal2delta_{self._attribute}"
+        return self._kind(name, self._documentation, self._labels, registry=registry)
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> _Declared[M]: ...
+    @overload
+    def __get__(self, instance: object, owner: type) -> M: ...
+    def __get__(self, instance: object, owner: type) -> _Declared[M] | M:
+        if instance is None:
+            return self
+        made: M = vars(instance)[self._attribute]
+        return made
+
+
+def _gauge(documentation: str, labels: tuple[str, ...] = ()) -> _Declared[Gauge]:
+    return _Declared(Gauge, documentation, labels)
+
+
+def _counter(documentation: str, labels: tuple[str, ...] = ()) -> _Declared[Counter]:
+    return _Declared(Counter, documentation, labels)
+
+
+def _histogram(documentation: str, labels: tuple[str, ...] = ()) -> _Declared[Histogram]:
+    return _Declared(partial(Histogram, buckets=LATENCY_BUCKETS), documentation, labels)
+
+
 class Metrics:
-    """Every metric the daemon exports."""
+    """Every metric the daemon exports, one declaration each: the exposed name is
+    ``wal2delta_`` and the attribute's name."""
+
+    build_info = _gauge(
+        "Build and protocol information; always 1.",
+        ("version", "proto_version", "spark_mode", "decoder_kernel"),
+    )
+    replication_lag_bytes = _gauge("Server's current WAL LSN minus the slot's confirmed flush LSN.")
+    apply_lag_seconds = _gauge(
+        "Now minus the commit time of the oldest transaction received but not yet "
+        "durable in Delta (0 when none is pending): grows while the sink is stuck."
+    )
+    batch_apply_lag_seconds = _histogram(
+        "Commit-to-durable-in-Delta lag of the newest transaction of each batch."
+    )
+    received_lsn = _gauge("Highest WAL position received, in bytes.")
+    written_lsn = _gauge("Write position last reported to the server.")
+    flushed_lsn = _gauge("Flush position last acknowledged to the server (durable in Delta).")
+    transactions = _counter("Transactions seen, by outcome.", ("outcome",))
+    changes = _counter(
+        "Row changes received in committed transactions, by table and operation.",
+        ("table", "operation"),
+    )
+    batches = _counter("Batches applied to Delta.")
+    batch_apply_duration_seconds = _histogram("Time to make one batch durable in Delta.")
+    merge_duration_seconds = _histogram(
+        "Time of the MERGE of one table within a batch.", ("table",)
+    )
+    rows_merged = _counter("Rows written by MERGE, by table.", ("table",))
+    bytes_received = _counter("Replication payload bytes received.")
+    messages_received = _counter(
+        "Replication protocol messages received, by type.", ("message_type",)
+    )
+    reconnects = _counter("Reconnection attempts to PostgreSQL.")
+    spilled_bytes = _gauge("Bytes of open transactions spilled to disk.")
+    open_streamed_transactions = _gauge(
+        "Streamed transactions received but not yet committed or aborted."
+    )
+    prepared_transactions = _gauge("Prepared transactions held until COMMIT/ROLLBACK PREPARED.")
+    snapshot_rows = _counter("Rows copied by the initial snapshot.", ("table",))
+    snapshot_bytes = _counter(
+        "Bytes the initial snapshot read: COPY csv text, or Arrow buffers (ADBC).", ("table",)
+    )
+    snapshot_table_rows_estimated = _gauge(
+        "Rows the initial snapshot expects to copy per table (catalog estimate).", ("table",)
+    )
+    snapshot_tables_remaining = _gauge("Tables the initial snapshot has still to copy.")
+    errors = _counter("Errors by component and error class.", ("component", "error_type"))
+    last_error_timestamp_seconds = _gauge("Unix time of the last error.")
+    last_commit_timestamp_seconds = _gauge(
+        "Commit time of the last transaction durable in Delta (Unix seconds)."
+    )
+    status_updates = _counter("Standby status updates sent, by reason.", ("reason",))
+    toast_anomalies = _counter(
+        "Unchanged-TOAST updates whose row was missing in Delta (not written).", ("table",)
+    )
+    unrepresentable_values = _counter(
+        "Legal values their Delta column cannot hold, stored under their documented "
+        "convention with the exact text in the rejects table, by table, column and "
+        "reason (infinity, out_of_range, not_finite, multidimensional, lower_bound).",
+        ("table", "column", "reason"),
+    )
+    ready = _gauge("1 when /readyz reports ready.")
+    not_streaming = _gauge(
+        "1 for the reason the daemon is waiting to reconnect instead of streaming (the "
+        "SQLSTATE condition, e.g. configuration_limit_exceeded, or connection_lost), 0 "
+        "for earlier reasons; all 0 while streaming.",
+        ("reason",),
+    )
+    slot_retained_wal_bytes = _gauge(
+        "WAL the server keeps for the slot: current WAL LSN minus its restart_lsn."
+    )
+    slot_safe_wal_size_bytes = _gauge(
+        "WAL that may still be written before the slot risks invalidation "
+        "(pg_replication_slots.safe_wal_size); +Inf when max_slot_wal_keep_size is -1."
+    )
+    slot_wal_status = _gauge(
+        "1 for the slot's current wal_status (reserved, extended, unreserved, lost, "
+        "missing), 0 for the others.",
+        ("status",),
+    )
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        r = self.registry
-        self.build_info = Gauge(
-            "wal2delta_build_info",
-            "Build and protocol information; always 1.",
-            ["version", "proto_version", "spark_mode", "decoder_kernel"],
-            registry=r,
-        )
-        self.replication_lag_bytes = Gauge(
-            "wal2delta_replication_lag_bytes",
-            "Server's current WAL LSN minus the slot's confirmed flush LSN.",
-            registry=r,
-        )
-        self.apply_lag_seconds = Gauge(
-            "wal2delta_apply_lag_seconds",
-            "Now minus the commit time of the oldest transaction received but not yet "
-            "durable in Delta (0 when none is pending): grows while the sink is stuck.",
-            registry=r,
-        )
-        self.batch_apply_lag_seconds = Histogram(
-            "wal2delta_batch_apply_lag_seconds",
-            "Commit-to-durable-in-Delta lag of the newest transaction of each batch.",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.received_lsn = Gauge(
-            "wal2delta_received_lsn", "Highest WAL position received, in bytes.", registry=r
-        )
-        self.written_lsn = Gauge(
-            "wal2delta_written_lsn", "Write position last reported to the server.", registry=r
-        )
-        self.flushed_lsn = Gauge(
-            "wal2delta_flushed_lsn",
-            "Flush position last acknowledged to the server (durable in Delta).",
-            registry=r,
-        )
-        self.transactions = Counter(
-            "wal2delta_transactions",
-            "Transactions seen, by outcome.",
-            ["outcome"],
-            registry=r,
-        )
-        self.changes = Counter(
-            "wal2delta_changes",
-            "Row changes received in committed transactions, by table and operation.",
-            ["table", "operation"],
-            registry=r,
-        )
-        self.batches = Counter("wal2delta_batches", "Batches applied to Delta.", registry=r)
-        self.batch_apply_duration_seconds = Histogram(
-            "wal2delta_batch_apply_duration_seconds",
-            "Time to make one batch durable in Delta.",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.merge_duration_seconds = Histogram(
-            "wal2delta_merge_duration_seconds",
-            "Time of the MERGE of one table within a batch.",
-            ["table"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.rows_merged = Counter(
-            "wal2delta_rows_merged", "Rows written by MERGE, by table.", ["table"], registry=r
-        )
-        self.bytes_received = Counter(
-            "wal2delta_bytes_received", "Replication payload bytes received.", registry=r
-        )
-        self.messages_received = Counter(
-            "wal2delta_messages_received",
-            "Replication protocol messages received, by type.",
-            ["message_type"],
-            registry=r,
-        )
-        self.reconnects = Counter(
-            "wal2delta_reconnects", "Reconnection attempts to PostgreSQL.", registry=r
-        )
-        self.spilled_bytes = Gauge(
-            "wal2delta_spilled_bytes", "Bytes of open transactions spilled to disk.", registry=r
-        )
-        self.open_streamed_transactions = Gauge(
-            "wal2delta_open_streamed_transactions",
-            "Streamed transactions received but not yet committed or aborted.",
-            registry=r,
-        )
-        self.prepared_transactions = Gauge(
-            "wal2delta_prepared_transactions",
-            "Prepared transactions held until COMMIT/ROLLBACK PREPARED.",
-            registry=r,
-        )
-        self.snapshot_rows = Counter(
-            "wal2delta_snapshot_rows", "Rows copied by the initial snapshot.", ["table"], registry=r
-        )
-        self.snapshot_bytes = Counter(
-            "wal2delta_snapshot_bytes",
-            "Bytes the initial snapshot read: COPY csv text, or Arrow buffers (ADBC).",
-            ["table"],
-            registry=r,
-        )
-        self.snapshot_table_rows_estimated = Gauge(
-            "wal2delta_snapshot_table_rows_estimated",
-            "Rows the initial snapshot expects to copy per table (catalog estimate).",
-            ["table"],
-            registry=r,
-        )
-        self.snapshot_tables_remaining = Gauge(
-            "wal2delta_snapshot_tables_remaining",
-            "Tables the initial snapshot has still to copy.",
-            registry=r,
-        )
-        self.errors = Counter(
-            "wal2delta_errors",
-            "Errors by component and error class.",
-            ["component", "error_type"],
-            registry=r,
-        )
-        self.last_error_timestamp_seconds = Gauge(
-            "wal2delta_last_error_timestamp_seconds",
-            "Unix time of the last error.",
-            registry=r,
-        )
-        self.last_commit_timestamp_seconds = Gauge(
-            "wal2delta_last_commit_timestamp_seconds",
-            "Commit time of the last transaction durable in Delta (Unix seconds).",
-            registry=r,
-        )
-        self.status_updates = Counter(
-            "wal2delta_status_updates",
-            "Standby status updates sent, by reason.",
-            ["reason"],
-            registry=r,
-        )
-        self.toast_anomalies = Counter(
-            "wal2delta_toast_anomalies",
-            "Unchanged-TOAST updates whose row was missing in Delta (not written).",
-            ["table"],
-            registry=r,
-        )
-        self.unrepresentable_values = Counter(
-            "wal2delta_unrepresentable_values",
-            "Legal values their Delta column cannot hold, stored under their documented "
-            "convention with the exact text in the rejects table, by table, column and "
-            "reason (infinity, out_of_range, not_finite, multidimensional, lower_bound).",
-            ["table", "column", "reason"],
-            registry=r,
-        )
-        self.ready = Gauge("wal2delta_ready", "1 when /readyz reports ready.", registry=r)
-        self.not_streaming = Gauge(
-            "wal2delta_not_streaming",
-            "1 for the reason the daemon is waiting to reconnect instead of streaming (the "
-            "SQLSTATE condition, e.g. configuration_limit_exceeded, or connection_lost), 0 "
-            "for earlier reasons; all 0 while streaming.",
-            ["reason"],
-            registry=r,
-        )
+        for attribute, declared in vars(Metrics).items():
+            if isinstance(declared, _Declared):
+                setattr(self, attribute, declared.make(self.registry))
         self._not_streaming_reasons: set[str] = set()
-        self.slot_retained_wal_bytes = Gauge(
-            "wal2delta_slot_retained_wal_bytes",
-            "WAL the server keeps for the slot: current WAL LSN minus its restart_lsn.",
-            registry=r,
-        )
-        self.slot_safe_wal_size_bytes = Gauge(
-            "wal2delta_slot_safe_wal_size_bytes",
-            "WAL that may still be written before the slot risks invalidation "
-            "(pg_replication_slots.safe_wal_size); +Inf when max_slot_wal_keep_size is -1.",
-            registry=r,
-        )
-        self.slot_wal_status = Gauge(
-            "wal2delta_slot_wal_status",
-            "1 for the slot's current wal_status (reserved, extended, unreserved, lost, "
-            "missing), 0 for the others.",
-            ["status"],
-            registry=r,
-        )
 
     def record_error(self, component: str, exc: BaseException, now: float) -> None:
         self.errors.labels(component=component, error_type=type(exc).__name__).inc()
