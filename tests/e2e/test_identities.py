@@ -26,10 +26,10 @@ from psycopg import errors as pg_errors
 
 from capture.slots import current_wal_lsn
 from daemon.wiring import prepare_configured_source
-from devtools.verify import compare_table, read_delta
 from sink import table_path
 from tests.support.configs import make_config
 from tests.support.harness import run_daemon
+from tests.support.oracle import compare_table, read_delta
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -24,9 +24,9 @@ from capture.slots import current_wal_lsn
 from config import load_config
 from daemon import run_service
 from decoder import format_lsn, parse_lsn
-from devtools.verify import compare_table, read_delta
 from sink import table_path
 from tests.support.harness import confirmed_flush, run_cli
+from tests.support.oracle import compare_table, read_delta
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

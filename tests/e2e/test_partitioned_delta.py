@@ -19,9 +19,9 @@ from capture.catalog import PostgresCatalog
 from capture.slots import current_wal_lsn
 from daemon.supervisor import Supervisor
 from daemon.wiring import prepare_configured_source, sink_settings
-from devtools.verify import compare_table, read_delta
 from sink import DeltaSink, table_path
 from tests.support.configs import make_config
+from tests.support.oracle import compare_table, read_delta
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -21,11 +21,11 @@ from config import AppConfig
 from daemon import run_service
 from daemon.wiring import prepare_configured_source
 from decoder import format_lsn
-from devtools.verify import compare_table
 from devtools.workload import DEMO_TABLES, Workload, create_schema
 from sink import table_path
 from tests.support.configs import make_config
 from tests.support.harness import confirmed_flush
+from tests.support.oracle import compare_table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -19,10 +19,10 @@ import pytest
 from capture.slots import current_wal_lsn
 from daemon.supervisor import Supervisor
 from daemon.wiring import prepare_configured_source, sink_settings
-from devtools.verify import compare_table, normalise, read_source
 from sink import DeltaSink, table_path
 from tests.support.configs import make_config
 from tests.support.model_sink import ModelSink
+from tests.support.oracle import canonical, compare_table, read_source
 from tests.support.scenarios import PROTOCOL_SCHEMA, PROTOCOL_TABLES, run_protocol_workload
 from tests.support.sinks import TeeSink
 
@@ -54,9 +54,9 @@ def assert_model_equals_source(dsn: str, model: ModelSink) -> None:
         for name in PROTOCOL_TABLES:
             schema, _, table = name.partition(".")
             columns, rows = read_source(conn, schema, table)
-            source = {repr(normalise(r[0])): [normalise(v) for v in r] for r in rows}
+            source = {repr(canonical(r[0])): [canonical(v) for v in r] for r in rows}
             delta = {
-                repr(normalise(r[columns[0]])): [normalise(r[c]) for c in columns]
+                repr(canonical(r[columns[0]])): [canonical(r[c]) for c in columns]
                 for r in model.tables.get(name, {}).values()
             }
             if source != delta:

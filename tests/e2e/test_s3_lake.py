@@ -28,10 +28,10 @@ from deltalake import DeltaTable
 
 from capture import current_wal_lsn
 from decoder import format_lsn
-from devtools.verify import compare_table
 from sink import table_path
 from tests.support.appends import append_from_threads
 from tests.support.harness import run_cli, start_daemon, wait_for_flush
+from tests.support.oracle import compare_table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -20,10 +20,10 @@ import pytest
 from capture.slots import current_wal_lsn, slot_state
 from config import AppConfig
 from daemon.wiring import prepare_configured_source
-from devtools.verify import compare_table, read_delta
 from sink import SinkDataError, table_path
 from tests.support.configs import make_config
 from tests.support.harness import run_daemon, run_transaction
+from tests.support.oracle import compare_table, read_delta
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

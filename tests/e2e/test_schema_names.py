@@ -27,7 +27,6 @@ from capture.catalog import PostgresCatalog
 from capture.slots import current_wal_lsn
 from daemon.supervisor import Supervisor
 from daemon.wiring import prepare_configured_source, sink_settings
-from devtools.verify import read_delta
 from sink import DeltaSink, SinkDataError, table_path
 from tests.support.configs import make_config
 from tests.support.harness import (
@@ -37,6 +36,7 @@ from tests.support.harness import (
     table_mismatches,
     wait_for_flush,
 )
+from tests.support.oracle import read_delta
 from tests.support.subscriber import native_subscriber, wait_for_subscriber
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -24,10 +24,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from devtools.verify import compare_table, read_delta
 from sink import table_path
 from tests.support.configs import make_config
 from tests.support.harness import run_daemon, run_statements, wait_until
+from tests.support.oracle import compare_table, read_delta
 from tests.support.subscriber import native_subscriber, wait_for_subscriber
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -14,10 +14,10 @@ from capture.slots import current_wal_lsn, slot_state
 from config import load_config
 from daemon.wiring import prepare_configured_source
 from decoder import format_lsn
-from devtools.verify import compare_table
 from devtools.workload import DEMO_TABLES, Workload, create_schema
 from sink import table_path
 from tests.support.harness import log_events, start_daemon
+from tests.support.oracle import compare_table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

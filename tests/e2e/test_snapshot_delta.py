@@ -20,10 +20,10 @@ from capture.slots import current_wal_lsn
 from config import AppConfig, SnapshotConfig
 from daemon.supervisor import Supervisor
 from daemon.wiring import sink_settings
-from devtools.verify import compare_table, read_delta
 from sink import BulkTarget, DeltaSink, table_path
 from tests.support.configs import make_config
 from tests.support.harness import wait_for_flush
+from tests.support.oracle import compare_table, read_delta
 from tests.support.sinks import InjectedFaultError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

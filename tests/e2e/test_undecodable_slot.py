@@ -28,9 +28,9 @@ import yaml
 
 from capture import EXIT_FATAL, slot_state
 from decoder import parse_lsn
-from devtools.verify import compare_table, read_delta
 from sink import table_path
 from tests.support.harness import log_events, start_daemon, wait_until
+from tests.support.oracle import compare_table, read_delta
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

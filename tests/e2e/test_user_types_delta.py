@@ -32,10 +32,10 @@ from config import AppConfig
 from daemon.supervisor import Supervisor
 from daemon.wiring import prepare_configured_source, sink_settings
 from decoder import ColumnKind, RowChange
-from devtools.verify import read_delta
 from sink import Batch, BatchResult, DeltaSink, SinkDataError, table_path
 from tests.support.configs import make_config
 from tests.support.harness import run_statements, run_transaction, table_mismatches
+from tests.support.oracle import read_delta
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

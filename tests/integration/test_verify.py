@@ -42,6 +42,9 @@ FORMS = {
     "c": pa.array(["ab "]),
     "tags": pa.array([["10.0.0.1", None]], pa.list_(pa.string())),
     "at": pa.array([dt.datetime(2024, 3, 10, 9, 30, tzinfo=dt.UTC)], pa.timestamp("us", "UTC")),
+    # A composite whose fields are all NULL is no NULL; nor is an element of an array.
+    "p": pa.array(["(,)"]),
+    "ps": pa.array([['(1,"a b")', None, "(,)"]], pa.list_(pa.string())),
 }
 
 
@@ -53,14 +56,16 @@ def test_columns_delta_holds_as_strings_compare_as_their_postgresql_text(
     # vectors feature is read through delta-rs's SQL engine (string views).
     configuration = {"delta.enableDeletionVectors": "true"} if vectors else None
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TYPE pair AS (a int, b text)")
         conn.execute(
             "CREATE TABLE public.forms (id int PRIMARY KEY, u uuid, t time, ip inet, j jsonb,"
-            " n numeric, c char(3), tags inet[], at timestamptz)"
+            " n numeric, c char(3), tags inet[], at timestamptz, p pair, ps pair[])"
         )
         conn.execute(
             "INSERT INTO forms VALUES (1, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '24:00',"
             " '10.0.0.1', '{\"b\": 1, \"a\": 2}', 1.50, 'ab', '{10.0.0.1,NULL}',"
-            " '2024-03-10 01:30:00-08')"
+            " '2024-03-10 01:30:00-08', ROW(NULL, NULL),"
+            ' \'[0:2]={"(1,\\"a b\\")",NULL,"(,)"}\')'
         )
         write_deltalake(str(tmp_path / "same"), pa.table(FORMS), configuration=configuration)
         same = compare_table(conn, "public.forms", tmp_path / "same")

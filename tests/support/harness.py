@@ -20,8 +20,8 @@ from capture import PostgresCatalog, current_wal_lsn, slot_state
 from config import AppConfig
 from daemon import Supervisor, sink_settings
 from decoder import Lsn, format_lsn, parse_lsn
-from devtools.verify import compare_table
 from sink import DeltaSink, table_path
+from tests.support.oracle import compare_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,8 +108,8 @@ def run_daemon(dsn: str, config: AppConfig, spark_session: Any, endpos: int) -> 
 
 
 def table_mismatches(dsn: str, lake: Path | str, tables: Sequence[str]) -> list[str]:
-    """Every table of ``dsn`` compared with its Delta table (``devtools.verify``); each must
-    have rows. Returns the descriptions of those that differ."""
+    """Every table of ``dsn`` compared with its Delta table (``tests.support.oracle``); each
+    must have rows. Returns the descriptions of those that differ."""
     found = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         for name in tables:
