@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 from decoder.changes import RowOperation
 from decoder.errors import MalformedMessageError
@@ -186,21 +186,24 @@ def _parse_type(reader: Reader, options: ProtocolOptions, in_stream: bool) -> Ty
     )
 
 
-def _parse_insert(reader: Reader, options: ProtocolOptions, in_stream: bool) -> Insert:
+def _read_row_start(reader: Reader, in_stream: bool) -> tuple[Xid | None, int, int, int]:
+    """What INSERT, UPDATE and DELETE start with: the stream's xid, the relation id, and the
+    first tuple marker with its offset."""
     xid = _stream_xid(reader, in_stream)
     relation_id = reader.u32("relation_id")
     offset = reader.pos
-    marker = reader.u8("the tuple marker")
+    return xid, relation_id, offset, reader.u8("the tuple marker")
+
+
+def _parse_insert(reader: Reader, options: ProtocolOptions, in_stream: bool) -> Insert:
+    xid, relation_id, offset, marker = _read_row_start(reader, in_stream)
     if marker != _TAG_N:
         raise reader.error(f"expected new tuple marker 'N', got 0x{marker:02x}", offset)
     return Insert(xid=xid, relation_id=Oid(relation_id), new_tuple=_read_tuple(reader))
 
 
 def _parse_update(reader: Reader, options: ProtocolOptions, in_stream: bool) -> Update:
-    xid = _stream_xid(reader, in_stream)
-    relation_id = reader.u32("relation_id")
-    offset = reader.pos
-    marker = reader.u8("the tuple marker")
+    xid, relation_id, offset, marker = _read_row_start(reader, in_stream)
     old_kind: Literal["K", "O"] | None = None
     old_tuple = None
     if marker in (_TAG_K, _TAG_O):
@@ -222,10 +225,7 @@ def _parse_update(reader: Reader, options: ProtocolOptions, in_stream: bool) -> 
 
 
 def _parse_delete(reader: Reader, options: ProtocolOptions, in_stream: bool) -> Delete:
-    xid = _stream_xid(reader, in_stream)
-    relation_id = reader.u32("relation_id")
-    offset = reader.pos
-    marker = reader.u8("the tuple marker")
+    xid, relation_id, offset, marker = _read_row_start(reader, in_stream)
     if marker not in (_TAG_K, _TAG_O):
         raise reader.error(f"expected tuple marker 'K' or 'O', got 0x{marker:02x}", offset)
     return Delete(
@@ -286,19 +286,27 @@ def _parse_begin_prepare(reader: Reader, options: ProtocolOptions, in_stream: bo
     )
 
 
-def _read_prepare_common(reader: Reader) -> tuple[int, int, int, int, int, str]:
-    """Fields shared by PREPARE and STREAM PREPARE (``logicalrep_read_prepare_common``)."""
-    flags, prepare_lsn, end_lsn, prepare_time, xid = reader.unpack(_PREPARE_COMMON, "the fields")
+def _read_prepare_fields(reader: Reader, lsn_field: str) -> tuple[int, int, int, int, int, str]:
+    """Flags, an LSN named ``lsn_field``, end_lsn, a time, xid and gid: the layout PREPARE,
+    STREAM PREPARE and COMMIT PREPARED share (``logicalrep_read_prepare_common``,
+    ``logicalrep_read_commit_prepared``)."""
+    flags, lsn, end_lsn, time, xid = reader.unpack(_PREPARE_COMMON, "the fields")
     _require_flags_zero(reader, flags, 1)
-    _require_set(reader, prepare_lsn, "prepare_lsn", 2)
+    _require_set(reader, lsn, lsn_field, 2)
     _require_set(reader, end_lsn, "end_lsn", 10)
     _require_set(reader, xid, "the transaction id", 26)
-    return flags, prepare_lsn, end_lsn, prepare_time, xid, reader.cstring("the gid")
+    return flags, lsn, end_lsn, time, xid, reader.cstring("the gid")
 
 
-def _parse_prepare(reader: Reader, options: ProtocolOptions, in_stream: bool) -> Prepare:
-    flags, prepare_lsn, end_lsn, prepare_time, xid, gid = _read_prepare_common(reader)
-    return Prepare(
+_Prepared = TypeVar("_Prepared", Prepare, StreamPrepare)
+
+
+def _read_prepare_common(reader: Reader, kind: type[_Prepared]) -> _Prepared:
+    """PREPARE or STREAM PREPARE (``logicalrep_read_prepare_common``)."""
+    flags, prepare_lsn, end_lsn, prepare_time, xid, gid = _read_prepare_fields(
+        reader, "prepare_lsn"
+    )
+    return kind(
         flags=flags,
         prepare_lsn=Lsn(prepare_lsn),
         end_lsn=Lsn(end_lsn),
@@ -306,37 +314,29 @@ def _parse_prepare(reader: Reader, options: ProtocolOptions, in_stream: bool) ->
         xid=Xid(xid),
         gid=gid,
     )
+
+
+def _parse_prepare(reader: Reader, options: ProtocolOptions, in_stream: bool) -> Prepare:
+    return _read_prepare_common(reader, Prepare)
 
 
 def _parse_stream_prepare(
     reader: Reader, options: ProtocolOptions, in_stream: bool
 ) -> StreamPrepare:
-    flags, prepare_lsn, end_lsn, prepare_time, xid, gid = _read_prepare_common(reader)
-    return StreamPrepare(
-        flags=flags,
-        prepare_lsn=Lsn(prepare_lsn),
-        end_lsn=Lsn(end_lsn),
-        prepare_time=PgTimestamp(prepare_time),
-        xid=Xid(xid),
-        gid=gid,
-    )
+    return _read_prepare_common(reader, StreamPrepare)
 
 
 def _parse_commit_prepared(
     reader: Reader, options: ProtocolOptions, in_stream: bool
 ) -> CommitPrepared:
-    flags, commit_lsn, end_lsn, commit_time, xid = reader.unpack(_PREPARE_COMMON, "the fields")
-    _require_flags_zero(reader, flags, 1)
-    _require_set(reader, commit_lsn, "commit_lsn", 2)
-    _require_set(reader, end_lsn, "end_lsn", 10)
-    _require_set(reader, xid, "the transaction id", 26)
+    flags, commit_lsn, end_lsn, commit_time, xid, gid = _read_prepare_fields(reader, "commit_lsn")
     return CommitPrepared(
         flags=flags,
         commit_lsn=Lsn(commit_lsn),
         end_lsn=Lsn(end_lsn),
         commit_time=PgTimestamp(commit_time),
         xid=Xid(xid),
-        gid=reader.cstring("the gid"),
+        gid=gid,
     )
 
 
