@@ -80,7 +80,7 @@ from typing import Literal, assert_never
 
 from decoder.changes import Change
 from decoder.errors import DecodeError, ProtocolSequenceError
-from decoder.lsn import Lsn, PgTimestamp, Xid, format_lsn
+from decoder.lsn import Xid, format_lsn
 from decoder.messages import (
     Begin,
     BeginPrepare,
@@ -418,34 +418,28 @@ class Assembler:
                 txn.xid,
             )
         self._current = None
-        return self._release(
-            txn,
-            kind="commit",
-            gid=None,
-            commit_lsn=message.commit_lsn,
-            end_lsn=message.end_lsn,
-            commit_time=message.commit_time,
-        )
+        return self._release(txn, message)
 
     def _release(
-        self,
-        txn: SpooledTransaction,
-        *,
-        kind: Literal["commit", "stream_commit", "commit_prepared"],
-        gid: str | None,
-        commit_lsn: Lsn,
-        end_lsn: Lsn,
-        commit_time: PgTimestamp,
+        self, txn: SpooledTransaction, message: Commit | StreamCommit | CommitPrepared
     ) -> CommittedTransaction:
-        """Queue a committed transaction for replay and describe it."""
+        """Queue a committed transaction for replay and describe it from its commit message."""
         sequence = self._replays.commit(txn)
+        kind: Literal["commit", "stream_commit", "commit_prepared"]
+        match message:
+            case Commit():
+                kind = "commit"
+            case StreamCommit():
+                kind = "stream_commit"
+            case CommitPrepared():
+                kind = "commit_prepared"
         return CommittedTransaction(
             kind=kind,
             xid=txn.xid,
-            gid=gid,
-            commit_lsn=commit_lsn,
-            end_lsn=end_lsn,
-            commit_time=commit_time,
+            gid=message.gid if isinstance(message, CommitPrepared) else None,
+            commit_lsn=message.commit_lsn,
+            end_lsn=message.end_lsn,
+            commit_time=message.commit_time,
             origin=txn.origin,
             origin_lsn=txn.origin_lsn,
             change_count=txn.change_count,
@@ -460,8 +454,17 @@ class Assembler:
                 event, f"gid {gid!r} is already held by a prepared transaction", xid
             )
 
-    def _hold(self, txn: SpooledTransaction, prepared: TransactionPrepared) -> TransactionPrepared:
+    def _hold(
+        self, txn: SpooledTransaction, message: Prepare | StreamPrepare
+    ) -> TransactionPrepared:
         """Hold a prepared transaction; its schema takes effect from here on (see above)."""
+        prepared = TransactionPrepared(
+            xid=message.xid,
+            gid=message.gid,
+            prepare_lsn=message.prepare_lsn,
+            end_lsn=message.end_lsn,
+            prepare_time=message.prepare_time,
+        )
         self._prepared[prepared.gid] = _Held(txn, prepared)
         self._replays.prepare(txn)
         return prepared
@@ -485,16 +488,7 @@ class Assembler:
                 message.xid,
             )
         self._current = None
-        return self._hold(
-            txn,
-            TransactionPrepared(
-                xid=message.xid,
-                gid=message.gid,
-                prepare_lsn=message.prepare_lsn,
-                end_lsn=message.end_lsn,
-                prepare_time=message.prepare_time,
-            ),
-        )
+        return self._hold(txn, message)
 
     def _on_commit_prepared(self, message: CommitPrepared, event: str) -> CommittedTransaction:
         held = self._prepared.get(message.gid)
@@ -509,14 +503,7 @@ class Assembler:
                 message.xid,
             )
         self._take_prepared(message.gid, message.xid, event)
-        return self._release(
-            held.txn,
-            kind="commit_prepared",
-            gid=message.gid,
-            commit_lsn=message.commit_lsn,
-            end_lsn=message.end_lsn,
-            commit_time=message.commit_time,
-        )
+        return self._release(held.txn, message)
 
     def _take_prepared(self, gid: str, xid: int, event: str) -> _Held:
         """Remove and return the held transaction of ``gid``, which ``xid`` must own."""
@@ -583,14 +570,7 @@ class Assembler:
     def _on_stream_commit(self, message: StreamCommit, event: str) -> CommittedTransaction:
         txn = self._streamed(message.xid, event)
         del self._streams[message.xid]
-        return self._release(
-            txn,
-            kind="stream_commit",
-            gid=None,
-            commit_lsn=message.commit_lsn,
-            end_lsn=message.end_lsn,
-            commit_time=message.commit_time,
-        )
+        return self._release(txn, message)
 
     def _on_stream_abort(self, message: StreamAbort, event: str) -> StreamAborted:
         xid, subxid = message.xid, message.subxid
@@ -634,16 +614,7 @@ class Assembler:
         txn = self._streamed(message.xid, event)
         self._check_gid_free(event, message.gid, message.xid)
         del self._streams[message.xid]
-        return self._hold(
-            txn,
-            TransactionPrepared(
-                xid=message.xid,
-                gid=message.gid,
-                prepare_lsn=message.prepare_lsn,
-                end_lsn=message.end_lsn,
-                prepare_time=message.prepare_time,
-            ),
-        )
+        return self._hold(txn, message)
 
     # --------------------------------------------------------------------------- replay
 
