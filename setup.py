@@ -1,8 +1,11 @@
-"""The decoder's C walk (``decoder/_tuplewalk.c``); everything else is in pyproject.toml.
+"""The two C kernels - the decoder's TupleData walk (``decoder/_tuplewalk.c``) and the sink's
+columnar planner loops (``sink/_columnar.c``), which share ``decoder/_tuplewire.h``;
+everything else is in pyproject.toml.
 
 Optional: a machine without a C compiler still installs a working daemon, which then runs
-the Python reference walk (``decoder/native.py``). Kept here rather than in pyproject.toml's
-``[tool.setuptools.ext-modules]``, which setuptools still calls experimental.
+the Python reference paths (``decoder/native.py``, ``sink/kernel.py``). Kept here rather
+than in pyproject.toml's ``[tool.setuptools.ext-modules]``, which setuptools still calls
+experimental.
 """
 
 from setuptools import Extension, setup
@@ -12,8 +15,17 @@ setup(
         Extension(
             "decoder._tuplewalk",
             sources=["decoder/_tuplewalk.c"],
+            depends=["decoder/_tuplewire.h"],
             optional=True,
             extra_compile_args=["-O2"],
-        )
+        ),
+        Extension(
+            "sink._columnar",
+            sources=["sink/_columnar.c"],
+            include_dirs=["decoder"],
+            depends=["decoder/_tuplewire.h"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
     ]
 )

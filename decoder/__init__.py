@@ -68,6 +68,7 @@ from decoder.messages import (
     message_type_name,
 )
 from decoder.native import KERNEL as DECODER_KERNEL
+from decoder.native import PURE_PYTHON_ENV
 from decoder.options import ProtocolOptions, StreamingMode
 from decoder.outputs import (
     AssemblerOutput,
@@ -113,19 +114,15 @@ from decoder.usertypes import (
 from decoder.values import (
     TEXT_KEPT_TYPE_OIDS,
     UNCHANGED_TOAST,
-    ColumnarMeta,
     ValueDecoder,
-    columnar_meta,
     decode_tuple,
-    fold_text_rows,
-    gather_text_columns,
     load_tuple_wire,
-    pick_text_values,
 )
 
 __all__ = [
     "DECODER_KERNEL",
     "EVENTS",
+    "PURE_PYTHON_ENV",
     "TEXT_KEPT_TYPE_OIDS",
     "TRANSITIONS",
     "UNCHANGED_TOAST",
@@ -142,7 +139,6 @@ __all__ = [
     "ChunkLimits",
     "ColumnKind",
     "ColumnValue",
-    "ColumnarMeta",
     "Commit",
     "CommitPrepared",
     "CommittedTransaction",
@@ -204,15 +200,12 @@ __all__ = [
     "Xid",
     "builtin_text_reader",
     "cause_line",
-    "columnar_meta",
     "datetime_to_pg_timestamp",
     "decode_tuple",
     "encode_standby_status_update",
     "fast_constructor",
     "float8_text",
-    "fold_text_rows",
     "format_lsn",
-    "gather_text_columns",
     "load_tuple_wire",
     "message_event",
     "message_type_name",
@@ -220,7 +213,6 @@ __all__ = [
     "parse_lsn",
     "parse_message",
     "pg_timestamp_to_datetime",
-    "pick_text_values",
     "read_xlog_data",
     "spilling_buffers",
     "utc_offset",

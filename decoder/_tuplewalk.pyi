@@ -1,6 +1,6 @@
 """Types of the compiled kernel ``decoder/_tuplewalk.c`` (see ``decoder.native``)."""
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 def row_message_is_valid(buf: bytes, in_stream: bool, /) -> bool: ...
@@ -23,29 +23,6 @@ def load(
     unchanged: object,
     /,
 ) -> list[object] | None: ...
-def pick(
-    buf: bytes,
-    start: int,
-    indexes: tuple[int, ...],
-    text: Sequence[Callable[[bytes], object]],
-    /,
-) -> tuple[object, ...] | None: ...
-def fold(
-    changes: Sequence[object],
-    start: int,
-    row_type: type,
-    tuple_type: type,
-    relation: object,
-    timestamp: int,
-    indexes: tuple[int, ...],
-    text: Sequence[Callable[[bytes], object]],
-    plain: tuple[type, ...],
-    rows: dict[tuple[object, ...], object],
-    folded: list[Any],
-    parts: list[tuple[bytes, int]],
-    deletes: list[bool],
-    /,
-) -> tuple[int, int, int, int]: ...
 def absorb(
     frames: list[bytes], start: int, records: list[bytes] | None, room: int, overhead: int, /
 ) -> tuple[int, int, int, int, int, int, int]: ...
@@ -68,9 +45,3 @@ def replay_rows(
     overhead: int,
     /,
 ) -> tuple[int, int, int, int, int, bytes | None]: ...
-def gather(
-    parts: list[tuple[bytes, int]], count: int, /
-) -> list[tuple[bytes, bytes, bytes | None, int]] | None: ...
-def columnar_meta(
-    rows: Iterable[object], changes: list[Any], deletes: list[bool], row_type: type, /
-) -> tuple[list[object], bytes | None, bytes, bytes, bytes, bytes]: ...

@@ -12,10 +12,8 @@ again by the reference, which words the error.
 The kernel also holds ``absorb`` and ``replay_rows``, the receive and replay loops' bulk
 paths (``spill.FileChangeBuffer.absorb_frames``, ``replay.ReplayQueue._chunks``; without
 the kernel every frame is fed and every record replayed one by one, the reference
-paths), and ``pick``, ``fold`` and ``gather`` (``values.pick_text_values``,
-``values.fold_text_rows`` and ``values.gather_text_columns``), which the sink's columnar
-planner uses; without the kernel they answer None (``fold_text_rows`` folds nothing) and
-the planner converts row by row, its reference path.
+paths). The sink's columnar planner has a kernel of its own (``sink.kernel``); the two
+share the TupleData wire helpers of ``decoder/_tuplewire.h``.
 
 The extension is optional at install (a machine without a C compiler still gets a
 working, slower daemon); ``KERNEL`` says which form runs, and the daemon reports it in

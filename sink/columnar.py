@@ -6,13 +6,13 @@ Most changes a batch folds are inserts, updates that send every column and keep 
 identity, and deletes. The row path (``plan``) turns each of their values into a Python
 object, freezes one ``PlannedRow`` per row, and ``arrow.source_table`` turns the rows back
 into columns. For these rows the planner converts only the identity
-(``decoder.pick_text_values``, what the fold's dictionary needs) and keeps the message
+(``kernel.pick_text_values``, what the fold's dictionary needs) and keeps the message
 bytes (a delete's old tuple: its key, the other columns NULL unless REPLICA IDENTITY FULL
 sent them, as the row path plans it); a run of them is folded in C
-(``decoder.fold_text_rows``), each row an index into its step, no object of its own.
+(``kernel.fold_text_rows``), each row an index into its step, no object of its own.
 When the step is frozen,
 ``column_arrays`` gathers the text values of the rows the fold kept into one Arrow array
-per column in C (``decoder.gather_text_columns``) and reads each with the exact vectorised
+per column in C (``kernel.gather_text_columns``) and reads each with the exact vectorised
 casts of ``textcast``; a column whose type has no exact cast, or holds a value Arrow's
 strict parser refuses, is converted value by value with the row path's own converter.
 
@@ -21,7 +21,7 @@ path stays the reference (``tests/unit/sink/test_columnar.py`` compares both on 
 batches). Anything unusual - a binary or unchanged-TOAST value, a value the converter
 refuses, a value Arrow cannot hold - gives None, and the planner converts those rows one
 by one, where the row path raises its precise error. Without the compiled kernel
-(``decoder.native``) no row takes this path.
+(``sink.kernel``) no row takes this path.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import Final
 
 import pyarrow as pa
 
-from decoder import ColumnarMeta, gather_text_columns
 from sink.convert import Converter
+from sink.kernel import ColumnarMeta, gather_text_columns
 from sink.plan import ColumnarRows
 from sink.textcast import read_exactly
 from sink.typemap import BIGINT, BOOLEAN, TIMESTAMP, DeltaType
@@ -42,7 +42,7 @@ _INT64_SIZE: Final = 8
 
 def columnar_rows(values: tuple[pa.Array, ...], meta: ColumnarMeta) -> ColumnarRows:
     """The live rows of a step: ``values`` (one array per column over every folded change)
-    narrowed to ``meta.live``, and the metadata columns ``decoder.columnar_meta`` laid out."""
+    narrowed to ``meta.live``, and the metadata columns ``kernel.columnar_meta`` laid out."""
     count = len(meta.lsns) // _INT64_SIZE
     if meta.live is not None:
         live = _array_over(BIGINT.arrow, count, meta.live)

@@ -87,15 +87,13 @@ from decoder import (
     RowChange,
     TruncateChange,
     ValueDecoder,
-    columnar_meta,
     fast_constructor,
-    fold_text_rows,
     format_lsn,
     pg_timestamp_to_datetime,
-    pick_text_values,
 )
 from sink.base import Batch, SinkDataError
 from sink.columnar import column_arrays, columnar_rows
+from sink.kernel import columnar_meta, fold_text_rows, pick_text_values
 from sink.plan import (
     BatchPlan,
     ChangeRecord,
@@ -531,7 +529,7 @@ class _Planner:
 
         The bulk of a text stream - an insert, an update without an old tuple or a delete,
         of the relation of the change before, with the same commit time, into the step
-        that change went to - is folded by ``decoder.fold_text_rows``, in C, as
+        that change went to - is folded by ``kernel.fold_text_rows``, in C, as
         ``_add_columnar_row`` folds an insert or update one change at a time (planning
         with the Arrow sources fell from 1.35 to 0.8 µs per change, docs/performance-log.md;
         a delete is planned the row path's way when it starts a run). The loop hands

@@ -68,12 +68,12 @@ def test_wheel_installed_in_a_clean_venv_runs_the_entrypoint(tmp_path: Path) -> 
     ).stdout
     for command in ("run", "check-config", "status", "capture", "decode", "demo"):
         assert command in help_text
-    origin, kernel = subprocess.run(
+    origin, kernel, sink_kernel = subprocess.run(
         [
             str(python),
             "-c",
-            "import capture, sink, decoder, config; "
-            "print(capture.__file__, decoder.DECODER_KERNEL)",
+            "import capture, sink, decoder, config, sink.kernel; "
+            "print(capture.__file__, decoder.DECODER_KERNEL, sink.kernel.KERNEL)",
         ],
         check=True,
         capture_output=True,
@@ -81,9 +81,10 @@ def test_wheel_installed_in_a_clean_venv_runs_the_entrypoint(tmp_path: Path) -> 
         cwd=tmp_path,
     ).stdout.split()
     assert origin.startswith(purelib), origin
-    # The wheel carries the decoder's C walk, built with it (decoder/native.py).
-    assert kernel == "compiled"
+    # The wheel carries both C kernels, built with it (decoder/native.py, sink/kernel.py).
+    assert (kernel, sink_kernel) == ("compiled", "compiled")
     assert list(Path(purelib, "decoder").glob("_tuplewalk*.so"))
+    assert list(Path(purelib, "sink").glob("_columnar*.so"))
 
     config = tmp_path / "config.yaml"
     config.write_text(

@@ -11,7 +11,10 @@ included. The kernel's ``pick`` and ``gather`` are pinned on golden and damaged 
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
 from decimal import Decimal
 
 import pyarrow as pa
@@ -20,17 +23,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decoder import (
+    PURE_PYTHON_ENV,
     MessageChange,
     RowChange,
     TruncateChange,
     TupleData,
-    fold_text_rows,
-    gather_text_columns,
-    pick_text_values,
 )
-from sink import Batch, SinkDataError
+from sink import Batch, SinkDataError, kernel
 from sink.arrow import source_table
 from sink.fold import plan_batch
+from sink.kernel import fold_text_rows, gather_text_columns, pick_text_values
 from sink.partitioning import bucket_of, bucket_values
 from sink.plan import BatchPlan, KeylessStep, MergeStep
 from tests.support.pg_text_forms import (
@@ -698,3 +700,22 @@ def test_a_run_of_plain_changes_folds_columnar_across_relation_switches() -> Non
         "public.b": {"insert": 1, "update": 0, "delete": 0},
     }
     assert_columnar_equals_rows(changes)
+
+
+@pytest.mark.skipif(
+    os.environ.get(PURE_PYTHON_ENV, "") not in {"", "0"},
+    reason="the Python reference was asked for",
+)
+def test_the_installed_daemon_runs_the_compiled_columnar_kernel() -> None:
+    # make test installs with a compiler; without the kernel the planner would take its
+    # reference path, and the columnar comparisons above would compare it with itself.
+    assert kernel.KERNEL == "compiled"
+
+
+def test_the_environment_can_ask_for_the_planner_reference_path() -> None:
+    probe = "import sink.kernel as k; print(k.KERNEL, k.fold_text_rows.__module__)"
+    env = {**os.environ, PURE_PYTHON_ENV: "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["python", "sink.kernel"]

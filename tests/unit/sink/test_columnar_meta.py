@@ -1,4 +1,4 @@
-"""``decoder.columnar_meta``: the metadata columns of a merge step's columnar rows, in C.
+"""``sink.kernel.columnar_meta``: the metadata columns of a merge step's columnar rows, in C.
 
 The planner (``sink.plan._freeze_step``) hands it the step's row entries - indexes of
 folded changes mixed with rows planned the general way - and gets the live rows' commit
@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import struct
 from datetime import UTC, datetime, timedelta
+from types import ModuleType
 
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decoder import ColumnarMeta, Lsn, PgTimestamp, RowChange, columnar_meta
+from decoder import Lsn, PgTimestamp, RowChange
+from sink import kernel as sink_kernel
 from sink.columnar import columnar_rows
-from tests.support.decoder_data import active_kernel
+from sink.kernel import ColumnarMeta, columnar_meta
 from tests.support.sink_changes import col, rel
 
 RELATION = rel("t", col("id", key=True))
@@ -131,3 +133,12 @@ def test_an_entry_that_is_not_a_change_is_an_error() -> None:
 def test_the_answer_is_a_columnar_meta() -> None:
     active_kernel()
     assert isinstance(columnar_meta([], [], []), ColumnarMeta)
+
+
+def active_kernel() -> ModuleType:
+    """The sink's compiled kernel; the test fails when it is not built (it compares nothing
+    then)."""
+    compiled = sink_kernel.COMPILED
+    if compiled is None:
+        pytest.fail("the sink's C kernel was not built (no C compiler at install?)")
+    return compiled
