@@ -35,7 +35,7 @@ from sink.sql import (
     source_columns,
     touch_columns,
 )
-from sink.typemap import BIGINT, BOOLEAN, INT, TIMESTAMP
+from sink.typemap import BIGINT, BOOLEAN, INT, TIMESTAMP, DeltaType
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +45,11 @@ class ArrowColumn:
     name: str
     spark_sql: str
     arrow: pa.DataType
+
+
+def typed_columns(names: Sequence[str], types: Sequence[DeltaType]) -> list[ArrowColumn]:
+    """Columns named ``names`` of the Delta types ``types``, pairwise."""
+    return [ArrowColumn(n, t.spark_sql, t.arrow) for n, t in zip(names, types, strict=True)]
 
 
 def ddl(columns: Sequence[ArrowColumn]) -> str:

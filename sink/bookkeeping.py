@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 
 from decoder import Lsn, MessageChange, pg_timestamp_to_datetime
-from sink.arrow import ArrowColumn, arrow_table
+from sink.arrow import ArrowColumn, arrow_table, typed_columns
 from sink.base import SinkError, SnapshotMarker, SnapshotStatus
 from sink.constants import COLUMNS_TABLE, MESSAGES_TABLE, SNAPSHOTS_TABLE
 from sink.evolution import ColumnOrigin
@@ -50,19 +50,17 @@ class Bookkeeping:
         """Forget the column origins read so far; the next look reads them again."""
         self._origins = None
 
+    def _table(self, name: str, columns: list[ArrowColumn]) -> tuple[str, list[ArrowColumn]]:
+        """The path of the bookkeeping table ``name``, made to hold ``columns``."""
+        path = f"{self._root}/{name}"
+        self._lake.ensure_columns(path, name, columns)
+        return path, columns
+
     # --- snapshot markers (capture.snapshot.SnapshotMarkerStore) ---------------------------
 
     def _snapshots(self) -> tuple[str, list[ArrowColumn]]:
-        path = f"{self._root}/{SNAPSHOTS_TABLE}"
-        slot, status, point, updated = SNAPSHOT_COLUMNS
-        columns = [
-            ArrowColumn(slot, STRING.spark_sql, STRING.arrow),
-            ArrowColumn(status, STRING.spark_sql, STRING.arrow),
-            ArrowColumn(point, BIGINT.spark_sql, BIGINT.arrow),
-            ArrowColumn(updated, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
-        ]
-        self._lake.ensure_columns(path, SNAPSHOTS_TABLE, columns)
-        return path, columns
+        types = (STRING, STRING, BIGINT, TIMESTAMP)
+        return self._table(SNAPSHOTS_TABLE, typed_columns(SNAPSHOT_COLUMNS, types))
 
     def load_snapshot_marker(self, slot: str) -> SnapshotMarker | None:
         """The recorded snapshot state of ``slot``, or None when nothing is recorded.
@@ -102,19 +100,9 @@ class Bookkeeping:
     # --- column origins (evolution.ColumnOrigin) -------------------------------------------
 
     def _origins_table(self) -> tuple[str, list[ArrowColumn]]:
-        path = f"{self._root}/{COLUMNS_TABLE}"
-        schema, table, column, attnum, oid, since, updated = COLUMN_ORIGIN_COLUMNS
-        columns = [
-            ArrowColumn(schema, STRING.spark_sql, STRING.arrow),
-            ArrowColumn(table, STRING.spark_sql, STRING.arrow),
-            ArrowColumn(column, STRING.spark_sql, STRING.arrow),
-            ArrowColumn(attnum, BIGINT.spark_sql, BIGINT.arrow),
-            ArrowColumn(oid, BIGINT.spark_sql, BIGINT.arrow),
-            ArrowColumn(since, BIGINT.spark_sql, BIGINT.arrow),
-            ArrowColumn(updated, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
-        ]
-        self._lake.ensure_columns(path, COLUMNS_TABLE, columns)
-        return path, columns
+        # schema, table, column, attnum, table oid, since LSN, updated
+        types = (STRING, STRING, STRING, BIGINT, BIGINT, BIGINT, TIMESTAMP)
+        return self._table(COLUMNS_TABLE, typed_columns(COLUMN_ORIGIN_COLUMNS, types))
 
     def column_origins(self, schema: str, table: str) -> dict[str, ColumnOrigin]:
         """The recorded origins of the Delta columns of ``schema.table``, by Delta name.
@@ -162,17 +150,14 @@ class Bookkeeping:
     def write_messages(self, messages: Sequence[MessageChange]) -> None:
         """Merge ``messages`` into the messages table (a replay rewrites the same rows)."""
         meta = self._meta
-        path = f"{self._root}/{MESSAGES_TABLE}"
         name_lsn, name_prefix, name_content, name_transactional = MESSAGE_COLUMNS
-        columns = [
-            ArrowColumn(name_lsn, BIGINT.spark_sql, BIGINT.arrow),
-            ArrowColumn(name_prefix, STRING.spark_sql, STRING.arrow),
-            ArrowColumn(name_content, BINARY.spark_sql, BINARY.arrow),
-            ArrowColumn(name_transactional, BOOLEAN.spark_sql, BOOLEAN.arrow),
-            ArrowColumn(meta.lsn, BIGINT.spark_sql, BIGINT.arrow),
-            ArrowColumn(meta.commit_time, TIMESTAMP.spark_sql, TIMESTAMP.arrow),
-        ]
-        self._lake.ensure_columns(path, MESSAGES_TABLE, columns)
+        path, columns = self._table(
+            MESSAGES_TABLE,
+            typed_columns(
+                (*MESSAGE_COLUMNS, meta.lsn, meta.commit_time),
+                (BIGINT, STRING, BINARY, BOOLEAN, BIGINT, TIMESTAMP),
+            ),
+        )
         arrow = pa.table(
             {
                 name_lsn: pa.array([m.lsn for m in messages], BIGINT.arrow),
