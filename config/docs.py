@@ -272,10 +272,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit code.
     """
-    arguments = list(sys.argv[1:] if argv is None else argv)
-    text = render()
-    if arguments:
-        Path(arguments[0]).write_text(text, encoding="utf-8")
+    return emit(render(), sys.argv[1:] if argv is None else argv)
+
+
+def emit(text: str, argv: Sequence[str]) -> int:
+    """Write a generated document (this reference, ``config.schema``'s JSON Schema) to the
+    file ``argv`` names, or to stdout when it names none; the exit code."""
+    if argv:
+        Path(argv[0]).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
     return 0

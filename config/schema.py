@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
+from config.docs import emit
 from config.models import AppConfig
 
 SCHEMA_ID = "https://wal2delta.dev/schemas/config.json"
@@ -34,12 +34,7 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = render()
-    if argv:
-        Path(argv[0]).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
-    return 0
+    return emit(render(), argv)
 
 
 if __name__ == "__main__":
