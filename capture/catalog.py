@@ -42,7 +42,8 @@ its next use); any other database error is a terminal ``SinkError``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Self
 
@@ -217,6 +218,21 @@ class PostgresCatalog:
             )
         return self._conn
 
+    @contextmanager
+    def _reading(self, what: str) -> Iterator[Conn]:
+        """The connection, for doing ``what``: psycopg errors become capture errors
+        (``map_psycopg_errors``) or a ``SinkError``."""
+        try:
+            with map_psycopg_errors(what):
+                yield self._connection()
+        except BaseException as exc:
+            # Whatever went wrong, start the next call from a fresh connection.
+            self.close()
+            if isinstance(exc, psycopg.Error):
+                problem = exc.diag.message_primary or type(exc).__name__
+                raise SinkError(f"{what} failed: {problem}") from exc
+            raise
+
     def table(self, schema: str, table: str) -> CatalogTable | None:
         """Describe ``schema.table`` as the catalog shows it now; None when it is gone.
 
@@ -225,17 +241,8 @@ class PostgresCatalog:
                 (retryable); the next call reconnects.
             SinkError: the catalog query failed otherwise.
         """
-        what = f"reading the catalog entry of {schema}.{table}"
-        try:
-            with map_psycopg_errors(what):
-                return describe_table(self._connection(), schema, table)
-        except BaseException as exc:
-            # Whatever went wrong, start the next call from a fresh connection.
-            self.close()
-            if isinstance(exc, psycopg.Error):
-                problem = exc.diag.message_primary or type(exc).__name__
-                raise SinkError(f"{what} failed: {problem}") from exc
-            raise
+        with self._reading(f"reading the catalog entry of {schema}.{table}") as conn:
+            return describe_table(conn, schema, table)
 
     def describe_type(self, type_oid: int) -> TypeDescription | None:
         """Describe type ``type_oid`` (kind, base, element, fields); None when it is gone.
@@ -252,16 +259,8 @@ class PostgresCatalog:
         """
         if type_oid in self._types:
             return self._types[type_oid]
-        what = f"reading the catalog entry of type OID {type_oid}"
-        try:
-            with map_psycopg_errors(what):
-                description = describe_type(self._connection(), type_oid)
-        except BaseException as exc:
-            self.close()
-            if isinstance(exc, psycopg.Error):
-                problem = exc.diag.message_primary or type(exc).__name__
-                raise SinkError(f"{what} failed: {problem}") from exc
-            raise
+        with self._reading(f"reading the catalog entry of type OID {type_oid}") as conn:
+            description = describe_type(conn, type_oid)
         self._types[type_oid] = description
         return description
 
