@@ -10,9 +10,10 @@ configuration asks), 3 slot in use by another process (Kubernetes restarts with 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -50,10 +51,22 @@ def _load_or_report(path: str) -> AppConfig | None:
         return None
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    config = _load_or_report(args.config)
-    if config is None:
-        return EXIT_CONFIG
+def _with_config(
+    command: Callable[[argparse.Namespace, AppConfig], int],
+) -> Callable[[argparse.Namespace], int]:
+    """The command, given the configuration ``args.config`` names; a file that does not
+    load is reported and the command exits ``EXIT_CONFIG`` without running."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        config = _load_or_report(args.config)
+        return EXIT_CONFIG if config is None else command(args, config)
+
+    return run
+
+
+@_with_config
+def _cmd_run(args: argparse.Namespace, config: AppConfig) -> int:
     configure_logging(config.logging.format, config.logging.level)
     configure_engine_logging(config.logging.level)
     routed = StderrAsJson() if uses_json(config.logging.format) else None
@@ -99,24 +112,20 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _cmd_status(args: argparse.Namespace) -> int:
+@_with_config
+def _cmd_status(args: argparse.Namespace, config: AppConfig) -> int:
     from daemon.status import collect_status, render_status  # noqa: PLC0415
 
-    config = _load_or_report(args.config)
-    if config is None:
-        return EXIT_CONFIG
     print(render_status(collect_status(config), as_json=args.json))
     return EXIT_OK
 
 
-def _cmd_verify(args: argparse.Namespace) -> int:
+@_with_config
+def _cmd_verify(args: argparse.Namespace, config: AppConfig) -> int:
     import psycopg  # noqa: PLC0415
 
     from daemon.verify import render_report, verify_source  # noqa: PLC0415
 
-    config = _load_or_report(args.config)
-    if config is None:
-        return EXIT_CONFIG
     configure_logging(config.logging.format, "warning")
     configure_engine_logging("error")
     tables = [name for group in args.tables or [] for name in group.split(",") if name]
@@ -129,12 +138,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def _cmd_cut(args: argparse.Namespace) -> int:
+@_with_config
+def _cmd_cut(args: argparse.Namespace, config: AppConfig) -> int:
     from daemon.cut import CutError, parse_point, render_cut, take_cut  # noqa: PLC0415
 
-    config = _load_or_report(args.config)
-    if config is None:
-        return EXIT_CONFIG
     try:
         at = None if args.at is None else parse_point(args.at)
     except ValueError as exc:
@@ -149,12 +156,10 @@ def _cmd_cut(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _cmd_capture(args: argparse.Namespace) -> int:
+@_with_config
+def _cmd_capture(args: argparse.Namespace, config: AppConfig) -> int:
     from daemon.recording import RecordingSink, StreamRecorder  # noqa: PLC0415
 
-    config = _load_or_report(args.config)
-    if config is None:
-        return EXIT_CONFIG
     configure_logging(config.logging.format, config.logging.level)
     recorder = StreamRecorder(Path(args.output))
     sink = RecordingSink(recorder)
