@@ -1,4 +1,9 @@
-"""Model rules: secrets, tables, cross-field checks, immutability."""
+"""Model rules: secrets, tables, cross-field checks, immutability.
+
+``config/models.py`` declares each setting once, as a pydantic ``Field`` with its default
+and description (the one home of both); ``duplicates`` reports these blocks as pairs by
+shape, and they stay.
+"""
 
 from datetime import timedelta
 from pathlib import Path

@@ -1,4 +1,9 @@
-"""Durations and byte sizes as operators write them."""
+"""Durations and byte sizes as operators write them.
+
+``Duration`` and ``NonNegativeDuration`` in ``config/units.py`` are deliberate twins that
+differ in their validator and label only: mypy and pydantic need each ``Annotated`` alias
+written out, so ``duplicates`` reports them as a pair.
+"""
 
 from datetime import timedelta
 

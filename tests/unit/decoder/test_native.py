@@ -4,6 +4,10 @@
 row-message check every arriving message goes through and the end of a validated tuple.
 The Python functions are the reference; here both forms meet the same golden payloads,
 damaged payloads and generated messages, in and out of stream blocks.
+
+``walk_tuple_reference`` and ``_walk_tuple_compiled`` in ``decoder/tupledata.py`` are
+deliberate twins: the second wraps the C walk with the reference's signature, so that
+``walk_tuple`` is either one; ``duplicates`` reports the two signatures as a pair.
 """
 
 from __future__ import annotations

@@ -1,4 +1,16 @@
-"""parse_message on hand-built bytes: every message, every layout switch, every rejection."""
+"""parse_message on hand-built bytes: every message, every layout switch, every rejection.
+
+Deliberate twins that ``duplicates`` reports as pairs, each as ``proto.c`` and
+``logicalproto.h`` have it: every pgoutput message is its own frozen dataclass in
+``decoder/messages.py`` (``Prepare`` and ``StreamPrepare`` have the same fields; a message
+type is a type, not a flag), with its own reader in ``decoder/parser.py`` ending in that
+class's constructor (``_read_prepare_common``, ``_parse_commit_prepared``,
+``_parse_rollback_prepared``, ``_parse_begin_prepare`` ...). The message classes are listed
+again, in parallel, by the imports of ``decoder/parser.py``, ``decoder/transitions.py``
+(``EVENTS``) and ``decoder/assembler.py`` (its ``match``, one case a message ending in
+``assert_never``) and by ``decoder/__init__.py``'s re-exports: each of them handles every
+message, and the tests here and in ``test_assembler_table.py`` go through every one.
+"""
 
 from __future__ import annotations
 

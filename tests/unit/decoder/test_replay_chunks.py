@@ -1,5 +1,12 @@
 """``Assembler.replay_chunks``: the changes of ``replay``, cut at the caller's limits, weighed
-and counted per relation and operation in the same pass (the capture session's hot path)."""
+and counted per relation and operation in the same pass (the capture session's hot path).
+
+``Assembler.replay_chunks`` in ``decoder/assembler.py`` and ``ReplayQueue.replay_chunks`` in
+``decoder/replay.py`` are deliberate twins in their signature: the first is the public
+entry and hands its arguments to the second. The ``TruncateChange`` and ``MessageChange``
+built in ``ReplayQueue._chunks`` share the shape of their keyword arguments (the commit's
+position), which ``duplicates`` reports as a pair.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,10 @@
 
 docs/architecture.md, invariant 6: a transaction larger than the limit goes to disk and the
 memory held does not grow with its size.
+
+``MemoryChangeBuffer`` and ``CountingChangeBuffer`` in ``decoder/spill.py`` are deliberate
+twins in their ``size_bytes`` and ``spilled_bytes``: each implementation of the
+``ChangeBuffer`` protocol answers every member itself (``duplicates`` reports the pair).
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 The golden pairs were printed by PostgreSQL 18: each is a value's send format next to its
 ``::text``. ``tests/integration/test_binary_text_forms.py`` checks many more against live
 PostgreSQL 18 and 15; the properties below need no server.
+
+``decoder/textforms/builtin.py``'s table of builtin type OIDs to readers is a table, one row
+a type: ``duplicates`` reports two stretches of it as a pair by shape.
 """
 
 from __future__ import annotations

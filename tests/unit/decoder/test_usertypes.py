@@ -3,6 +3,10 @@
 The descriptions below stand for what ``PostgresCatalog.describe_type`` reads; the bytes
 follow ``enum_send``, ``array_send`` and ``record_send``. The integration test
 ``test_binary_text_forms.py`` runs the same kinds of values through a real catalog.
+
+``capture/catalog.py`` imports every kind of type description that ``decoder/__init__.py``
+exports, because it builds each kind: the two lists are parallel on purpose
+(``duplicates`` reports them as a pair).
 """
 
 from __future__ import annotations
