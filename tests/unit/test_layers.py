@@ -4,6 +4,26 @@ Imports run one way: ``decoder`` <- ``sink`` <- ``capture`` <- ``daemon`` <- ``d
 ``config`` imports none of ours and is read by ``daemon`` (and ``devtools``) only - the
 layers below get plain settings. Across packages only the package root is imported
 (``from decoder import X``), so each package's ``__all__`` is its whole public surface.
+
+Repetition that stays (docs/architecture.md, Design guide): ``duplicates`` over the product
+packages reports these pairs by shape; they are declarations, not a rule written twice, and
+stay. Dataclass field lists (``capture/settings.py`` with ``decoder/usertypes.py`` and
+``sink/bulk.py``, ``decoder/changes.py`` with itself and ``decoder/messages.py``,
+``sink/evolution.py``); a position property of small dataclasses (``sink/keyless.py`` with
+itself and ``sink/plan.py``); ``StrEnum`` vocabularies (``decoder/messages.py``,
+``sink/typemap.py``, ``sink/unrepresentable.py``); ``Final`` constants
+(``sink/constants.py`` with ``sink/rejects.py``); keyword arguments handing an object's
+fields on (``daemon/supervisor.py`` with itself, ``daemon/wiring.py`` and
+``decoder/assembler.py``); constructors storing their arguments, and their signatures
+(``capture/monitor.py``, ``capture/session.py``, ``decoder/errors.py``,
+``capture/batcher.py``, ``daemon/supervisor.py``); read-only properties
+(``capture/feedback.py`` with ``decoder/assembler.py``) and ``decoder/wire.py``'s typed
+readers; functions sharing a parameter list (``config/interpolation.py``, ``sink/sql.py``,
+``capture/snapshot.py``); ``decoder/assembler.py``'s one ``match`` case a message; the step
+executors' constructors (``sink/step_keyed.py`` with ``sink/step_keyless.py``: each
+executor reads alone); CPython's C-API error handling in ``decoder/_tuplewalk.c``. The
+twins of other kinds are named by the tests that guard them (``tests/unit/decoder``,
+``tests/unit/config``).
 """
 
 from __future__ import annotations
