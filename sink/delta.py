@@ -1,58 +1,36 @@
-"""``DeltaSink``: executes batch plans against Delta tables through a Spark session.
+"""``DeltaSink``: orders the work of a batch; the rules live in the modules it calls.
 
 Theory of operation
 -------------------
-``apply`` plans the batch (``plan.py``, pure), then for every table, in the order the batch
-first touches them:
+``apply`` is the sink's ``apply_dispatch`` (docs/architecture.md, The sink's shape):
 
-1. Makes sure the table exists. A table is created at ``<path>/<schema>/<table>``
-   (``naming.table_path``: characters engines would re-encode are escaped) from
-   the columns of its first relation in the batch (a merge step's, or a TRUNCATE's when
-   the batch only truncates it) plus the metadata columns by writing an empty DataFrame
-   with save mode ``ignore`` (a no-op when the table exists). Sail (0.7) rejects
-   ``CREATE TABLE delta.`path``` and ``ALTER TABLE ... ADD COLUMNS``, so this and the
-   column additions below are plain DataFrame-writer calls that Sail and Spark+Delta
-   both accept. The table's columns and types are cached after the first look, so steady
-   state costs nothing.
-2. Runs the plan's steps in order: a TRUNCATE becomes a DELETE (or, with soft deletes, a
-   flagging MERGE) of rows at or below its LSN; a merge step ships its rows to Spark as
-   one Arrow table with an explicit schema (``createDataFrame``), registers it as a
-   temporary view and runs the step's MERGE. Target columns the step's relation does not
-   have (dropped in PostgreSQL, or left out of a column list) stay in Delta: the rows it
-   updates keep their value there, the rows it inserts hold NULL.
-   When rows keep unchanged-TOAST columns, a count query first finds those whose value
-   exists nowhere in the target; they are not inserted (the MERGE excludes them), but
-   counted and logged.
+1. Plans the batch (``fold.plan_batch``, pure: ``plan.py`` the plan's types, ``shape.py``
+   each relation's columns and identity, ``fold.py`` the fold), with the one
+   ``PlanOptions`` built from the settings when the sink is made.
+2. Opens the commit log's intent (``commits.py``).
+3. For every table, in the order the batch first touches it: makes sure the table exists
+   with its relation's columns and the metadata columns (``_prepare_table``, through the
+   lake port ``tables.LakeTables``), then hands each step, in order, to the executor of its
+   kind - ``step_truncate``, ``step_keyed`` (MERGE), ``step_keyless`` - after the table
+   follows the step's relation (``follow.py``: added, reset and renamed columns, type
+   changes refused before any row of the new shape is written); then the table's change
+   history (``history.py``).
+4. Writes the logical decoding messages (``bookkeeping.py``) and the values stored under a
+   convention (``rejects.py``), records the batch in the commit log, and tells the
+   compactor which tables it wrote (``compaction.py``).
 
-Before a merge step whose relation differs from the last one applied to the table, the
-table follows the relation (``evolution.evolve``; renames and type changes stop here,
-before any row of the new shape is written). New columns without a fast default are
-appended with ``mergeSchema`` and an empty DataFrame (a metadata-only commit). New
-columns with one - the value PostgreSQL shows in every row that existed before, read from
-the source catalog - are added by overwriting the table with itself plus the filled
-columns (``sql.render_added_columns_select``): one commit adds and backfills, so a crash
-cannot separate them, and after a restart the column is simply there. A dropped column
-whose name came back is reset in the rows written before the step.
+Every engine call goes through the lake port, and every statement is one Delta commit.
+``apply`` returns after the last one, so the whole batch is durable (invariant 1). A failure
+part-way leaves earlier commits in place; the batch is replayed after a restart and the
+LSN guard makes that harmless (invariant 2). Engine errors are translated at the port's
+callers (``spark.engine_errors``).
 
-Tables whose relation gives no key (REPLICA IDENTITY FULL, NOTHING) are matched on the
-configured key, else on the primary key the source catalog reports (looked up once per
-Relation message), else on every column (FULL) or the insert's position (NOTHING).
-
-Every statement is one Delta commit. ``apply`` returns after the last one, so the whole
-batch is durable (invariant 1). A failure part-way leaves earlier commits in place; the
-batch is replayed after a restart and the LSN guard makes that harmless (invariant 2).
-
-Errors from the engine are translated at this boundary (``spark.engine_errors``).
-
-Snapshot markers: ``DeltaSink`` also records, per replication slot, whether the initial
-snapshot of the tables finished (``base.SnapshotMarkerStore``), in a small Delta
-table ``<path>/_wal2delta_snapshots`` next to the data it describes, so a lake copied or
-restored elsewhere carries its own snapshot state.
-
-Where the parts live: Arrow sources in ``arrow.py``; table creation, the schema cache and
-partition checks in ``tables.py``; the bookkeeping tables (snapshot markers, column
-origins, messages) in ``bookkeeping.py``; schema-change execution in ``follow.py``; this
-module runs the plan's steps.
+The initial snapshot's bulk path: ``begin_bulk`` prepares a table exactly as the MERGE
+path's first batch would (``fold.plan_copy``: the copy's TRUNCATE and the relation's
+shape), and ``append_bulk`` hands copied rows to ``step_bulk``. Snapshot markers - per slot,
+whether the snapshot finished - are kept in ``<path>/_wal2delta_snapshots`` next to the
+data they describe (``bookkeeping.py``), so a lake copied or restored elsewhere carries its
+own snapshot state.
 """
 
 from __future__ import annotations
