@@ -184,8 +184,11 @@ def pg_canonical(value: sql.Composable, mapped: DeltaType) -> sql.Composable:
 
 def _pg_output_text(value: sql.Composable) -> sql.Composable:
     """The type's output function text (bpchar keeps its padding, inet omits a full netmask),
-    NULL staying NULL (``format`` prints NULL as an empty string)."""
-    return sql.SQL("CASE WHEN {v} IS NULL THEN NULL ELSE format('%s', {v}) END").format(v=value)
+    NULL staying NULL (``format`` prints NULL as an empty string). ``num_nulls`` tells NULL
+    from a composite value whose fields are all NULL, which ``IS NULL`` calls NULL."""
+    return sql.SQL("CASE WHEN num_nulls({v}) = 1 THEN NULL ELSE format('%s', {v}) END").format(
+        v=value
+    )
 
 
 def _pg_encoded(text: sql.Composable) -> sql.Composable:

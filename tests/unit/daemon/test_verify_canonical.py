@@ -28,8 +28,10 @@ COLUMNS = """
     id int PRIMARY KEY, b bool, i2 int2, i8 int8, o oid, f4 float4, f8 float8,
     n numeric(12,4), nneg numeric(2,-3), nun numeric, t text, bp char(5), vc varchar(10),
     by bytea, d date, ts timestamp, tz timestamptz, j jsonb, u uuid, iv interval, ip inet,
-    ai int4[], at text[], af float8[], an numeric(6,2)[], ats timestamptz[], ab bytea[]
+    ai int4[], at text[], af float8[], an numeric(6,2)[], ats timestamptz[], ab bytea[], pr pair
 """
+# A composite whose fields are all NULL (row 2) is a value, which IS NULL calls NULL.
+PAIRS = ["NULL", "ROW(NULL, NULL)", "ROW(1, 'a b')", "ROW(NULL, ',')", "ROW(2, NULL)"]
 ROWS = [
     "(1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
     " NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
@@ -69,8 +71,10 @@ def _columns(conn: psycopg.Connection[Any]) -> list[VerifyColumn]:
 @pytest.fixture
 def awkward(pg18_dsn: str) -> Awkward:
     conn = psycopg.connect(pg18_dsn, autocommit=True)
+    conn.execute("CREATE TYPE pair AS (a int, b text)")
     conn.execute(f"CREATE TABLE public.awkward ({COLUMNS})")
-    conn.execute("INSERT INTO public.awkward VALUES " + ", ".join(ROWS))
+    rows = [f"{row[:-1]}, {pair})" for row, pair in zip(ROWS, PAIRS, strict=True)]
+    conn.execute("INSERT INTO public.awkward VALUES " + ", ".join(rows))
     table = VerifyTable("public", "awkward", tuple(_columns(conn)), ("id",), None, "")
     return conn, table
 
@@ -118,6 +122,7 @@ def test_both_engines_print_every_awkward_value_alike(awkward: Awkward, spark_se
     assert expected[2][names.index("f8")] == "NaN"
     assert expected[3][names.index("n")] == "0.0001"
     assert expected[4][names.index("bp")] == "     "
+    assert expected[2][names.index("pr")] == "(,)"
 
 
 def test_bucket_summaries_agree_for_a_delta_table_holding_the_same_rows(
