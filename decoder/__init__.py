@@ -68,7 +68,7 @@ from decoder.messages import (
     message_type_name,
 )
 from decoder.native import KERNEL as DECODER_KERNEL
-from decoder.native import PURE_PYTHON_ENV
+from decoder.native import PURE_PYTHON_ENV, load_kernel
 from decoder.options import ProtocolOptions, StreamingMode
 from decoder.outputs import (
     AssemblerOutput,
@@ -206,6 +206,7 @@ __all__ = [
     "fast_constructor",
     "float8_text",
     "format_lsn",
+    "load_kernel",
     "load_tuple_wire",
     "message_event",
     "message_type_name",

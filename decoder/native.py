@@ -24,6 +24,7 @@ extension is there (to compare, or to rule the kernel out).
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 from typing import Final, Literal
@@ -31,17 +32,18 @@ from typing import Final, Literal
 PURE_PYTHON_ENV: Final = "WAL2DELTA_PURE_PYTHON"
 
 
-def _load() -> ModuleType | None:
+def load_kernel(module: str) -> ModuleType | None:
+    """The compiled extension ``module`` (``decoder._tuplewalk``, ``sink._columnar``), or
+    None when it was not built (no compiler at install) or ``PURE_PYTHON_ENV`` is set."""
     if os.environ.get(PURE_PYTHON_ENV, "") not in {"", "0"}:
         return None
     try:
-        from decoder import _tuplewalk  # noqa: PLC0415 - optional: built when a compiler was there
+        return importlib.import_module(module)
     except ImportError:
         return None
-    return _tuplewalk
 
 
-COMPILED: Final[ModuleType | None] = _load()
+COMPILED: Final[ModuleType | None] = load_kernel("decoder._tuplewalk")
 """The compiled kernel, or None when the Python reference runs."""
 
 KERNEL: Final[Literal["compiled", "python"]] = "python" if COMPILED is None else "compiled"

@@ -13,25 +13,13 @@ its reference path (``tests/unit/sink/test_columnar.py`` compares both planners)
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Any, Final, Literal, NamedTuple
 
-from decoder import PURE_PYTHON_ENV, Change, PgTimestamp, Relation, RowChange, TupleData
+from decoder import Change, PgTimestamp, Relation, RowChange, TupleData, load_kernel
 
-
-def _load() -> ModuleType | None:
-    if os.environ.get(PURE_PYTHON_ENV, "") not in {"", "0"}:
-        return None
-    try:
-        from sink import _columnar  # noqa: PLC0415 - optional: built when a compiler was there
-    except ImportError:
-        return None
-    return _columnar
-
-
-COMPILED: Final[ModuleType | None] = _load()
+COMPILED: Final[ModuleType | None] = load_kernel("sink._columnar")
 """The compiled kernel, or None when the planner's reference path runs."""
 
 KERNEL: Final[Literal["compiled", "python"]] = "python" if COMPILED is None else "compiled"
