@@ -21,9 +21,10 @@ fields on (``daemon/supervisor.py`` with itself, ``daemon/wiring.py`` and
 readers; functions sharing a parameter list (``config/interpolation.py``, ``sink/sql.py``,
 ``capture/snapshot.py``); ``decoder/assembler.py``'s one ``match`` case a message; the step
 executors' constructors (``sink/step_keyed.py`` with ``sink/step_keyless.py``: each
-executor reads alone); CPython's C-API error handling in ``decoder/_tuplewalk.c``. The
+executor reads alone); CPython's C-API boilerplate - an entry point's argument checks, error
+handling, the module definition - in ``decoder/_tuplewalk.c`` and ``sink/_columnar.c``. The
 twins of other kinds are named by the tests that guard them (``tests/unit/decoder``,
-``tests/unit/config``).
+``tests/unit/sink/test_columnar.py``, ``tests/unit/config``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ damaged payloads and generated messages, in and out of stream blocks.
 
 ``walk_tuple_reference`` and ``_walk_tuple_compiled`` in ``decoder/tupledata.py`` are
 deliberate twins: the second wraps the C walk with the reference's signature, so that
-``walk_tuple`` is either one; ``duplicates`` reports the two signatures as a pair.
+``walk_tuple`` is either one; ``load_tuple_wire_reference`` and ``_load_tuple_wire_compiled``
+in ``decoder/values.py`` likewise for ``load_tuple_wire``. ``duplicates`` reports each
+pair of signatures.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ per merge step (rows sorted by identity: a MERGE source has no order), the same 
 the same errors - on generated batches with NULLs, unchanged TOAST, key changes, deletes
 and values the converters refuse, and on the text forms of every Delta type, edges
 included. The kernel's ``pick`` and ``gather`` are pinned on golden and damaged parts.
+
+``fold`` in ``sink/_columnar.pyi`` (the C function's types) and ``fold_text_rows`` in
+``sink/kernel.py`` (its documented wrapper) are deliberate twins with one parameter list,
+which ``duplicates`` reports as a pair.
 """
 
 from __future__ import annotations
