@@ -207,10 +207,7 @@ class _SubstitutingConverter:
         except Exception as exc:
             column = self.column
             decoder = self.target.decoder or ValueDecoder()
-            try:
-                found = substitute(column.delta, column.type_oid, ColumnKind.TEXT, data, decoder)
-            except Exception:
-                found = None
+            found = substitute(column.delta, column.type_oid, ColumnKind.TEXT, data, decoder)
             if found is None:
                 raise
             if self.target.on_unrepresentable == "stop":

@@ -77,6 +77,7 @@ class RejectsLog:
         self._path = rejects_path(root)
         self._meta = meta
         self._floor: Position | None = None
+        self._loaded = False
 
     @property
     def path(self) -> str:
@@ -84,8 +85,9 @@ class RejectsLog:
         return self._path
 
     def clear(self) -> None:
-        """Forget the floor; the next append reads it from the table again."""
+        """Forget the floor and the table; the next write reads both again."""
         self._floor = None
+        self._loaded = False
 
     def append(self, rejects: Sequence[TableReject]) -> bool:
         """Append the rejects of one batch, in batch order, after the table's floor.
@@ -135,8 +137,13 @@ class RejectsLog:
             self._lake.sql(render_insert_missing(on, target=delta_table(self._path), view=view))
 
     def _load(self) -> None:
+        """Create the table unless it exists, once per process (each batch with rejects
+        would otherwise pay the engine's create-if-missing and schema read again)."""
+        if self._loaded:
+            return
         with engine_errors(f"creating or reading {REJECTS_TABLE}"):
             self._lake.load(self._path, REJECTS_TABLE, self._columns())
+        self._loaded = True
 
     def _newest(self) -> Position:
         with engine_errors(f"reading the newest row of {REJECTS_TABLE}"):

@@ -248,10 +248,7 @@ class TupleReader:
             SinkDataError: the value is not a legal value its type cannot hold (``exc`` is
                 the cause), or it is and the table's policy is ``stop``.
         """
-        try:
-            found = substitute(column.delta, column.type_oid, kind, data, self._decoder)
-        except Exception:
-            found = None
+        found = substitute(column.delta, column.type_oid, kind, data, self._decoder)
         if found is None:
             raise _value_error(change, column, exc) from exc
         table = change.relation.qualified_name

@@ -127,7 +127,12 @@ def substitute(
         element_oid = ARRAY_ELEMENT_OIDS.get(type_oid)
         if element_oid is None or delta.element is None:
             return None
-        return _array(delta.element, element_oid, kind, data, decoder)
+        try:
+            return _array(delta.element, element_oid, kind, data, decoder)
+        except Exception:
+            # Bytes that are no array, or an element that is not a legal value either: not
+            # classified, and the caller's conversion error stands.
+            return None
     if delta.form is ValueForm.NATIVE and delta.spark_sql in _TEMPORAL:
         return _temporal(delta, kind, data)
     return None
