@@ -3,10 +3,11 @@
  *
  * Theory of operation
  * -------------------
- * Every row message of a stream is walked three times: validated when it arrives
- * (parser.row_message_is_valid), its tuples skipped when it is read back (parser.row_parts),
- * and its values converted by the sink's planner (values.load_tuple_wire, through
- * tupledata.walk_tuple). On CPython the loop over the columns was a fifth of the capture
+ * A row message is walked once per layer: validated when it arrives
+ * (parser.row_message_is_valid) and converted by the sink (values.load_tuple_wire, through
+ * tupledata.walk_tuple, or sink/_columnar.c); an UPDATE with an old tuple is skipped over
+ * once more when read back (parser.row_parts). Why not once in all:
+ * docs/decisions/0102-a-tupledata-is-walked-once-per-layer.md. On CPython the loop over the columns was a fifth of the capture
  * path's CPU and a quarter of the planner's. This module runs that one loop (walk_part) in
  * C: without a list it only finds where the part ends; with one it appends each column's
  * value - its loader's result (the loaders stay Python callables, psycopg's), or the NULL or

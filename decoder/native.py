@@ -1,9 +1,12 @@
 """Which form of the decoder's hottest loop runs: the compiled kernel or the Python one.
 
-Theory of operation: the TupleData walk runs three times for every row message - to
-validate it when it arrives (``parser.row_message_is_valid``), to skip a tuple when it is
-read back (``parser.row_parts``), and to convert its values in the sink's planner
-(``values.load_tuple_wire``). It is also written in C (``decoder/_tuplewalk.c``), built
+Theory of operation: a TupleData is walked once per layer - the decoder validates a row
+message when it arrives (``parser.row_message_is_valid``), and the sink converts its values
+(``values.load_tuple_wire``, or the sink's own kernel); only an UPDATE carrying an old
+tuple is walked once more when it is read back, to find where its new tuple starts
+(``parser.row_parts``). Why not once in all:
+docs/decisions/0102-a-tupledata-is-walked-once-per-layer.md. The walk is also written in C
+(``decoder/_tuplewalk.c``), built
 when the package is installed. The Python functions stay the reference (the ``*_reference``
 names); both forms give the same answer for every input
 (``tests/unit/decoder/test_native.py``), and whatever the C walk cannot finish is done

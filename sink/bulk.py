@@ -44,7 +44,7 @@ from decoder import ColumnKind, Lsn, UnknownBinaryFormatError, ValueDecoder, cau
 from sink.arrow import ArrowColumn
 from sink.base import SinkDataError
 from sink.constants import UnrepresentablePolicy
-from sink.convert import Converter, pg_text_form
+from sink.convert import Converter, optional_text
 from sink.partitioning import key_buckets
 from sink.plan import PlanColumn, Reject
 from sink.textcast import read_exactly
@@ -167,7 +167,7 @@ def bulk_arrays(
             key = None
             if target.key_indexes is not None:
                 key = tuple(
-                    (target.columns[i].source_name, _text(out[i][row].as_py()))
+                    (target.columns[i].source_name, optional_text(out[i][row].as_py()))
                     for i in target.key_indexes
                 )
             rejects.append(
@@ -175,7 +175,7 @@ def bulk_arrays(
                     substituting.column.name,
                     reason,
                     original,
-                    _text(stored),
+                    optional_text(stored),
                     key,
                     target.lsn,
                     first_ordinal + row,
@@ -184,10 +184,6 @@ def bulk_arrays(
             )
     rejects.sort(key=lambda r: r.ordinal)
     return out, rejects
-
-
-def _text(value: object) -> str | None:
-    return None if value is None else pg_text_form(value)
 
 
 class _SubstitutingConverter:

@@ -18,6 +18,7 @@ from typing import Final
 
 from decoder import (
     TEXT_KEPT_TYPE_OIDS,
+    UNCHANGED_TOAST,
     ColumnKind,
     UnknownBinaryFormatError,
     ValueDecoder,
@@ -246,6 +247,14 @@ def pg_text_form(value: object) -> str:
         return value_text(value)
     except UnknownBinaryFormatError as exc:
         raise UnrepresentableValueError(_RAW_BYTES) from exc
+
+
+def optional_text(value: object) -> str | None:
+    """``pg_text_form`` of a column value, None for NULL or an unchanged TOASTed value (the
+    text of a key or a reject's stored value, which JSON keeps as null)."""
+    if value is None or value is UNCHANGED_TOAST:
+        return None
+    return pg_text_form(value)
 
 
 def binary_text_form(type_oid: int, data: bytes) -> str | None:

@@ -53,7 +53,7 @@ from decoder import (
 )
 from sink.base import SinkDataError
 from sink.constants import ColumnNamePolicy, UnrepresentablePolicy
-from sink.convert import Converter, column_converter, convert_value, pg_text_form
+from sink.convert import Converter, column_converter, convert_value, optional_text
 from sink.matching import hashable
 from sink.naming import delta_can_hold, delta_column_name
 from sink.plan import HELPER_PREFIX, Identity, PlanColumn, PlanOptions, PrimaryKeyLookup, Reject
@@ -285,7 +285,8 @@ class TupleReader:
         key: tuple[tuple[str, str | None], ...] | None = None
         if shape.identity == "key":
             key = tuple(
-                (shape.columns[i].source_name, _key_text(values[i])) for i in shape.match_indexes
+                (shape.columns[i].source_name, optional_text(values[i]))
+                for i in shape.match_indexes
             )
             key_columns = {shape.columns[i] for i in shape.match_indexes}
             for entry in pending:
@@ -302,7 +303,7 @@ class TupleReader:
                     entry.column.name,
                     entry.reason,
                     entry.original,
-                    None if entry.stored is None else pg_text_form(entry.stored),
+                    optional_text(entry.stored),
                     key,
                     change.commit_lsn,
                     change.ordinal,
@@ -362,12 +363,6 @@ _REASON_TEXT: Final = {
     Reason.MULTIDIMENSIONAL: "a multi-dimensional array",
     Reason.LOWER_BOUND: "an array whose lower bound is not 1",
 }
-
-
-def _key_text(value: object) -> str | None:
-    if value is None or value is UNCHANGED_TOAST:
-        return None
-    return pg_text_form(value)
 
 
 def _value_error(change: RowChange, column: PlanColumn, exc: Exception) -> SinkDataError:
