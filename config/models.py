@@ -971,6 +971,56 @@ class SinkConfig(_Section):
             '`{"public.events": stop}` (tables not listed keep).'
         ),
     )
+    concurrency: int = Field(
+        default=4,
+        ge=1,
+        le=64,
+        description=(
+            "Tables of one batch whose MERGEs run at once (threads of one Spark Connect "
+            "session). The batch is acknowledged only once every table's MERGE committed. "
+            "More than the engine's cores helps little on the embedded engine (measured: 2 "
+            "cores take about 1.5x the MERGEs per second of one at a time); a Sail or Spark "
+            "cluster runs them on several workers."
+        ),
+    )
+    table_min_rows: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Let a table with fewer changes than this in a batch wait for later batches, up "
+            "to `table_max_age`, so many tables that change a little make fewer Delta "
+            "commits. The acknowledged LSN stays behind every waiting change, and a batch "
+            "that leaves changes waiting is no consistent cut (`wal2delta cut`). `0` (the "
+            "default) writes every table every batch."
+        ),
+    )
+    table_max_age: Duration = Field(
+        default=timedelta(seconds=5),
+        description=(
+            "How long a change held back by `table_min_rows` may wait: a batch that finds "
+            "one older writes every waiting change and holds nothing back."
+        ),
+    )
+    deletion_vectors: bool | list[TableName] = Field(
+        default=False,
+        description=(
+            "Merge-on-read for large tables updated at random keys: `true` (every table) or "
+            "a list (`[public.accounts]`). A MERGE then marks replaced rows in deletion "
+            "vectors instead of rewriting their files, so its cost follows the batch, not "
+            "the table. Readers need deletion-vector support (Spark 3.4+ with Delta 2.3+, "
+            "Databricks, Sail, DuckDB's delta extension, delta-rs `QueryBuilder`; not "
+            "delta-rs `to_pyarrow_table` or Polars' scanner). Set it before the table is "
+            "first written; compaction purges the vectors."
+        ),
+    )
+    retention: Duration | None = Field(
+        default=None,
+        description=(
+            "Vacuum each table's files that no version of the last `retention` needs (and "
+            "no version `wal2delta cut` can still name), once per `retention / 4`, at most "
+            "hourly. Null (the default) keeps every file for time travel, as before."
+        ),
+    )
     column_types: dict[TableName, dict[ColumnName, ColumnTypeOverride]] = Field(
         default_factory=dict,
         description=(

@@ -141,6 +141,15 @@ def sink_settings(config: AppConfig) -> SinkSettings:
         on_unrepresentable_tables={
             relation_name(name): policy for name, policy in table_policies.items()
         },
+        concurrency=sink.concurrency,
+        table_min_rows=sink.table_min_rows,
+        table_max_age=sink.table_max_age.total_seconds(),
+        deletion_vectors=(
+            sink.deletion_vectors
+            if isinstance(sink.deletion_vectors, bool)
+            else frozenset(relation_name(name) for name in sink.deletion_vectors)
+        ),
+        retention=None if sink.retention is None else sink.retention.total_seconds(),
     )
 
 

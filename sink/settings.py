@@ -133,6 +133,14 @@ class SinkSettings:
             (``unrepresentable.py``): ``keep`` stores it under its documented convention
             and keeps its text in the rejects table; ``stop`` stops the daemon.
         on_unrepresentable_tables: qualified table name -> its own ``on_unrepresentable``.
+        concurrency: tables of one batch whose steps run at once (``sink.concurrency``).
+        table_min_rows: a table with fewer changes in a batch may wait for later batches
+            (``sink.table_min_rows``); 0 writes every table every batch.
+        table_max_age: seconds a held-back change may wait (``sink.table_max_age``).
+        deletion_vectors: the tables written merge-on-read: all (True), none (False), or
+            these qualified names (``sink.deletion_vectors``).
+        retention: seconds of versions each table keeps when vacuumed; None never vacuums
+            (``sink.retention``).
     """
 
     path: str
@@ -148,6 +156,11 @@ class SinkSettings:
     column_types: Mapping[str, Mapping[str, ColumnTypeOverride]]
     on_unrepresentable: UnrepresentablePolicy
     on_unrepresentable_tables: Mapping[str, UnrepresentablePolicy]
+    concurrency: int
+    table_min_rows: int
+    table_max_age: float
+    deletion_vectors: bool | frozenset[str]
+    retention: float | None
     inline_sources: bool = False
 
     def unrepresentable_policy(self, table: str) -> UnrepresentablePolicy:
