@@ -29,7 +29,9 @@ from collections.abc import Iterable
 
 import structlog
 
+from sink.settings import SinkSettings
 from sink.spark import engine_message
+from sink.tables import LakeTables
 
 log = structlog.get_logger("wal2delta.sink")
 
@@ -42,6 +44,12 @@ class Compactor:
         self._writes: dict[str, int] = {}
         self._due: dict[str, None] = {}
         """Tables to compact at the next ``compact_due``, in the order they became due."""
+
+    @classmethod
+    def for_settings(cls, settings: SinkSettings, lake: LakeTables) -> Compactor:
+        """The compactor ``DeltaSink`` runs: the configuration's, over the sink's lake port."""
+        del lake  # not needed yet
+        return cls(settings.compact_after_writes)
 
     def wrote(self, paths: Iterable[str]) -> None:
         """Count one write to each of ``paths``; note those that are due."""

@@ -71,6 +71,7 @@ from sink.evolution import (
 from sink.fold import plan_batch, plan_copy
 from sink.follow import RelationFollower
 from sink.history import HistoryWriter, history_name
+from sink.layout import table_properties
 from sink.naming import table_path
 from sink.partitioning import bucketed_column
 from sink.plan import (
@@ -150,7 +151,7 @@ class DeltaSink:
         self._bulk = BulkAppendExecutor(
             self._lake, self._rejects, DeltaRsAppender(settings.bulk_writer)
         )
-        self._compactor = Compactor(settings.compact_after_writes)
+        self._compactor = Compactor.for_settings(settings, self._lake)
         self._follower = RelationFollower(
             self._lake,
             bookkeeping=self._bookkeeping,
@@ -439,7 +440,12 @@ class DeltaSink:
                 wanted.append(ArrowColumn(partition, BIGINT.spark_sql, BIGINT.arrow))
             relation = state.relation if state is not None else None
             state = self._lake.load(
-                path, plan.qualified_name, wanted, data=True, partition=partition
+                path,
+                plan.qualified_name,
+                wanted,
+                data=True,
+                partition=partition,
+                properties=table_properties(self._settings, plan.qualified_name),
             )
             state.relation = relation
             try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,11 +110,13 @@ class LakeTables:
         *,
         data: bool = False,
         partition: str | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> TableState:
         """Create the table with ``wanted`` unless it exists; read and cache its schema.
 
         ``partition`` names the partition column of a table created here (an existing
-        table keeps its layout; ``check_partitioning`` compares).
+        table keeps its layout; ``check_partitioning`` compares); ``properties`` are the
+        Delta table properties it is created with (``layout.table_properties``).
 
         A data table is created with the ``timestampNtz`` table feature even when it has
         no ``TIMESTAMP_NTZ`` column yet: Delta refuses to add such a column (a PostgreSQL
@@ -126,6 +128,8 @@ class LakeTables:
             writer = writer.option("delta.feature.timestampNtz", "supported")
         if partition is not None:
             writer = writer.partitionBy(partition)
+        for key, value in (properties or {}).items():
+            writer = writer.option(key, value)
         with engine_errors(f"creating or reading the Delta table of {table}"):
             writer.save(path)
             schema = self._spark.read.format("delta").load(path).schema
