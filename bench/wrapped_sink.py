@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 
 class WrapsDeltaSink:
-    """Mixin for a wrapper with an ``inner`` ``DeltaSink``: forwards upkeep and close."""
+    """Mixin for a wrapper with an ``inner`` ``DeltaSink``: forwards upkeep, held-back
+    changes (``HoldingSink``) and close."""
 
     __slots__ = ()
     inner: DeltaSink
@@ -27,6 +28,14 @@ class WrapsDeltaSink:
     def settle(self) -> None:
         """The wrapped sink's upkeep when idle."""
         self.inner.settle()
+
+    def held_deadline(self) -> float | None:
+        """When the wrapped sink's held-back changes are due."""
+        return self.inner.held_deadline()
+
+    def discard_held(self) -> None:
+        """Forget the wrapped sink's held-back changes."""
+        self.inner.discard_held()
 
     def close(self) -> None:
         """Close the wrapped sink."""

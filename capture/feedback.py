@@ -27,6 +27,10 @@ Theory of operation (ports ``get_flush_position`` and ``send_feedback`` from Pos
   everything before it and sent us every commit in that range (invariant 5). A walEnd
   received while a transaction is open is never used: the open transaction may commit
   before it.
+* Changes the sink holds back for a later batch (``sink.table_min_rows``) hold the flush
+  position at the commit LSN of the oldest of them (``hold_for_sink``) until a batch
+  applies them: the server skips a transaction on restart only when its commit record
+  starts before the acknowledged position, so it sends that one again.
 * Reported positions never move backwards.
 
 ``FeedbackPolicy`` decides when a status update is due: when the server asked for a
@@ -61,6 +65,7 @@ class FlushTracker:
         self._prepared: dict[str, int] = {}
         # gid -> (prepare_lsn, end LSN of its COMMIT PREPARED): held until that is durable.
         self._committing: dict[str, tuple[int, int]] = {}
+        self._sink_hold: int | None = None
 
     @property
     def received(self) -> int:
@@ -95,6 +100,15 @@ class FlushTracker:
         while self._pending and self._pending[0] <= end_lsn:
             self._durable = max(self._durable, self._pending.popleft())
 
+    @property
+    def sink_hold(self) -> int | None:
+        """The commit LSN the sink's held-back changes hold the flush position at."""
+        return self._sink_hold
+
+    def hold_for_sink(self, commit_lsn: int | None) -> None:
+        """The sink holds changes back from ``commit_lsn`` on (None: it holds none now)."""
+        self._sink_hold = commit_lsn
+
     def on_prepared(self, gid: str, prepare_lsn: int) -> None:
         """A prepared transaction is held until COMMIT/ROLLBACK PREPARED."""
         self._prepared[gid] = prepare_lsn
@@ -117,6 +131,7 @@ class FlushTracker:
         holds = [
             *self._prepared.values(),
             *(lsn for lsn, end in self._committing.values() if end > durable),
+            *(() if self._sink_hold is None else (self._sink_hold,)),
         ]
         flush = durable
         if decoder_idle and not self._pending and not holds:

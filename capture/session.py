@@ -234,6 +234,18 @@ class Session:
             self.shutdown_deadline = time.monotonic() + self.shutdown_grace
         self._hand_off(self.batcher.take())
         self.drain()
+        if self.tracker.sink_hold is not None:
+            # Changes the sink holds back are applied before the run ends.
+            self._hand_off(
+                Batch(
+                    (),
+                    durable_lsn=None,
+                    transaction_count=0,
+                    last_commit_time=None,
+                    release_held=True,
+                )
+            )
+            self.drain()
         self._send_status(reason="final", reply_requested=False)
         positions = self.tracker.positions(decoder_idle=self.assembler.idle)
         if self.endpos_reached and self.endpos is not None and not self.assembler.idle:
@@ -306,9 +318,12 @@ class Session:
                     value_count=count,
                     rejects_table=REJECTS_TABLE,
                 )
+        # Changes the sink held back hold the acknowledgement (and the lag) before them.
+        self.tracker.hold_for_sink(result.held_lsn)
         if report.durable_lsn is not None:
             self.tracker.on_durable(report.durable_lsn)
-            self.state.on_durable(report.durable_lsn)
+        durable = self.tracker.durable
+        self.state.on_durable(durable if result.held_lsn is None else min(durable, result.held_lsn))
         if report.last_commit_time is not None:
             commit_seconds = pg_timestamp_to_datetime(report.last_commit_time).timestamp()
             self.state.last_applied_commit_time = commit_seconds

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import structlog
 
 from decoder import Lsn, PgTimestamp, format_lsn
-from sink import Batch, BatchResult, DeferringSink, Sink
+from sink import Batch, BatchResult, DeferringSink, HoldingSink, Sink
 
 log = structlog.get_logger("wal2delta.sink_worker")
 
@@ -90,6 +90,7 @@ class SinkWorker:
             raise ValueError("max_pending must not be negative")
         self._sink = sink
         self._deferring = sink if isinstance(sink, DeferringSink) else None
+        self._holding = sink if isinstance(sink, HoldingSink) else None
         self._settle_after = settle_after
         self._unsettled = False
         """A batch was applied since the sink was last settled (worker thread only)."""
@@ -163,7 +164,8 @@ class SinkWorker:
                 # docstring): a caller that goes on with GIL-bound work at once would
                 # otherwise keep the worker from starting for as long as that work lasts.
                 self._inbox_changed.wait_for(self._picked_up, timeout=_PICK_UP_WAIT_SECONDS)
-        self._in_flight += 1
+        with self._busy_lock:
+            self._in_flight += 1
         return True
 
     def _picked_up(self) -> bool:
@@ -181,7 +183,8 @@ class SinkWorker:
                 report = self._outbox.get_nowait()
             except queue.Empty:
                 return out
-            self._in_flight -= 1
+            with self._busy_lock:
+                self._in_flight -= 1
             out.append(report)
 
     def wait_report(self, timeout: float) -> AppliedBatch | FailedBatch | None:
@@ -190,7 +193,8 @@ class SinkWorker:
             report = self._outbox.get(timeout=timeout)
         except queue.Empty:
             return None
-        self._in_flight -= 1
+        with self._busy_lock:
+            self._in_flight -= 1
         return report
 
     def _run(self) -> None:
@@ -211,17 +215,21 @@ class SinkWorker:
     def _next_batch(self) -> Batch | None:
         """Wait for the next batch, settling the sink if none comes for a moment.
 
+        Changes a ``HoldingSink`` holds back (``sink.table_min_rows``) must not wait past
+        their age limit for a batch that may not come: at that deadline the worker applies
+        an empty ``release_held`` batch of its own, reported like any other, which lets
+        the session acknowledge them.
+
         Returns:
             The batch, or None once a stop was asked for.
         """
+        idle_since = time.monotonic()
         while True:
             with self._inbox_changed:
                 self._idle = True
                 self._inbox_changed.notify_all()
                 self._wake()
-                self._inbox_changed.wait_for(
-                    self._has_work, timeout=self._settle_after if self._unsettled else None
-                )
+                self._inbox_changed.wait_for(self._has_work, timeout=self._idle_timeout(idle_since))
                 self._idle = False  # also while settling: an offered batch waits for it
                 if self._stopping.is_set():
                     return None
@@ -229,7 +237,38 @@ class SinkWorker:
                     batch = self._inbox.popleft()
                     self._inbox_changed.notify_all()  # an ``offer`` waits for the pick-up
                     return batch
-            self._settle()
+            if self._held_due():
+                with self._busy_lock:
+                    self._busy += 1
+                    self._in_flight += 1
+                return Batch(
+                    (),
+                    durable_lsn=None,
+                    transaction_count=0,
+                    last_commit_time=None,
+                    release_held=True,
+                )
+            if self._unsettled and time.monotonic() - idle_since >= self._settle_after:
+                self._settle()
+
+    def _idle_timeout(self, idle_since: float) -> float | None:
+        """How long an idle worker waits for a batch before it has something to do."""
+        deadlines = []
+        if self._unsettled:
+            deadlines.append(idle_since + self._settle_after)
+        held = self._held_deadline()
+        if held is not None:
+            deadlines.append(held)
+        return None if not deadlines else max(0.0, min(deadlines) - time.monotonic())
+
+    def _held_deadline(self) -> float | None:
+        if self._holding is None or self._failed:
+            return None
+        return self._holding.held_deadline()
+
+    def _held_due(self) -> bool:
+        deadline = self._held_deadline()
+        return deadline is not None and time.monotonic() >= deadline
 
     def _has_work(self) -> bool:
         return bool(self._inbox) or self._stopping.is_set()

@@ -68,7 +68,7 @@ from decoder import (
     Wal2DeltaError,
     spilling_buffers,
 )
-from sink import Sink, SnapshotMarkerStore
+from sink import HoldingSink, Sink, SnapshotMarkerStore
 
 log = structlog.get_logger("wal2delta.supervisor")
 
@@ -220,9 +220,15 @@ class Supervisor:
                 self._spool_dir = None
 
     def _restart_worker(self) -> None:
-        """After a failed session: account for what the worker finished, start a new one."""
+        """After a failed session: account for what the worker finished, start a new one.
+
+        Changes the sink held back for a later batch were never acknowledged: the next
+        session receives them again, so the sink forgets its copies.
+        """
         self._end_session()
         self._stop_worker()
+        if isinstance(self.sink, HoldingSink):
+            self.sink.discard_held()
         self._worker = SinkWorker(self.sink)
 
     def _stop_worker(self) -> None:

@@ -37,12 +37,17 @@ class Batch:
             earlier batch; None when the batch only holds part of a large transaction.
         transaction_count: transactions that end in this batch.
         last_commit_time: commit time of the newest transaction in the batch.
+        release_held: apply, with this batch, every change a sink held back from earlier
+            batches (``sink.table_min_rows``), and hold nothing back from this one: the
+            sink worker sends such a batch, empty, when held changes reach their age
+            limit while no batch comes, and the session before it ends.
     """
 
     changes: tuple[Change, ...]
     durable_lsn: Lsn | None
     transaction_count: int
     last_commit_time: PgTimestamp | None
+    release_held: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +64,11 @@ class BatchResult:
         toast_anomalies_by_table: ``toast_anomalies`` per qualified table name.
         unrepresentable: (qualified table name, Delta column, reason) -> how many values
             of the batch were stored under their convention (``unrepresentable.py``).
+        held_lsn: the commit LSN of the oldest change the sink holds back for a later
+            batch (``sink.table_min_rows``), None when it holds none. That change and its
+            transaction are not durable: the acknowledged position stays at or before it,
+            whatever the batch's ``durable_lsn`` says (invariant 1).
+        held_changes: how many changes the sink holds back after this batch.
     """
 
     rows_by_table: Mapping[str, Mapping[str, int]]
@@ -67,6 +77,8 @@ class BatchResult:
     seconds_by_table: Mapping[str, float] = field(default_factory=dict)
     toast_anomalies_by_table: Mapping[str, int] = field(default_factory=dict)
     unrepresentable: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
+    held_lsn: Lsn | None = None
+    held_changes: int = 0
 
 
 class Sink(Protocol):
@@ -91,9 +103,9 @@ class DeferringSink(Protocol):
 
     ``apply`` still makes every change durable before it returns; what waits is upkeep
     (``DeltaSink`` compacts tables after a batch, and writes its commit-log records with the
-    next batch's intent). The sink worker calls ``after_apply`` once it has reported a batch
-    durable, and ``settle`` once it has been idle for a moment (``DeltaSink.close`` also
-    writes its waiting commit-log records).
+    next batch's intent). The sink worker calls ``after_apply`` once it has reported a
+    batch durable, and ``settle`` once it has been idle for a moment (``DeltaSink.close``
+    also writes its waiting commit-log records).
     """
 
     def after_apply(self) -> None:
@@ -102,6 +114,29 @@ class DeferringSink(Protocol):
 
     def settle(self) -> None:
         """Upkeep deferred until the sink is idle; failures are logged, never raised."""
+        ...
+
+
+@runtime_checkable
+class HoldingSink(Protocol):
+    """A sink that may hold some changes of a batch back for a later batch.
+
+    ``apply`` returns with every change of the batch durable except those it reports held
+    (``BatchResult.held_lsn``), which nothing acknowledges until a later batch applies
+    them. The sink worker applies an empty ``release_held`` batch when ``held_deadline``
+    passes without a batch, and the session sends one before it ends.
+    """
+
+    def held_deadline(self) -> float | None:
+        """When (``time.monotonic``) the changes held back for later batches must be
+        applied - the sink worker then applies an empty ``release_held`` batch if no
+        batch came - or None when the sink holds none."""
+        ...
+
+    def discard_held(self) -> None:
+        """Forget the changes held back: they were never acknowledged, and the server sends
+        them again to the next session (called when the worker is replaced after a
+        failure, so they are not applied twice in one batch)."""
         ...
 
 

@@ -12,6 +12,7 @@ The names are ``constants.SNAPSHOTS_TABLE``, ``COLUMNS_TABLE`` and ``MESSAGES_TA
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -45,6 +46,7 @@ class Bookkeeping:
         self._root = root.rstrip("/")
         self._meta = meta
         self._origins: dict[tuple[str, str], dict[str, ColumnOrigin]] | None = None
+        self._origins_lock = threading.Lock()
 
     def clear(self) -> None:
         """Forget the column origins read so far; the next look reads them again."""
@@ -107,8 +109,13 @@ class Bookkeeping:
     def column_origins(self, schema: str, table: str) -> dict[str, ColumnOrigin]:
         """The recorded origins of the Delta columns of ``schema.table``, by Delta name.
 
-        The whole record is read once per sink: it holds a row per Delta column.
+        The whole record is read once per sink: it holds a row per Delta column. Safe from
+        the threads that apply several tables at once (``sink.concurrency``).
         """
+        with self._origins_lock:
+            return self._column_origins(schema, table)
+
+    def _column_origins(self, schema: str, table: str) -> dict[str, ColumnOrigin]:
         if self._origins is None:
             path, _ = self._origins_table()
             with engine_errors("reading the column origins"):
@@ -128,7 +135,17 @@ class Bookkeeping:
     def record_column_origins(
         self, schema: str, table: str, entries: Sequence[tuple[str, ColumnOrigin]]
     ) -> None:
-        """Record (replace) the origins of some Delta columns of ``schema.table``."""
+        """Record (replace) the origins of some Delta columns of ``schema.table``.
+
+        One table's record at a time: every table's origins are rows of one Delta table,
+        and two MERGEs into it at once would conflict.
+        """
+        with self._origins_lock:
+            self._record_column_origins(schema, table, entries)
+
+    def _record_column_origins(
+        self, schema: str, table: str, entries: Sequence[tuple[str, ColumnOrigin]]
+    ) -> None:
         path, columns = self._origins_table()
         now = datetime.now(UTC)
         arrays: list[list[object]] = [[] for _ in columns]

@@ -4,11 +4,14 @@ Theory of operation
 -------------------
 ``apply`` is the sink's ``apply_dispatch`` (docs/architecture.md, The sink's shape):
 
+0. Gives back the changes held from earlier batches and holds back those of tables that
+   change a little (``holdback.py``, only with ``sink.table_min_rows``).
 1. Plans the batch (``fold.plan_batch``, pure: ``plan.py`` the plan's types, ``shape.py``
    each relation's columns and identity, ``fold.py`` the fold), with the one
    ``PlanOptions`` built from the settings when the sink is made.
 2. Opens the commit log's intent (``commits.py``).
-3. For every table, in the order the batch first touches it: makes sure the table exists
+3. For every table - up to ``sink.concurrency`` tables at once, each table's work on one
+   thread (``_apply_tables``) - makes sure the table exists
    with its relation's columns and the metadata columns (``_prepare_table``, through the
    lake port ``tables.LakeTables``), then hands each step, in order, to the executor of its
    kind - ``step_truncate``, ``step_keyed`` (MERGE), ``step_keyless`` - after the table
@@ -20,8 +23,9 @@ Theory of operation
    compactor which tables it wrote (``compaction.py``).
 
 Every engine call goes through the lake port, and every statement is one Delta commit.
-``apply`` returns after the last one, so the whole batch is durable (invariant 1). A failure
-part-way leaves earlier commits in place; the batch is replayed after a restart and the
+``apply`` returns after the last one of every table, so the whole batch is durable
+(invariant 1). A failure part-way leaves other commits in place (the other tables of the
+batch finish theirs); the batch is replayed after a restart and the
 LSN guard makes that harmless (invariant 2). Engine errors are translated at the port's
 callers (``spark.engine_errors``).
 
@@ -38,6 +42,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -71,6 +77,7 @@ from sink.evolution import (
 from sink.fold import plan_batch, plan_copy
 from sink.follow import RelationFollower
 from sink.history import HistoryWriter, history_name
+from sink.holdback import HeldChanges
 from sink.layout import table_properties
 from sink.naming import table_path
 from sink.partitioning import bucketed_column
@@ -99,6 +106,18 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = structlog.get_logger("wal2delta.sink")
+
+
+@dataclass(frozen=True, slots=True)
+class _TableOutcome:
+    """What applying one table of a batch did."""
+
+    anomalies: int
+    """Unchanged-TOAST rows found missing in the target."""
+    history: str | None
+    """The location of the change history it appended to, if any."""
+    seconds: float
+    """Wall time of its steps and history."""
 
 
 class DeltaSink:
@@ -152,6 +171,9 @@ class DeltaSink:
             self._lake, self._rejects, DeltaRsAppender(settings.bulk_writer)
         )
         self._compactor = Compactor.for_settings(settings, self._lake)
+        self._held = HeldChanges(settings.table_min_rows, settings.table_max_age)
+        self._pool: ThreadPoolExecutor | None = None
+        """Threads that apply several tables of a batch at once; made on first need."""
         self._follower = RelationFollower(
             self._lake,
             bookkeeping=self._bookkeeping,
@@ -173,24 +195,25 @@ class DeltaSink:
         """
         started = time.monotonic()
         self._compactor.compact_due()  # a caller that never calls after_apply still compacts
+        # Small tables' changes may wait for a later batch (holdback.py); ``batch`` is
+        # then what is applied now, without a durable_lsn while changes stay held.
+        batch = self._held.admit(batch, started)
         plan = plan_batch(batch, self._plan_options, decoder=self._decoder)
         self._commits.begin(batch)
         anomalies = 0
         written: dict[str, str] = {}
         seconds: dict[str, float] = {}
         anomalies_by_table: dict[str, int] = {}
-        for table in plan.tables:
-            table_started = time.monotonic()
-            table_anomalies = self._apply_table(table)
+        for table, outcome in zip(plan.tables, self._apply_tables(plan.tables), strict=True):
             written[table.qualified_name] = table_path(
                 self._settings.path, table.schema, table.table
             )
-            if (history := self._history.write(table)) is not None:
-                written[history_name(table.qualified_name)] = history
-            seconds[table.qualified_name] = time.monotonic() - table_started
-            if table_anomalies:
-                anomalies_by_table[table.qualified_name] = table_anomalies
-            anomalies += table_anomalies
+            if outcome.history is not None:
+                written[history_name(table.qualified_name)] = outcome.history
+            seconds[table.qualified_name] = outcome.seconds
+            if outcome.anomalies:
+                anomalies_by_table[table.qualified_name] = outcome.anomalies
+            anomalies += outcome.anomalies
         if plan.messages and self._settings.messages_table:
             self._bookkeeping.write_messages(plan.messages)
         rejects = [TableReject(t.qualified_name, r) for t in plan.tables for r in t.rejects]
@@ -208,6 +231,8 @@ class DeltaSink:
             unrepresentable=dict(
                 Counter((r.table, r.reject.column, r.reject.reason.value) for r in rejects)
             ),
+            held_lsn=self._held.low_lsn,
+            held_changes=self._held.count,
         )
 
     def after_apply(self) -> None:
@@ -228,6 +253,15 @@ class DeltaSink:
         self._compactor.compact_due()
         self._write_deferred_records()
 
+    def held_deadline(self) -> float | None:
+        """When the changes held back for later batches must be applied (``holdback.py``);
+        None when none is held."""
+        return self._held.deadline
+
+    def discard_held(self) -> None:
+        """Forget the changes held back; the server sends them again (never acknowledged)."""
+        self._held.discard()
+
     def _write_deferred_records(self) -> None:
         try:
             self._commits.flush()
@@ -243,6 +277,10 @@ class DeltaSink:
         stay open.
         """
         self._write_deferred_records()
+        self._held.discard()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         self._lake.clear()
         self._primary_keys.clear()
         self._bookkeeping.clear()
@@ -393,6 +431,44 @@ class DeltaSink:
         return self._bulk.append(target, strings, first_ordinal)
 
     # --- tables ----------------------------------------------------------------------------
+
+    def _apply_tables(self, tables: Sequence[MergePlan]) -> list[_TableOutcome]:
+        """Apply each table's steps and history; up to ``settings.concurrency`` tables at once.
+
+        Tables are independent: each one's steps run in order on one thread, and no two
+        threads write the same Delta table (the bookkeeping tables they share serialise
+        themselves). When a table fails, the others still finish - a MERGE cannot be
+        interrupted, and what they committed is replayed harmlessly (invariant 2) - and the
+        first failure, in the batch's table order, is raised: the batch is not durable, so
+        nothing of it is acknowledged (invariant 1).
+        """
+        if len(tables) <= 1 or self._settings.concurrency <= 1:
+            return [self._apply_one(table) for table in tables]
+        pool = self._pool
+        if pool is None:
+            pool = self._pool = ThreadPoolExecutor(
+                max_workers=self._settings.concurrency, thread_name_prefix="wal2delta-table"
+            )
+        futures = [pool.submit(self._apply_one, table) for table in tables]
+        wait(futures)
+        failures = [(t, f.exception()) for t, f in zip(tables, futures, strict=True)]
+        failed = [(t, e) for t, e in failures if e is not None]
+        for table, error in failed[1:]:
+            log.warning(
+                "another table of the failed batch failed too",
+                table=table.qualified_name,
+                error=f"{type(error).__name__}: {error}",
+            )
+        if failed:
+            raise failed[0][1]
+        return [f.result() for f in futures]
+
+    def _apply_one(self, table: MergePlan) -> _TableOutcome:
+        """One table's steps, then its change history."""
+        started = time.monotonic()
+        anomalies = self._apply_table(table)
+        history = self._history.write(table)
+        return _TableOutcome(anomalies, history, time.monotonic() - started)
 
     def _apply_table(self, plan: MergePlan) -> int:
         path, state = self._prepare_table(plan)

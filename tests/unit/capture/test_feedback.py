@@ -238,3 +238,18 @@ def test_a_restart_from_the_flush_position_gets_every_prepare_it_needs(
             assert all(flush <= p for p in open_prepares.values())
             assert not any(p < flush < end for p, end in spans), (flush, spans)
             last_flush = flush
+
+
+def test_changes_the_sink_holds_back_hold_flush_at_their_commit_lsn() -> None:
+    """A held change's transaction is durable in the batch's accounting but not in Delta:
+    the flush position stays at its commit LSN (the server then sends it again), and no
+    keepalive walEnd moves past it."""
+    tracker = FlushTracker(100)
+    tracker.on_commit(200)
+    tracker.on_commit(300)
+    tracker.hold_for_sink(250)  # a change of the transaction ending at 300 is held
+    tracker.on_durable(300)
+    tracker.on_keepalive(500)
+    assert tracker.positions(decoder_idle=True).flush == 250
+    tracker.hold_for_sink(None)  # a later batch applied it
+    assert tracker.positions(decoder_idle=True).flush == 500

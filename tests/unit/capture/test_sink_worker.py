@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import select
 import threading
+import time
 import weakref
 
 import pytest
@@ -287,3 +288,55 @@ def test_the_worker_wakes_the_loop_when_it_reports_and_when_it_is_idle_again() -
     assert not worker.busy
     assert worker.stop(timeout=10)
     worker.clear_wakeup()  # harmless once stopped
+
+
+class _HoldingSink:
+    """Holds every batch's changes back until a ``release_held`` batch comes."""
+
+    def __init__(self, max_age: float) -> None:
+        self.max_age = max_age
+        self.deadline: float | None = None
+        self.released = threading.Event()
+
+    def apply(self, batch: Batch) -> BatchResult:
+        if batch.release_held:
+            self.deadline = None
+            self.released.set()
+            return BatchResult(rows_by_table={}, toast_anomalies=0, duration_seconds=0.0)
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.max_age
+        return BatchResult(
+            rows_by_table={},
+            toast_anomalies=0,
+            duration_seconds=0.0,
+            held_lsn=Lsn(42),
+            held_changes=1,
+        )
+
+    def held_deadline(self) -> float | None:
+        return self.deadline
+
+    def discard_held(self) -> None:
+        self.deadline = None
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.timeout(30)
+def test_held_changes_are_released_at_their_deadline_without_a_new_batch() -> None:
+    sink = _HoldingSink(max_age=0.3)
+    worker = SinkWorker(sink)
+    try:
+        assert worker.offer(_batch(), timeout=1)
+        first = worker.wait_report(5)
+        assert isinstance(first, AppliedBatch)
+        assert first.result.held_lsn == 42
+        assert sink.released.wait(5), "the worker applies a release batch at the deadline"
+        release = worker.wait_report(5)
+        assert isinstance(release, AppliedBatch)
+        assert release.result.held_lsn is None
+        assert release.durable_lsn is None
+        assert worker.in_flight == 0, "the worker's own batch is accounted like any other"
+    finally:
+        assert worker.stop(timeout=5)
