@@ -13,8 +13,10 @@ import argparse
 import contextlib
 import gc
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Required, TypedDict, Unpack
 
 from config import AppConfig, parse_config
 from daemon.gc_tuning import collector_paced_by_time
@@ -54,57 +56,63 @@ class DaemonRun:
     """Wall time spent in the cyclic garbage collector during the run."""
 
 
-def bench_config(
-    dsn: str,
-    workdir: Path,
-    *,
-    slot: str,
-    publication: str,
-    tables: list[str],
-    spool_memory_limit: str | None = None,
-    max_rows: int | None = None,
-    max_rows_ceiling: int | None = None,
-    max_bytes: str | None = None,
-) -> AppConfig:
-    """A daemon configuration that reads an existing slot and publication.
+class ConfigOptions(TypedDict, total=False):
+    """What ``bench_config`` and ``bench_config_document`` take besides the DSN and workdir."""
 
-    Args:
-        dsn: the source database.
-        workdir: holds the (never written) lake path and the spool directory.
-        slot: an existing slot (a fresh copy); the service must not create one.
-        publication: an existing publication.
-        tables: ``schema.table`` names the publication publishes.
-        spool_memory_limit: ``spool.memory_limit``; the production default unless the
-            benchmark is about spilling.
-        max_rows: ``sink.batch.max_rows``; the production default when None.
-        max_rows_ceiling: ``sink.batch.max_rows_ceiling``; the production default when
-            None.
-        max_bytes: ``sink.batch.max_bytes``; the production default when None.
+    slot: Required[str]
+    """An existing slot (a fresh copy); the service must not create one."""
+    publication: Required[str]
+    """An existing publication."""
+    tables: Required[list[str]]
+    """``schema.table`` names the publication publishes."""
+    spool_memory_limit: str | None
+    """``spool.memory_limit``; the production default unless the benchmark is about
+    spilling (and when None)."""
+    max_rows: int | None
+    """``sink.batch.max_rows``; the production default when None."""
+    max_rows_ceiling: int | None
+    """``sink.batch.max_rows_ceiling``; the production default when None."""
+    max_bytes: str | None
+    """``sink.batch.max_bytes``; the production default when None."""
+    sink: Mapping[str, object]
+    """More of the ``sink`` section, in YAML spelling (``{"concurrency": 2}``)."""
+
+
+def bench_config_document(
+    dsn: str, workdir: Path, **options: Unpack[ConfigOptions]
+) -> dict[str, object]:
+    """A daemon configuration that reads an existing slot and publication, as the document
+    a YAML file for ``wal2delta run -c`` holds.
+
+    ``workdir`` holds the lake (``workdir/lake``) and the spool directory; logging is set
+    to warnings on the console, metrics are off.
     """
-    batch: dict[str, object] = {}
-    if max_rows is not None:
-        batch["max_rows"] = max_rows
-    if max_rows_ceiling is not None:
-        batch["max_rows_ceiling"] = max_rows_ceiling
-    if max_bytes is not None:
-        batch["max_bytes"] = max_bytes
-    return parse_config(
-        {
-            "source": {
-                "dsn": dsn,
-                "slot": slot,
-                "publication": publication,
-                "create_slot": False,
-                "create_publication": False,
-                "tables": tables,
-            },
-            "sink": {"path": str(workdir / "lake"), "batch": batch},
-            "spool": {"dir": str(workdir / "spool")}
-            | ({} if spool_memory_limit is None else {"memory_limit": spool_memory_limit}),
-            "metrics": {"enabled": False},
-            "logging": {"format": "console", "level": "warning"},
-        }
-    )
+    batch = {
+        name: options[name]
+        for name in ("max_rows", "max_rows_ceiling", "max_bytes")
+        if options.get(name) is not None
+    }
+    spool_memory_limit = options.get("spool_memory_limit")
+    return {
+        "source": {
+            "dsn": dsn,
+            "slot": options["slot"],
+            "publication": options["publication"],
+            "create_slot": False,
+            "create_publication": False,
+            "tables": options["tables"],
+        },
+        "sink": {"path": str(workdir / "lake"), "batch": batch, **options.get("sink", {})},
+        "spool": {"dir": str(workdir / "spool")}
+        | ({} if spool_memory_limit is None else {"memory_limit": spool_memory_limit}),
+        "metrics": {"enabled": False},
+        "logging": {"format": "console", "level": "warning"},
+    }
+
+
+def bench_config(dsn: str, workdir: Path, **options: Unpack[ConfigOptions]) -> AppConfig:
+    """``bench_config_document`` parsed (``ConfigOptions`` says what it takes)."""
+    return parse_config(bench_config_document(dsn, workdir, **options))
 
 
 def run_daemon(

@@ -43,16 +43,23 @@ from typing import Final
 
 import psycopg
 from psycopg import sql
-from psycopg.types.numeric import Int8
 
 from bench.daemon import add_delta_run_arguments, bench_config
 from bench.postgres import bench_server
-from bench.report import Ratio, median_figure, print_report
+from bench.report import Figure, Ratio, median_figure, print_report
 from bench.settings import bench_spark_settings
 from bench.sink_scaling import bucketed_settings, build_table, layout_description
-from bench.workload import PUBLICATION, TABLE, create_source_slot, create_table
+from bench.workload import (
+    PUBLICATION,
+    TABLE,
+    TRANSACTION_FUNCTION,
+    create_source_slot,
+    create_table,
+    mixed_sizes,
+)
 from bench.wrapped_sink import WrapsDeltaSink
 from capture.slots import current_wal_lsn
+from config import AppConfig
 from daemon.gc_tuning import collector_paced_by_time
 from daemon.logging import configure_logging
 from daemon.supervisor import Supervisor
@@ -135,48 +142,44 @@ class LagSink(WrapsDeltaSink):
 
 
 class SteadyWriter:
-    """Commits the backlog's transactions one by one on a fixed schedule."""
+    """Commits the backlog's transactions one by one on a fixed schedule.
 
-    def __init__(self, dsn: str, per_transaction: int) -> None:
+    Transaction ``k`` goes to ``tables[k % len(tables)]`` (round robin) and is that table's
+    transaction ``k // len(tables)``, written by ``bench.workload``'s server-side function,
+    as the backlog's are.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        per_transaction: int,
+        tables: Sequence[str] = (TABLE,),
+        *,
+        seeded: bool = True,
+    ) -> None:
         self._conn = psycopg.connect(dsn, autocommit=True)
-        self.inserts = per_transaction * 6 // 10
-        self.updates = per_transaction * 3 // 10
-        self.deletes = per_transaction - self.inserts - self.updates
+        self.inserts, self.updates, self.deletes = mixed_sizes(per_transaction)
         self.transactions = 0
         self._last_inside = Lsn(0)
-        table = sql.Identifier("public", TABLE)
-        # Transaction k inserts its own keys and updates/deletes those of k - 1 (the
-        # seed rows up to 0 for k = 0), as bench.workload's backlog does.
-        self._statements = (
-            sql.SQL(
-                "INSERT INTO {} SELECT g, (g %% 1000)::int, (g %% 100000) / 100.0, "
-                "'2025-01-01'::timestamptz + g * interval '1 second', md5(g::text) "
-                "FROM generate_series(%(base)s + 1, %(base)s + %(inserts)s) g"
-            ).format(table),
-            sql.SQL(
-                "UPDATE {} SET amount = amount + 1, updated_at = updated_at + interval '1 day' "
-                "WHERE id BETWEEN %(prev)s + 1 AND %(prev)s + %(updates)s"
-            ).format(table),
-            sql.SQL(
-                "DELETE FROM {} WHERE id BETWEEN %(prev)s + %(updates)s + 1 "
-                "AND %(prev)s + %(updates)s + %(deletes)s"
-            ).format(table),
+        self._tables = [f"public.{table}" for table in tables]
+        self._seeded = seeded
+        self._statement = sql.SQL("SELECT {}(%s::regclass, %s, %s, %s, %s, %s)").format(
+            sql.Identifier(TRANSACTION_FUNCTION)
         )
 
     def write_one(self) -> None:
         """Commit the next transaction."""
-        base = self.transactions * self.inserts
-        # Int8: psycopg would send small numbers as int2, and int2 arithmetic overflows.
-        params = {
-            "base": Int8(base),
-            "prev": Int8(base - self.inserts),
-            "inserts": Int8(self.inserts),
-            "updates": Int8(self.updates),
-            "deletes": Int8(self.deletes),
-        }
+        table = self._tables[self.transactions % len(self._tables)]
+        params = (
+            table,
+            self.transactions // len(self._tables),
+            self.inserts,
+            self.updates,
+            self.deletes,
+            self._seeded,
+        )
         with self._conn.transaction():
-            for statement in self._statements:
-                self._conn.execute(statement, params)
+            self._conn.execute(self._statement, params)
             # Inside the transaction: only its own commit ends past this position.
             self._last_inside = current_wal_lsn(self._conn)
         self.transactions += 1
@@ -212,6 +215,98 @@ class SteadyWriter:
 def _percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyRun:
+    """What one run at a steady rate measured (``run_steady``)."""
+
+    sink: LagSink
+    achieved: float
+    """Changes per second actually written."""
+    measured_from: float
+    """UNIX time the measured writing began; batches before it were the warm-up."""
+
+    @property
+    def p99(self) -> float:
+        """p99 commit-to-durable lag of the measured transactions, in seconds."""
+        return _percentile(self.sink.transaction_lags, 0.99)
+
+    def figures(self, prefix: str = "") -> list[Figure]:
+        """Per-transaction and per-batch lag percentiles, and apply seconds per batch."""
+        lags, batch_lags = self.sink.transaction_lags, self.sink.batch_lags
+        seconds = [took for at, _, took in self.sink.batches if at >= self.measured_from]
+        return [
+            median_figure(f"{prefix}per transaction: p50 lag", [_percentile(lags, 0.5)], "s"),
+            median_figure(f"{prefix}per transaction: p99 lag", [self.p99], "s"),
+            median_figure(f"{prefix}per transaction: max lag", [max(lags)], "s"),
+            median_figure(
+                f"{prefix}per batch (daemon metric): p50 lag", [_percentile(batch_lags, 0.5)], "s"
+            ),
+            median_figure(
+                f"{prefix}per batch (daemon metric): p99 lag", [_percentile(batch_lags, 0.99)], "s"
+            ),
+            median_figure(f"{prefix}apply seconds per batch", seconds, "s"),
+        ]
+
+    def facts(self, rate: float, seconds: float) -> dict[str, object]:
+        """The rate written (``rate`` asked, for ``seconds``) and the batches' sizes."""
+        sizes = [size for at, size, _ in self.sink.batches if at >= self.measured_from]
+        return {
+            "rate": f"{self.achieved:,.0f} changes/s written (asked {rate:,.0f}) for {seconds} s",
+            "transactions measured": len(self.sink.transaction_lags),
+            "batches": f"{len(sizes)}, changes per batch: min {min(sizes)}, "
+            f"median {statistics.median(sizes):.0f}, max {max(sizes)}",
+            "batch sizes in order": " ".join(str(size) for size in sizes),
+        }
+
+
+def run_steady(
+    config: AppConfig,
+    sink: LagSink,
+    writer: SteadyWriter,
+    *,
+    rate: float,
+    seconds: float,
+    warmup: int = 1,
+) -> SteadyRun:
+    """Run the daemon into ``sink`` while ``writer`` writes at ``rate`` for ``seconds``.
+
+    ``daemon.Supervisor`` runs in a thread with the collector settings of ``wal2delta
+    run``. ``warmup`` transactions are written and waited for first, uncounted (one per
+    table: the first write to a table creates its Delta table); then the writer keeps its
+    schedule, and the run ends once its last transaction is durable.
+
+    Raises:
+        BaseException: the daemon thread's error, if it failed.
+    """
+    configure_logging("console", "warning")
+    stop = threading.Event()
+    service = Supervisor(config, sink, stop_event=stop)
+    failures: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            service.run()
+        except BaseException as exc:  # reported after the run; the thread must not die silently
+            failures.append(exc)
+
+    thread = threading.Thread(target=serve, name="daemon", daemon=True)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(collector_paced_by_time())
+        thread.start()
+        stack.callback(thread.join, 60)
+        stack.callback(stop.set)
+        for _ in range(warmup):
+            writer.write_one()
+        sink.wait_durable(writer.end_lsn(), timeout=300, failures=failures)
+        print("daemon warmed up; writing", flush=True)
+        sink.measure_after = measured_from = time.time()
+        achieved = writer.run(rate=rate, seconds=seconds)
+        sink.wait_durable(writer.end_lsn(), timeout=600, failures=failures)
+    if failures:
+        raise failures[0]
+    return SteadyRun(sink, achieved, measured_from)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -257,65 +352,28 @@ def main(argv: list[str] | None = None) -> int:
             max_rows_ceiling=args.max_rows_ceiling,
             max_bytes=args.max_bytes,
         )
-        configure_logging("console", "warning")
-        sink = LagSink(DeltaSink(spark, settings))
-        stop = threading.Event()
-        # The collector settings of `wal2delta run`, as the other daemon benchmarks use.
-        stack.enter_context(collector_paced_by_time())
-        service = Supervisor(config, sink, stop_event=stop)
-        failures: list[BaseException] = []
-
-        def serve() -> None:
-            try:
-                service.run()
-            except BaseException as exc:  # reported after the run; the thread must not die silently
-                failures.append(exc)
-
-        thread = threading.Thread(target=serve, name="daemon", daemon=True)
-        thread.start()
-        stack.callback(thread.join, 60)
-        stack.callback(stop.set)
         writer = SteadyWriter(dsn, args.per_transaction)
         stack.callback(writer.close)
-        writer.write_one()
-        sink.wait_durable(writer.end_lsn(), timeout=300, failures=failures)
-        print("daemon warmed up; writing", flush=True)
-        sink.measure_after = time.time()
-        measured_from = time.time()
-        achieved = writer.run(rate=args.rate, seconds=args.seconds)
-        sink.wait_durable(writer.end_lsn(), timeout=600, failures=failures)
-        stop.set()
-        thread.join(60)
-        if failures:
-            raise failures[0]
+        run = run_steady(
+            config,
+            LagSink(DeltaSink(spark, settings)),
+            writer,
+            rate=args.rate,
+            seconds=args.seconds,
+        )
 
-    lags = sink.transaction_lags
-    batch_lags = sink.batch_lags
-    sizes = [size for at, size, _ in sink.batches if at >= measured_from]
-    seconds = [took for at, _, took in sink.batches if at >= measured_from]
-    p99 = _percentile(lags, 0.99)
-    figures = [
-        median_figure("per transaction: p50 lag", [_percentile(lags, 0.5)], "s"),
-        median_figure("per transaction: p99 lag", [p99], "s"),
-        median_figure("per transaction: max lag", [max(lags)], "s"),
-        median_figure("per batch (daemon metric): p50 lag", [_percentile(batch_lags, 0.5)], "s"),
-        median_figure("per batch (daemon metric): p99 lag", [_percentile(batch_lags, 0.99)], "s"),
-        median_figure("apply seconds per batch", seconds, "s"),
-    ]
     target = lag_target(args.rate)
-    ratios = [Ratio(f"p99 lag / {target:g} s", p99 / target, target=1.0, higher_is_better=False)]
+    ratios = [
+        Ratio(f"p99 lag / {target:g} s", run.p99 / target, target=1.0, higher_is_better=False)
+    ]
     facts: dict[str, object] = {
-        "rate": f"{achieved:,.0f} changes/s written (asked {args.rate:,.0f}) for {args.seconds} s",
+        **run.facts(args.rate, args.seconds),
         "table": f"{seed:,} rows before",
         "layout": layout_description(args.key_bucket_width or None),
-        "transactions measured": len(lags),
-        "batches": f"{len(sizes)}, changes per batch: min {min(sizes)}, "
-        f"median {statistics.median(sizes):.0f}, max {max(sizes)}",
-        "batch sizes in order": " ".join(str(size) for size in sizes),
     }
     print_report(
         "Benchmark 4: commit-to-durable lag at a steady rate (embedded Sail)",
-        figures,
+        run.figures(),
         ratios,
         facts=facts,
         as_json=args.json,

@@ -8,6 +8,15 @@ exactly the intended number of rows and the change count is known in advance. It
 written by one server-side ``DO`` loop that commits after every transaction: the client
 round trips would otherwise be the slowest part of preparing a benchmark.
 
+One transaction is one call of a server-side function (``TRANSACTION_FUNCTION``, created
+with the tables), so the backlog's loop and a client writing the same transactions one at
+a time (``bench.lag``) share one definition of what transaction ``k`` does. Spread over
+several tables (``bench.tables``), transaction ``k`` goes to table ``k mod N`` and is that
+table's transaction ``k div N``. A table without seed rows (``seeded=False``) gets a first
+transaction that updates and deletes rows it inserted itself (the first 30% and the last
+10% of them), so the mix and the change count stay exact and a fresh Delta lake ends with
+the source's rows.
+
 To compare consumers on exactly the same input, the workload is written after a slot was
 created (the *source slot*, never consumed), and every consumer then reads from its own
 ``pg_copy_logical_replication_slot`` copy of it: same start position, same WAL, same
@@ -16,6 +25,7 @@ end LSN.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -37,6 +47,38 @@ _CREATE_TABLE: Final = sql.SQL(
 _ROW_VALUES: Final = (
     "g, (g % 1000)::int, (g % 100000) / 100.0, "
     "'2025-01-01'::timestamptz + g * interval '1 second', md5(g::text)"
+)
+TRANSACTION_FUNCTION: Final = "bench_mixed_transaction"
+# Transaction k of a table: inserts keys k * inserts + 1 .. (k + 1) * inserts, updates the
+# first `updates` keys of transaction k - 1 and deletes the `deletes` after them. The first
+# transaction of an unseeded table updates its own first keys and deletes its own last ones,
+# which its second transaction's deletes (keys updates + 1 ..) never reach again.
+_CREATE_TRANSACTION_FUNCTION: Final = sql.SQL(
+    """
+    CREATE OR REPLACE FUNCTION {function}(
+        target regclass, k bigint, inserts int, updates int, deletes int, seeded boolean
+    ) RETURNS void LANGUAGE plpgsql AS $bench$
+    DECLARE
+        base bigint := k * inserts;
+        updated bigint := base - inserts;
+        deleted bigint := base - inserts + updates;
+    BEGIN
+        IF k = 0 AND NOT seeded THEN
+            updated := 0;
+            deleted := inserts - deletes;
+        END IF;
+        EXECUTE format(
+            'INSERT INTO %s SELECT {values} FROM generate_series($1 + 1, $1 + $2) g', target
+        ) USING base, inserts;
+        EXECUTE format(
+            'UPDATE %s SET amount = amount + 1, updated_at = updated_at + interval ''1 day'' '
+            'WHERE id BETWEEN $1 + 1 AND $1 + $2', target
+        ) USING updated, updates;
+        EXECUTE format('DELETE FROM %s WHERE id BETWEEN $1 + 1 AND $1 + $2', target)
+            USING deleted, deletes;
+    END
+    $bench$
+    """
 )
 
 
@@ -62,6 +104,11 @@ class Backlog:
         return self.end_lsn - self.start_lsn
 
 
+def table_names(count: int) -> list[str]:
+    """``count`` benchmark table names: ``bench_rows_0000``, ``bench_rows_0001``, ..."""
+    return [f"{TABLE}_{number:04d}" for number in range(count)]
+
+
 def create_table(
     conn: psycopg.Connection[tuple[object, ...]], table: str = TABLE, *, seed_rows: int = 600
 ) -> None:
@@ -71,16 +118,48 @@ def create_table(
     the backlog's first transaction; write them before creating the slot, so they are not
     part of what the consumers read.
     """
-    name = sql.Identifier("public", table)
-    conn.execute(_CREATE_TABLE.format(name))
+    create_tables(conn, [table], seed_rows=seed_rows)
+
+
+def create_tables(
+    conn: psycopg.Connection[tuple[object, ...]], tables: Sequence[str], *, seed_rows: int
+) -> None:
+    """``create_table`` for each of ``tables``, all in one publication ``bench``, and the
+    function that writes one transaction of the mix (``TRANSACTION_FUNCTION``)."""
     conn.execute(
-        sql.SQL("INSERT INTO {} SELECT {} FROM generate_series({}, 0) g").format(
-            name, sql.SQL(_ROW_VALUES), sql.Literal(1 - seed_rows)
+        _CREATE_TRANSACTION_FUNCTION.format(
+            function=sql.Identifier(TRANSACTION_FUNCTION),
+            # Inside a quoted format() string: quotes doubled, % escaped.
+            values=sql.SQL(_ROW_VALUES.replace("'", "''").replace("%", "%%")),
         )
     )
+    names = [sql.Identifier("public", table) for table in tables]
+    for name in names:
+        conn.execute(_CREATE_TABLE.format(name))
+        if seed_rows:
+            conn.execute(
+                sql.SQL("INSERT INTO {} SELECT {} FROM generate_series({}, 0) g").format(
+                    name, sql.SQL(_ROW_VALUES), sql.Literal(1 - seed_rows)
+                )
+            )
     conn.execute(
-        sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(sql.Identifier(PUBLICATION), name)
+        sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+            sql.Identifier(PUBLICATION), sql.SQL(", ").join(names)
+        )
     )
+
+
+def mixed_sizes(per_transaction: int) -> tuple[int, int, int]:
+    """Inserts, updates and deletes of one transaction of ``per_transaction`` changes.
+
+    Raises:
+        ValueError: ``per_transaction`` is not a multiple of 10.
+    """
+    if per_transaction <= 0 or per_transaction % 10:
+        raise ValueError("per_transaction must be a positive multiple of 10")
+    inserts = per_transaction * 6 // 10
+    updates = per_transaction * 3 // 10
+    return inserts, updates, per_transaction - inserts - updates
 
 
 def create_source_slot(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> None:
@@ -110,7 +189,8 @@ def write_mixed_backlog(
     *,
     changes: int,
     per_transaction: int = 1000,
-    table: str = TABLE,
+    tables: Sequence[str] = (TABLE,),
+    seeded: bool = True,
 ) -> Backlog:
     """Write the issue's mixed backlog (60% insert, 30% update, 10% delete).
 
@@ -118,50 +198,45 @@ def write_mixed_backlog(
         conn: an autocommit connection (the ``DO`` loop commits by itself).
         changes: row changes to write; a multiple of ``per_transaction``.
         per_transaction: changes per transaction; a multiple of 10.
-        table: the benchmark table as ``create_table`` left it, with at least
-            ``per_transaction * 6 // 10`` seed rows.
+        tables: the benchmark tables as ``create_tables`` left them; transaction ``k``
+            goes to ``tables[k % len(tables)]`` (round robin, so every table gets the
+            same number of transactions, give or take one).
+        seeded: every table has at least ``per_transaction * 6 // 10`` seed rows; when
+            false, none (a table's first transaction then works on its own rows).
 
     Returns:
         The counts and the WAL range; ``end_lsn`` is the insert position after the last
         commit, which is what ``--endpos`` needs.
     """
-    if per_transaction % 10 or changes % per_transaction:
-        raise ValueError("changes must be a multiple of per_transaction, itself of 10")
+    inserts, updates, deletes = mixed_sizes(per_transaction)
+    if changes % per_transaction:
+        raise ValueError("changes must be a multiple of per_transaction")
     transactions = changes // per_transaction
-    inserts = per_transaction * 6 // 10
-    updates = per_transaction * 3 // 10
-    deletes = per_transaction - inserts - updates
     start = current_wal_lsn(conn)
-    # The previous transaction's first ``updates`` rows are updated and the next
-    # ``deletes`` deleted, so later transactions never touch a row twice.
     loop = sql.SQL(
         """
         DO $bench$
         DECLARE
-            base bigint;
-            prev bigint;
+            tables regclass[] := ARRAY[{tables}]::regclass[];
+            n int := cardinality(tables);
         BEGIN
             FOR k IN 0..{last} LOOP
-                base := k::bigint * {inserts};
-                prev := base - {inserts};
-                INSERT INTO {table}
-                    SELECT {values} FROM generate_series(base + 1, base + {inserts}) g;
-                UPDATE {table} SET amount = amount + 1, updated_at = updated_at + interval '1 day'
-                    WHERE id BETWEEN prev + 1 AND prev + {updates};
-                DELETE FROM {table}
-                    WHERE id BETWEEN prev + {updates} + 1 AND prev + {updates} + {deletes};
+                PERFORM {function}(
+                    tables[k % n + 1], (k / n)::bigint, {inserts}, {updates}, {deletes}, {seeded}
+                );
                 COMMIT;
             END LOOP;
         END
         $bench$
         """
     ).format(
+        tables=sql.SQL(", ").join(sql.Literal(f"public.{table}") for table in tables),
         last=sql.Literal(transactions - 1),
+        function=sql.Identifier(TRANSACTION_FUNCTION),
         inserts=sql.Literal(inserts),
         updates=sql.Literal(updates),
         deletes=sql.Literal(deletes),
-        table=sql.Identifier("public", table),
-        values=sql.SQL(_ROW_VALUES),
+        seeded=sql.Literal(seeded),
     )
     conn.execute(loop)
     return Backlog(
