@@ -87,7 +87,13 @@ SLOT: Final = "bench_lag"
 
 @dataclass(slots=True)
 class LagSink(WrapsDeltaSink):
-    """Wraps a sink; records each transaction's commit-to-durable lag and each batch."""
+    """Wraps a sink; records each transaction's commit-to-durable lag and each batch.
+
+    A transaction is durable when the ``apply`` that carries it returns, unless the sink
+    holds changes back for a later batch (``sink.table_min_rows``): then every transaction
+    from ``BatchResult.held_lsn`` on waits for a later ``apply`` that holds nothing at or
+    before it (the acknowledged position waits the same way).
+    """
 
     inner: DeltaSink
     measure_after: float = float("inf")
@@ -97,6 +103,8 @@ class LagSink(WrapsDeltaSink):
     batches: list[tuple[float, int, float]] = field(default_factory=list)
     """(time applied, changes, apply seconds) of every batch."""
     durable_lsn: int = 0
+    waiting: dict[int, float] = field(default_factory=dict)
+    """Commit LSN -> commit time (UNIX) of applied transactions the sink holds back."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def apply(self, batch: Batch) -> BatchResult:
@@ -112,7 +120,11 @@ class LagSink(WrapsDeltaSink):
                 ).timestamp()
         with self.lock:
             self.batches.append((now, len(batch.changes), time.perf_counter() - started))
-            counted = [t for t in commits.values() if t >= self.measure_after]
+            self.waiting |= commits
+            held = result.held_lsn
+            durable = [lsn for lsn in self.waiting if held is None or lsn < held]
+            committed = [self.waiting.pop(lsn) for lsn in durable]
+            counted = [t for t in committed if t >= self.measure_after]
             self.transaction_lags += [now - t for t in counted]
             if counted:
                 self.batch_lags.append(now - max(counted))
@@ -123,7 +135,7 @@ class LagSink(WrapsDeltaSink):
     def wait_durable(
         self, lsn: int, timeout: float, failures: Sequence[BaseException] = ()
     ) -> None:
-        """Block until a batch durable at or past ``lsn`` was applied.
+        """Block until a batch durable at or past ``lsn`` was applied and nothing is held.
 
         Raises:
             BaseException: the first of ``failures`` (the daemon thread's), once there is one.
@@ -134,7 +146,7 @@ class LagSink(WrapsDeltaSink):
             if failures:
                 raise failures[0]
             with self.lock:
-                if self.durable_lsn >= lsn:
+                if self.durable_lsn >= lsn and not self.waiting:
                     return
             if time.monotonic() > deadline:
                 raise RuntimeError("the daemon did not catch up in time")
