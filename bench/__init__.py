@@ -79,5 +79,12 @@ BENCHMARKS: Final = (
         "initial snapshot of a 2M-row table vs ADBC + delta-rs; parallel tables vs one stream",
         "bench.snapshot",
     ),
+    Benchmark(
+        8,
+        "tables",
+        "one 100k-change backlog over 1 to 1,000 tables: changes/s, peak RSS, start-up; "
+        "lag over 200 tables (issue 31)",
+        "bench.tables",
+    ),
 )
-"""Every benchmark of issue 6, in the issue's order."""
+"""Every benchmark of issue 6, in the issue's order, then those of later issues."""
