@@ -10,7 +10,12 @@ that Sail does not run (``CREATE TABLE delta.`path```, ``ALTER TABLE ... ADD COL
 DataFrame writer in ``delta.py`` (``render_added_columns_select`` is the query whose result
 it writes when new columns need values).
 
-The source of a MERGE is a temporary view holding one row per ``PlannedRow``: the step's
+The ``view`` argument of every renderer is a relation reference the lake port made
+(``tables.LakeTables.view``), used as it is: the embedded engine reads the Arrow file of
+the rows itself (``arrow.`/tmp/.../source.arrow```, no temporary view to register and
+drop), other engines a quoted temporary view.
+
+The source of a MERGE is such a relation holding one row per ``PlannedRow``: the step's
 columns, the LSN and commit time metadata columns, and helper columns whose names start
 with ``__w2d_``:
 
@@ -122,7 +127,7 @@ def _resolved_source(
 ) -> str:
     """The MERGE source: the view itself, or the view with moved rows' kept values filled."""
     if not step.has_moved_keeps:
-        return quote(view)
+        return view
     kept = set(step.kept_indexes)
     select: list[str] = []
     for index, column in enumerate(step.columns):
@@ -163,7 +168,7 @@ def _resolved_source(
     )
     columns = ",\n    ".join(select)
     return (
-        f"(\n  SELECT\n    {columns}\n  FROM {quote(view)} AS s\n"
+        f"(\n  SELECT\n    {columns}\n  FROM {view} AS s\n"
         f"  LEFT JOIN {target} AS m\n    ON {' AND '.join(join)}\n)"
     )
 
@@ -302,7 +307,7 @@ def render_truncate(
         return f"DELETE FROM {target} WHERE {quote(meta.lsn)} <= {int(lsn)}"
     return (
         f"MERGE INTO {target} AS t\n"
-        f"USING {quote(view)} AS s\n"
+        f"USING {view} AS s\n"
         f"ON {_col('t', meta.lsn)} <= {_col('s', meta.lsn)}\n"
         f"WHEN MATCHED THEN UPDATE SET {_col('t', meta.deleted)} = true, "
         f"{_col('t', meta.lsn)} = {_col('s', meta.lsn)}, "
@@ -338,7 +343,7 @@ def render_added_columns_select(
     added = ", ".join(
         f"CASE WHEN {guard} THEN {_col('s', name)} END AS {quote(name)}" for name in columns
     )
-    return f"SELECT t.*, {added}\nFROM {target} AS t\nCROSS JOIN {quote(view)} AS s"
+    return f"SELECT t.*, {added}\nFROM {target} AS t\nCROSS JOIN {view} AS s"
 
 
 def render_column_reset(
@@ -354,7 +359,7 @@ def render_column_reset(
     assignments = ", ".join(f"{_col('t', name)} = {_col('s', name)}" for name in columns)
     return (
         f"MERGE INTO {target} AS t\n"
-        f"USING {quote(view)} AS s\n"
+        f"USING {view} AS s\n"
         f"ON {_col('t', meta.lsn)} <= {int(lsn)}\n"
         f"WHEN MATCHED THEN UPDATE SET {assignments}"
     )
@@ -372,7 +377,7 @@ def render_messages_merge(meta: MetadataColumns, *, target: str, view: str) -> s
     names: Sequence[str] = (*MESSAGE_COLUMNS, meta.lsn, meta.commit_time)
     return (
         f"MERGE INTO {target} AS t\n"
-        f"USING {quote(view)} AS s\n"
+        f"USING {view} AS s\n"
         f"ON {_col('t', 'message_lsn')} = {_col('s', 'message_lsn')}\n"
         f"WHEN NOT MATCHED THEN INSERT ({', '.join(quote(n) for n in names)})\n"
         f"  VALUES ({', '.join(_col('s', n) for n in names)})"
@@ -388,7 +393,7 @@ def render_snapshot_marker_merge(*, target: str, view: str) -> str:
     assignments = ", ".join(f"{_col('t', n)} = {_col('s', n)}" for n in rest)
     return (
         f"MERGE INTO {target} AS t\n"
-        f"USING {quote(view)} AS s\n"
+        f"USING {view} AS s\n"
         f"ON {_col('t', slot)} = {_col('s', slot)}\n"
         f"WHEN MATCHED THEN UPDATE SET {assignments}\n"
         f"WHEN NOT MATCHED THEN INSERT ({', '.join(quote(n) for n in SNAPSHOT_COLUMNS)})\n"
@@ -416,7 +421,7 @@ def render_column_origins_merge(*, target: str, view: str) -> str:
     assignments = ", ".join(f"{_col('t', n)} = {_col('s', n)}" for n in names[3:])
     return (
         f"MERGE INTO {target} AS t\n"
-        f"USING {quote(view)} AS s\n"
+        f"USING {view} AS s\n"
         f"ON {on}\n"
         f"WHEN MATCHED THEN UPDATE SET {assignments}\n"
         f"WHEN NOT MATCHED THEN INSERT ({', '.join(quote(n) for n in names)})\n"
@@ -492,7 +497,7 @@ def render_keyless_candidates(
         f" AS {quote(_RANK)},\n"
         f"    {_col('w', WANTED_COUNT)}\n"
         f"  FROM {target} AS t\n"
-        f"  JOIN {quote(view)} AS w ON {_equal_rows(step, 't', 'w')}\n"
+        f"  JOIN {view} AS w ON {_equal_rows(step, 't', 'w')}\n"
         f"  WHERE {where}\n"
         f") AS c WHERE {quote(_RANK)} <= {quote(WANTED_COUNT)}"
     )
@@ -540,7 +545,7 @@ def render_keyless_merge(
     identity = (meta.row_lsn, meta.row_ordinal)
     stamp = (meta.lsn, meta.commit_time, meta.ordinal)
     data = [c.name for c in step.columns]
-    source = quote(view)
+    source = view
     if touch_view is not None:
         touched = [f"CAST(NULL AS {c.delta.spark_sql}) AS {quote(c.name)}" for c in step.columns]
         touched += [_col("u", n) for n in identity]
@@ -550,13 +555,13 @@ def render_keyless_merge(
         where = " AND ".join([_before_step(step, meta, "u"), *_live(meta, "u")])
         source = (
             f"(\n  SELECT {', '.join(quote(n) for n in keyless_source_columns(meta, step))}"
-            f" FROM {quote(view)}\n"
+            f" FROM {view}\n"
             f"  UNION ALL\n"
             f"  SELECT {', '.join(touched)}\n"
             f"  FROM {target} AS u\n"
-            f"  JOIN {quote(touch_view)} AS x\n"
+            f"  JOIN {touch_view} AS x\n"
             f"    ON {_equal_rows(step, 'u', 'x')} AND {_stamped_before(meta, 'u', 'x')}\n"
-            f"  LEFT ANTI JOIN {quote(view)} AS k ON {not_taken}\n"
+            f"  LEFT ANTI JOIN {view} AS k ON {not_taken}\n"
             f"  WHERE {where}\n)"
         )
     kind = _col("s", KEYLESS_KIND)
@@ -643,6 +648,13 @@ def render_any_row(*, target: str) -> str:
 def render_max(column: str, *, target: str) -> str:
     """The largest value of ``column`` (column ``m``; NULL for an empty table)."""
     return f"SELECT max({quote(column)}) AS m FROM {target}"
+
+
+def render_live_rows(*, target: str) -> str:
+    """Every live row of a table, every column in table order: the source of the rewrite
+    that purges its deletion vectors (``compaction.py``; the engine applies them as it
+    reads)."""
+    return f"SELECT * FROM {target}"
 
 
 def render_bucket_sample(meta: MetadataColumns, key: str, *, target: str) -> str:

@@ -34,7 +34,7 @@ from sink.plan import NO_POSITION, PlanColumn, Position
 from sink.settings import KeyBuckets
 from sink.sources import SourceFiles
 from sink.spark import engine_errors
-from sink.sql import MetadataColumns, render_any_row, render_newest_position
+from sink.sql import MetadataColumns, quote, render_any_row, render_newest_position
 from sink.typemap import BIGINT
 
 if TYPE_CHECKING:
@@ -193,22 +193,26 @@ class LakeTables:
 
     @contextmanager
     def view(self, table: pa.Table, columns: Sequence[ArrowColumn]) -> Iterator[str]:
-        """Register ``table`` as a temporary view for the duration of the block."""
-        name = f"__w2d_source_{next(self._view_numbers)}"
+        """A relation reference to ``table``, usable in SQL for the duration of the block.
+
+        The embedded engine reads the table's Arrow file itself (``arrow.`path```,
+        ``sources.py``); otherwise the table is sent inline and registered as a temporary
+        view, dropped at the end.
+        """
         path = self._source_file(table, columns)
-        try:
-            if path is None:
-                frame = self._spark.createDataFrame(table, schema=ddl(columns))
-            else:
-                frame = self._spark.read.format("arrow").load(str(path))
-            frame.createOrReplaceTempView(name)
+        if path is not None:
             try:
-                yield name
+                yield f"arrow.{quote(str(path))}"
             finally:
-                self._spark.catalog.dropTempView(name)
+                if self._files is not None:
+                    self._files.remove(path)
+            return
+        name = f"__w2d_source_{next(self._view_numbers)}"
+        self._spark.createDataFrame(table, schema=ddl(columns)).createOrReplaceTempView(name)
+        try:
+            yield quote(name)
         finally:
-            if path is not None and self._files is not None:
-                self._files.remove(path)
+            self._spark.catalog.dropTempView(name)
 
     def _source_file(self, table: pa.Table, columns: Sequence[ArrowColumn]) -> Path | None:
         """``table`` written for the engine to read (``sources.py``); None: send it inline."""
@@ -275,9 +279,13 @@ class LakeTables:
         return (int(rows[0]["l"]), int(rows[0]["o"])) if rows else NO_POSITION
 
     def sql(self, statement: str) -> None:
-        """Run ``statement`` to completion."""
-        # collect() runs the statement on both engines; the rows (metrics) are not needed.
-        self._spark.sql(statement).collect()
+        """Run ``statement`` (a command: MERGE, DELETE, UPDATE) to completion.
+
+        Spark Connect runs a command when ``sql`` is called (Sail and Spark alike, as
+        classic Spark does): the call returns after the Delta commit, and fetching its
+        result rows (the operation metrics, unused) would only cost another round trip.
+        """
+        self._spark.sql(statement)
 
     def count(self, query: str, column: str) -> int:
         """The integer in ``column`` of the first row of ``query`` (0 without rows)."""

@@ -46,7 +46,7 @@ def test_identifiers_and_paths_are_backtick_quoted_with_backticks_doubled() -> N
 
 def test_upsert_and_delete_merge_with_lsn_guard() -> None:
     step = step_of(insert(DOCS, "1", "a", "1", lsn=10))
-    assert render_merge(step, META, target=TARGET, view="src") == (
+    assert render_merge(step, META, target=TARGET, view="`src`") == (
         "MERGE INTO delta.`/lake/public/docs` AS t\n"
         "USING `src` AS s\n"
         "ON t.`id` <=> s.`id`\n"
@@ -69,7 +69,7 @@ def test_upsert_and_delete_merge_with_lsn_guard() -> None:
 
 def test_kept_toast_columns_keep_the_target_value_and_are_never_inserted() -> None:
     step = step_of(update(DOCS, "1", U, "2", lsn=10))
-    assert render_merge(step, META, target=TARGET, view="src") == (
+    assert render_merge(step, META, target=TARGET, view="`src`") == (
         "MERGE INTO delta.`/lake/public/docs` AS t\n"
         "USING `src` AS s\n"
         "ON t.`id` <=> s.`id`\n"
@@ -119,7 +119,7 @@ def moved_step() -> MergeStep:
 
 
 def test_moved_rows_read_kept_columns_from_their_old_target_row_with_soft_deletes() -> None:
-    assert render_merge(moved_step(), SOFT, target=TARGET, view="src") == (
+    assert render_merge(moved_step(), SOFT, target=TARGET, view="`src`") == (
         "MERGE INTO delta.`/lake/public/docs` AS t\n"
         f"USING {RESOLVED_SOURCE} AS s\n"
         "ON t.`id` <=> s.`id`\n"
@@ -146,7 +146,7 @@ def test_moved_rows_read_kept_columns_from_their_old_target_row_with_soft_delete
 
 
 def test_toast_anomaly_count_finds_kept_rows_missing_in_the_target() -> None:
-    assert render_toast_anomaly_count(moved_step(), SOFT, target=TARGET, view="src") == (
+    assert render_toast_anomaly_count(moved_step(), SOFT, target=TARGET, view="`src`") == (
         "SELECT count(*) AS `toast_anomalies`\n"
         f"FROM (SELECT * FROM {RESOLVED_SOURCE} AS s "
         "WHERE NOT s.`__w2d_delete` AND s.`__w2d_keep_1`) AS s\n"
@@ -157,7 +157,7 @@ def test_toast_anomaly_count_finds_kept_rows_missing_in_the_target() -> None:
 
 def test_no_anomaly_query_when_no_row_keeps_a_column() -> None:
     step = step_of(insert(DOCS, "1", "a", "1", lsn=10))
-    assert render_toast_anomaly_count(step, META, target=TARGET, view="src") is None
+    assert render_toast_anomaly_count(step, META, target=TARGET, view="`src`") is None
 
 
 def test_source_view_columns_follow_the_step() -> None:
@@ -179,7 +179,7 @@ def test_source_view_columns_follow_the_step() -> None:
 
 def test_tables_without_identity_only_insert_rows_not_seen_at_that_lsn_and_ordinal() -> None:
     step = step_of(insert(LOG, "1", "a", lsn=10))
-    assert render_merge(step, META, target=delta_table("/lake/public/log"), view="src") == (
+    assert render_merge(step, META, target=delta_table("/lake/public/log"), view="`src`") == (
         "MERGE INTO delta.`/lake/public/log` AS t\n"
         "USING `src` AS s\n"
         "ON t.`_wal2delta_lsn` <=> s.`_wal2delta_lsn` "
@@ -206,7 +206,7 @@ def test_truncate_deletes_rows_at_or_below_its_lsn() -> None:
 
 
 def test_soft_truncate_flags_rows_at_or_below_its_lsn() -> None:
-    assert render_truncate(1234, SOFT, target=TARGET, view="trunc") == (
+    assert render_truncate(1234, SOFT, target=TARGET, view="`trunc`") == (
         "MERGE INTO delta.`/lake/public/docs` AS t\n"
         "USING `trunc` AS s\n"
         "ON t.`_wal2delta_lsn` <= s.`_wal2delta_lsn`\n"
@@ -218,7 +218,7 @@ def test_soft_truncate_flags_rows_at_or_below_its_lsn() -> None:
 
 def test_messages_are_inserted_once_per_message_lsn() -> None:
     target = delta_table("/lake/_wal2delta_messages")
-    assert render_messages_merge(META, target=target, view="m") == (
+    assert render_messages_merge(META, target=target, view="`m`") == (
         "MERGE INTO delta.`/lake/_wal2delta_messages` AS t\n"
         "USING `m` AS s\n"
         "ON t.`message_lsn` = s.`message_lsn`\n"
@@ -232,7 +232,9 @@ def test_messages_are_inserted_once_per_message_lsn() -> None:
 def test_custom_metadata_column_names_are_used_everywhere() -> None:
     names = {"lsn_column": "src_lsn", "commit_time_column": "src_ts"}
     meta = replace(metadata_columns(metadata=names), ordinal="src_o")  # not configurable
-    text = render_merge(step_of(insert(DOCS, "1", "a", "1", lsn=10)), meta, target=TARGET, view="v")
+    text = render_merge(
+        step_of(insert(DOCS, "1", "a", "1", lsn=10)), meta, target=TARGET, view="`v`"
+    )
     assert "t.`src_lsn` <= s.`src_lsn`" in text
     assert "t.`src_ts` = s.`src_ts`" in text
     assert "t.`src_o` = s.`src_o`" in text
@@ -241,7 +243,7 @@ def test_custom_metadata_column_names_are_used_everywhere() -> None:
 
 def test_snapshot_markers_are_upserted_by_slot() -> None:
     target = delta_table("/lake/_wal2delta_snapshots")
-    assert render_snapshot_marker_merge(target=target, view="m") == (
+    assert render_snapshot_marker_merge(target=target, view="`m`") == (
         "MERGE INTO delta.`/lake/_wal2delta_snapshots` AS t\n"
         "USING `m` AS s\n"
         "ON t.`slot` = s.`slot`\n"
@@ -255,7 +257,7 @@ def test_snapshot_markers_are_upserted_by_slot() -> None:
 def test_an_update_writes_only_the_columns_of_its_relation() -> None:
     """Target columns the relation no longer carries keep their value (a subscriber's too)."""
     step = step_of(insert(DOCS, "1", "a", "1", lsn=10))
-    text = render_merge(step, META, target=TARGET, view="src")
+    text = render_merge(step, META, target=TARGET, view="`src`")
     update_clause = text.split("WHEN MATCHED AND NOT")[1].split("WHEN NOT MATCHED")[0]
     assert "NULL" not in update_clause
     assigned = [line.split(" = ")[0] for line in update_clause.strip().split("\n")[1:]]
@@ -271,7 +273,7 @@ def test_an_update_writes_only_the_columns_of_its_relation() -> None:
 
 def test_added_columns_are_filled_in_rows_up_to_the_first_change_of_the_new_relation() -> None:
     assert render_added_columns_select(
-        ["colour", "size"], META, target=TARGET, view="defaults", lsn=4096
+        ["colour", "size"], META, target=TARGET, view="`defaults`", lsn=4096
     ) == (
         "SELECT t.*, "
         "CASE WHEN t.`_wal2delta_lsn` <= 4096 THEN s.`colour` END AS `colour`, "
@@ -282,7 +284,7 @@ def test_added_columns_are_filled_in_rows_up_to_the_first_change_of_the_new_rela
 
 
 def test_returned_columns_are_reset_in_rows_up_to_the_first_change_of_the_new_relation() -> None:
-    assert render_column_reset(["qty"], META, target=TARGET, view="defaults", lsn=4096) == (
+    assert render_column_reset(["qty"], META, target=TARGET, view="`defaults`", lsn=4096) == (
         "MERGE INTO delta.`/lake/public/docs` AS t\n"
         "USING `defaults` AS s\n"
         "ON t.`_wal2delta_lsn` <= 4096\n"
@@ -293,7 +295,7 @@ def test_returned_columns_are_reset_in_rows_up_to_the_first_change_of_the_new_re
 def test_a_key_partitioned_merge_names_its_partitions_and_inserts_the_bucket() -> None:
     step = step_of(insert(DOCS, "1", "a", "1", lsn=10))
     buckets = BucketFilter("_wal2delta_key_bucket", (0, 3), has_null=False)
-    rendered = render_merge(step, META, target=TARGET, view="src", buckets=buckets)
+    rendered = render_merge(step, META, target=TARGET, view="`src`", buckets=buckets)
     assert rendered.splitlines()[2] == (
         "ON t.`_wal2delta_key_bucket` IN (0, 3) "
         "AND t.`_wal2delta_key_bucket` <=> s.`_wal2delta_key_bucket` AND t.`id` <=> s.`id`"
@@ -323,5 +325,5 @@ def test_the_partition_predicate_lists_buckets_and_null_keys(
 
 def test_moved_rows_carry_their_bucket_through_the_resolved_source() -> None:
     buckets = BucketFilter("_wal2delta_key_bucket", (0,), has_null=False)
-    rendered = render_merge(moved_step(), META, target=TARGET, view="src", buckets=buckets)
+    rendered = render_merge(moved_step(), META, target=TARGET, view="`src`", buckets=buckets)
     assert "    s.`__w2d_delete`,\n    s.`_wal2delta_key_bucket`,\n" in rendered
