@@ -14,6 +14,13 @@ before it (an LSN, or a commit time); for every table, the newest version record
 before that boundary is the version that reflects exactly the source state there (tables
 not written since keep their earlier version; versions after it belong to later batches).
 
+With ``sink.retention`` the daemon vacuums each table's old files but keeps every version a
+cut may still name (``sink.retained_versions``): those of the boundaries recorded within
+the retention and of the newest boundary recorded before it. A cut at an older boundary
+is refused (``CutError``), never answered with versions whose files may be gone. Tables
+written with deletion vectors (``sink.deletion_vectors``) are read through delta-rs's
+``DeltaTable.scan`` or ``QueryBuilder``; ``to_pyarrow_table`` refuses them.
+
 Read-only: the commit log is read with delta-rs, with the credentials of the environment
 (as ``status`` reads the lake).
 """
@@ -25,11 +32,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
-import pyarrow.fs as pa_fs
-
 from config import AppConfig
 from decoder import Lsn, format_lsn, parse_lsn
-from sink import commits_path
+from sink import (
+    commits_path,
+    consistent_boundaries,
+    oldest_retained_boundary,
+    read_commit_records,
+)
 
 Point = Lsn | datetime
 """Where to cut: a source LSN or a commit time (aware)."""
@@ -74,19 +84,36 @@ def parse_point(text: str) -> Point:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def choose_cut(records: Iterable[Mapping[str, object]], at: Point | None = None) -> Cut:
+def choose_cut(
+    records: Iterable[Mapping[str, object]],
+    at: Point | None = None,
+    *,
+    vacuumed_before: datetime | None = None,
+) -> Cut:
     """The cut at ``at`` (the newest boundary when None) from the commit log's rows.
 
+    ``vacuumed_before``: with ``sink.retention``, the moment before which vacuum may have
+    removed versions (now minus the retention); a boundary older than the oldest one
+    vacuum keeps (``sink.oldest_retained_boundary``) is refused.
+
     Raises:
-        CutError: no boundary at or before ``at``.
+        CutError: no boundary at or before ``at``, or only one vacuum may have removed.
     """
     rows = sorted(records, key=lambda r: _int(r["batch"]))
-    boundaries = [r for r in _consistent(rows) if _at_or_before(r, at)]
+    boundaries = [r for r in consistent_boundaries(rows) if _at_or_before(r, at)]
     if not boundaries:
         where = "" if at is None else f" at or before {_describe(at)}"
         raise CutError(f"the commit log holds no transaction boundary{where}")
     chosen = max(boundaries, key=lambda r: _int(r["batch"]))
     number = _int(chosen["batch"])
+    if vacuumed_before is not None:
+        oldest = oldest_retained_boundary(rows, vacuumed_before)
+        if oldest is not None and number < oldest:
+            raise CutError(
+                f"the boundary at or before {_describe(at) if at else 'that point'} "
+                f"(batch {number}) is older than sink.retention: vacuum may have removed "
+                f"the versions it names; the oldest cut still kept is at batch {oldest}"
+            )
     newest: dict[str, CutTable] = {}
     for row in rows:
         if _int(row["batch"]) > number or row["table_name"] is None:
@@ -107,31 +134,21 @@ def choose_cut(records: Iterable[Mapping[str, object]], at: Point | None = None)
 def take_cut(config: AppConfig, at: Point | None = None) -> Cut:
     """Read the lake's commit log and choose the cut at ``at``.
 
+    With ``sink.retention``, a boundary vacuum may have removed is refused.
+
     Raises:
         CutError: the lake has no commit log yet, or no boundary at or before ``at``.
     """
-    from deltalake import DeltaTable  # noqa: PLC0415 - only needed here
-
-    path = commits_path(str(config.sink.path))
-    if not DeltaTable.is_deltatable(path):
-        raise CutError(f"no commit log at {path}: the daemon has not applied a batch yet")
-    table = DeltaTable(path).to_pyarrow_table(filesystem=_native_filesystem(path))
-    return choose_cut(table.to_pylist(), at)
-
-
-def _native_filesystem(path: str) -> pa_fs.FileSystem | None:
-    """Arrow's own filesystem for a local table, else None (delta-rs's).
-
-    delta-rs hands Arrow a Python filesystem; Arrow's I/O threads calling into it may still
-    run when the interpreter exits, which then aborts ("terminate called without an active
-    exception", apache/arrow#34314, delta-rs#2184) after the output is printed - seen in
-    about one run in fifty under load. A local lake is read through Arrow's own
-    filesystem, which has no such threads.
-    """
-    if "://" in path and not path.startswith("file://"):
-        return None
-    root = path.removeprefix("file://")
-    return pa_fs.SubTreeFileSystem(root, pa_fs.LocalFileSystem())
+    root = str(config.sink.path)
+    try:
+        records = read_commit_records(root)
+    except FileNotFoundError:
+        raise CutError(
+            f"no commit log at {commits_path(root)}: the daemon has not applied a batch yet"
+        ) from None
+    retention = config.sink.retention
+    vacuumed_before = None if retention is None else datetime.now(UTC) - retention
+    return choose_cut(records, at, vacuumed_before=vacuumed_before)
 
 
 def spark_sql(table: CutTable) -> str:
@@ -144,6 +161,7 @@ def delta_rs_snippet(cut: Cut) -> str:
     lines = ["from deltalake import DeltaTable", "", "tables = {"]
     lines += [f"    {t.table!r}: DeltaTable({t.path!r}, version={t.version})," for t in cut.tables]
     lines.append("}")
+    lines.append("# rows: tables[name].scan().read_all() (also with deletion vectors)")
     return "\n".join(lines)
 
 
@@ -165,25 +183,6 @@ def render_cut(cut: Cut, *, as_json: bool = False) -> str:
     lines += ["", "delta-rs (Python):"]
     lines += [f"  {line}" if line else "" for line in delta_rs_snippet(cut).splitlines()]
     return "\n".join(lines)
-
-
-def _consistent(rows: list[Mapping[str, object]]) -> list[Mapping[str, object]]:
-    """The records (in batch order) with an LSN past every earlier batch's newest change."""
-    found = []
-    earlier = -1  # the newest change of the batches before the current one
-    current, current_high = None, -1
-    for row in rows:
-        number = _int(row["batch"])
-        if number != current:
-            earlier = max(earlier, current_high)
-            current, current_high = number, -1
-        high = row.get("high_lsn")
-        if high is not None:
-            current_high = max(current_high, _int(high))
-        lsn = row["lsn"]
-        if lsn is not None and row["table_name"] is not None and _int(lsn) > earlier:
-            found.append(row)
-    return found
 
 
 def _at_or_before(row: Mapping[str, object], at: Point | None) -> bool:

@@ -9,9 +9,11 @@ their conventions, and ``rejects`` keeps their exact text; ``evolution`` decides
 table follows a changed relation, with the source catalog (``SourceCatalog``) that capture
 injects, and ``follow`` carries it out; ``bookkeeping`` keeps the lake's own tables
 (snapshot markers, column origins, messages), ``commits`` the commit log ``wal2delta cut``
-reads, ``history`` each table's change history; ``constants`` holds the names and
-vocabularies defined once; ``naming`` says where a table lands in the lake (``table_path``)
-and what its columns are called in Delta.
+reads and the versions a cut can still name, ``history`` each table's change history;
+``layout`` gives a table its properties (deletion vectors), ``compaction`` compacts and
+purges tables between batches and ``retention`` vacuums them; ``constants`` holds the
+names and vocabularies defined once; ``naming`` says where a table lands in the lake
+(``table_path``) and what its columns are called in Delta.
 """
 
 from sink.base import (
@@ -30,7 +32,13 @@ from sink.base import (
     SnapshotStatus,
 )
 from sink.bulk import RANGE_ORDINAL_STRIDE, BulkTarget
-from sink.commits import commits_path
+from sink.commits import (
+    commits_path,
+    consistent_boundaries,
+    oldest_retained_boundary,
+    read_commit_records,
+    retained_versions,
+)
 from sink.constants import REJECTS_TABLE, ColumnTypeOverride
 from sink.convert import pg_text_form, to_delta_value
 from sink.delta import DeltaSink
@@ -94,14 +102,18 @@ __all__ = [
     "ValueForm",
     "column_map",
     "commits_path",
+    "consistent_boundaries",
     "copy_truncate",
     "create_spark_session",
     "delta_can_hold",
     "delta_column_name",
     "delta_type",
     "history_path",
+    "oldest_retained_boundary",
     "pg_text_form",
+    "read_commit_records",
     "rejects_path",
+    "retained_versions",
     "stop_spark_session",
     "table_of_path",
     "table_path",

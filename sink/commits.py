@@ -39,10 +39,11 @@ does; the table objects are kept and brought forward incrementally.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
+import pyarrow.fs as pa_fs
 import structlog
 
 from decoder import Lsn, cause_line, pg_timestamp_to_datetime
@@ -237,3 +238,118 @@ class CommitLog:
                 f"({cause_line(exc)}); delta-rs reads the lake with this process's "
                 "credentials (AWS_* for s3://)"
             ) from exc
+
+
+# --- reading the log: boundaries, and the versions a cut can still name ------------------
+
+
+Record = Mapping[str, object]
+"""One row of the commit log as read back (column name -> value)."""
+
+
+def read_commit_records(root: str) -> list[dict[str, object]]:
+    """Every row of the commit log of the lake at ``root``, read with delta-rs.
+
+    Raises:
+        FileNotFoundError: the lake has no commit log yet.
+        Exception: delta-rs could not read it.
+    """
+    from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
+
+    path = commits_path(root)
+    if not DeltaTable.is_deltatable(path):
+        raise FileNotFoundError(path)
+    rows: list[dict[str, object]] = (
+        DeltaTable(path).to_pyarrow_table(filesystem=_native_filesystem(path)).to_pylist()
+    )
+    return rows
+
+
+def _native_filesystem(path: str) -> pa_fs.FileSystem | None:
+    """Arrow's own filesystem for a local table, else None (delta-rs's).
+
+    delta-rs hands Arrow a Python filesystem; Arrow's I/O threads calling into it may still
+    run when the interpreter exits, which then aborts ("terminate called without an active
+    exception", apache/arrow#34314, delta-rs#2184) after the output is printed - seen in
+    about one run in fifty under load (``wal2delta cut``). A local lake is read through
+    Arrow's own filesystem, which has no such threads.
+    """
+    if "://" in path and not path.startswith("file://"):
+        return None
+    root = path.removeprefix("file://")
+    return pa_fs.SubTreeFileSystem(root, pa_fs.LocalFileSystem())
+
+
+def consistent_boundaries(records: Iterable[Record]) -> list[Record]:
+    """The records that are transaction boundaries a cut may take, in batch order.
+
+    A record is one when it has an LSN past the ``high_lsn`` of every earlier batch (the
+    module docstring: replayed batches after a crash are no boundary until the replay
+    passes the crashed batch).
+    """
+    found = []
+    earlier = -1  # the newest change of the batches before the current one
+    current, current_high = None, -1
+    for row in sorted(records, key=lambda r: _int(r["batch"])):
+        number = _int(row["batch"])
+        if number != current:
+            earlier = max(earlier, current_high)
+            current, current_high = number, -1
+        high = row.get("high_lsn")
+        if high is not None:
+            current_high = max(current_high, _int(high))
+        lsn = row["lsn"]
+        if lsn is not None and row["table_name"] is not None and _int(lsn) > earlier:
+            found.append(row)
+    return found
+
+
+def oldest_retained_boundary(records: Iterable[Record], cutoff: datetime) -> int | None:
+    """The batch of the oldest boundary a cut may still take when versions older than
+    ``cutoff`` are vacuumed: the newest boundary recorded before ``cutoff`` (a cut at a
+    point between it and the next boundary takes it). None: every boundary is younger.
+    """
+    older = [_int(r["batch"]) for r in consistent_boundaries(records) if _recorded(r) < cutoff]
+    return max(older, default=None)
+
+
+def retained_versions(records: Iterable[Record], cutoff: datetime) -> dict[str, set[int]]:
+    """Per table location, the versions recorded before ``cutoff`` a cut may still name.
+
+    A cut at a boundary B names, for every table, its newest version recorded at or before
+    B. For a boundary recorded at or after ``cutoff`` that version is either recorded at
+    or after ``cutoff`` too - its files were removed later still, so a vacuum keeping every
+    file removed after ``cutoff`` keeps them - or it is the table's newest version recorded
+    before ``cutoff``. The oldest boundary a cut may take (``oldest_retained_boundary``)
+    names the newest version recorded at or before it. So these are at most two versions
+    a table, whatever the length of the log
+    (docs/decisions/0106-deletion-vectors-per-table-and-a-retention.md).
+    """
+    rows = sorted(records, key=lambda r: _int(r["batch"]))
+    oldest = oldest_retained_boundary(rows, cutoff)
+    kept: dict[str, set[int]] = {}
+    newest_before: dict[str, int] = {}
+    at_oldest: dict[str, int] = {}
+    for row in rows:
+        path, version = row["table_path"], row["version"]
+        if path is None or version is None or _recorded(row) >= cutoff:
+            continue
+        name, number = str(path), _int(version)
+        newest_before[name] = max(newest_before.get(name, number), number)
+        if oldest is not None and _int(row["batch"]) <= oldest:
+            at_oldest[name] = max(at_oldest.get(name, number), number)
+    for versions in (newest_before, at_oldest):
+        for name, number in versions.items():
+            kept.setdefault(name, set()).add(number)
+    return kept
+
+
+def _recorded(row: Record) -> datetime:
+    moment = row["recorded_at"]
+    assert isinstance(moment, datetime)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _int(value: object) -> int:
+    assert isinstance(value, int)
+    return value
