@@ -108,6 +108,10 @@ class Metrics:
         "Time of the MERGE of one table within a batch.", ("table",)
     )
     rows_merged = _counter("Rows written by MERGE, by table.", ("table",))
+    held_changes = _gauge(
+        "Row changes the sink holds back for a later batch (sink.table_min_rows); the "
+        "acknowledged position stays before the oldest of them."
+    )
     bytes_received = _counter("Replication payload bytes received.")
     messages_received = _counter(
         "Replication protocol messages received, by type.", ("message_type",)

@@ -320,6 +320,7 @@ class Session:
                 )
         # Changes the sink held back hold the acknowledgement (and the lag) before them.
         self.tracker.hold_for_sink(result.held_lsn)
+        self.metrics.held_changes.set(result.held_changes)
         if report.durable_lsn is not None:
             self.tracker.on_durable(report.durable_lsn)
         durable = self.tracker.durable
