@@ -23,10 +23,22 @@ Method
    for clustered keys (target: 10M within 2x of 1M). For reference, an append of the
    same number of rows (``DataFrame.write.mode("append")``) into the largest table.
 
-Each size is measured in two layouts (``--layouts``): *plain* (no partitions) and
-*partitioned* by key range (``sink.partition_by_key`` with ``--key-bucket-width``, by
-default one partition per ``--rows-per-file`` keys), where each MERGE names the partitions
-of its rows.
+Each size is measured in the layouts ``--layouts`` names: *plain* (no partitions, a MERGE
+rewrites every file holding a row it changes: copy-on-write), *partitioned* by key range
+(``sink.partition_by_key`` with ``--key-bucket-width``, by default one partition per
+``--rows-per-file`` keys), where each MERGE names the partitions of its rows, and
+*deletion-vectors* (``sink.deletion_vectors``: a MERGE marks the rows it replaces or
+deletes in deletion vectors and writes only the batch's rows: merge-on-read). With plain
+and deletion-vectors both measured, the ratio of their random-key batches at the largest
+size is reported (target: deletion vectors at least 3x faster).
+
+5. Reads after many batches (``--read-batches``, deletion-vectors layout, largest size):
+   apply that many more random-key batches as the sink worker does (each ``apply``
+   followed by ``after_apply``: compactions and deletion-vector purges as they come due,
+   timed apart), then time a full read of every column through Spark SQL (Sail) and
+   through delta-rs ``QueryBuilder``; purge the table (``compaction.
+   purge_deletion_vectors``, the rewrite a purge does), time the reads again, and report
+   after / freshly purged (target: at most 1.5x).
 """
 
 from __future__ import annotations
@@ -42,6 +54,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+import pyarrow as pa
+from deltalake import DeltaTable, QueryBuilder
 from pyspark.sql import SparkSession
 
 from bench.report import Figure, Ratio, median_figure, print_report
@@ -66,8 +80,20 @@ from sink import (
     stop_spark_session,
     table_path,
 )
+from sink.compaction import purge_deletion_vectors
+from sink.tables import LakeTables
 
 SCALING_TARGET: Final = 2.0
+VECTORS_SPEEDUP_TARGET: Final = 3.0
+"""Copy-on-write over deletion vectors, random keys, at the largest size: at least this."""
+READ_SLOWDOWN_TARGET: Final = 1.5
+"""A read after ``--read-batches`` batches over one of the freshly purged table: at most."""
+LAYOUTS: Final = ("plain", "partitioned", "deletion-vectors")
+READ_QUERY: Final = (
+    "SELECT count(*) AS n, sum(id) AS ids, sum(account) AS accounts, sum(amount) AS amounts,"
+    " max(updated_at) AS newest, sum(length(note)) AS notes FROM {table}"
+)
+"""A full read of every data column, in SQL both Spark and DataFusion take."""
 _INT8, _INT4, _NUMERIC, _TIMESTAMPTZ, _TEXT = 20, 23, 1700, 1184, 25
 # numeric(12, 2): PostgreSQL stores (precision << 16 | scale) + VARHDRSZ as the typmod.
 _NUMERIC_12_2: Final = ((12 << 16) | 2) + 4
@@ -215,11 +241,15 @@ def build_table(
     writer.save(path)
 
 
-def bucketed_settings(lake: str, width: int | None) -> SinkSettings:
-    """The sink settings of the benchmark table: plain, or partitioned by key range."""
+def bucketed_settings(lake: str, width: int | None, *, vectors: bool = False) -> SinkSettings:
+    """The sink settings of the benchmark table: plain, partitioned by key range, or (with
+    ``vectors``) written with deletion vectors."""
+    extra: dict[str, object] = {"deletion_vectors": [RELATION.qualified_name]} if vectors else {}
     if width is None:
-        return bench_sink_settings(lake)
-    return bench_sink_settings(lake, partition_by_key={RELATION.qualified_name: {"width": width}})
+        return bench_sink_settings(lake, **extra)
+    return bench_sink_settings(
+        lake, partition_by_key={RELATION.qualified_name: {"width": width}}, **extra
+    )
 
 
 def layout_description(width: int | None) -> str:
@@ -228,9 +258,23 @@ def layout_description(width: int | None) -> str:
 
 
 def time_merges(
-    sink: DeltaSink, *, rows: int, batch: int, clustered: bool, repeat: int, seed: int, lsn: int
+    sink: DeltaSink,
+    *,
+    rows: int,
+    batch: int,
+    clustered: bool,
+    repeat: int,
+    seed: int,
+    lsn: int,
+    upkeep: list[float] | None = None,
 ) -> list[float]:
-    """Apply ``repeat`` batches of ``batch`` changes; seconds of each ``apply``."""
+    """Apply ``repeat`` batches of ``batch`` changes; seconds of each ``apply``.
+
+    With ``upkeep``, each ``apply`` is followed by ``after_apply`` (compactions and purges
+    due, as the sink worker runs them once a batch is durable), its seconds appended there.
+    Keys already deleted by an earlier batch of the same ``seed`` are not chosen again only
+    by chance: a delete of an absent row, or an update of one, changes nothing.
+    """
     chooser = random.Random(seed)
     existing_count = batch * 9 // 10
     seconds = []
@@ -247,7 +291,95 @@ def time_merges(
         started = time.perf_counter()
         sink.apply(changes)
         seconds.append(time.perf_counter() - started)
+        if upkeep is not None:
+            started = time.perf_counter()
+            sink.after_apply()
+            upkeep.append(time.perf_counter() - started)
     return seconds
+
+
+def time_reads(spark: SparkSession, path: str, repeat: int) -> tuple[list[float], list[float]]:
+    """Seconds of ``repeat`` full reads (``READ_QUERY``) through Spark SQL and through
+    delta-rs ``QueryBuilder``; both must see the same rows."""
+    through_spark, through_delta_rs = [], []
+    answers = set()
+    for _ in range(repeat):
+        started = time.perf_counter()
+        row = spark.sql(READ_QUERY.format(table=f"delta.`{path}`")).collect()[0]
+        through_spark.append(time.perf_counter() - started)
+        answers.add((int(row["n"]), int(row["ids"])))
+        started = time.perf_counter()
+        table = DeltaTable(path)
+        result = QueryBuilder().register("t", table).execute(READ_QUERY.format(table="t"))
+        found = pa.table(result.read_all()).to_pylist()[0]
+        through_delta_rs.append(time.perf_counter() - started)
+        answers.add((int(found["n"]), int(found["ids"])))
+    if len(answers) != 1:
+        raise RuntimeError(f"Spark and delta-rs read different tables: {sorted(answers)}")
+    return through_spark, through_delta_rs
+
+
+def measure_reads_after_batches(
+    spark: SparkSession,
+    sink: DeltaSink,
+    settings: SinkSettings,
+    path: str,
+    *,
+    rows: int,
+    batch: int,
+    batches: int,
+    repeat: int,
+    lsn: int,
+) -> tuple[list[Figure], list[Ratio]]:
+    """Step 5 of the method: reads after ``batches`` random-key batches vs freshly purged."""
+    upkeep: list[float] = []
+    merges = time_merges(
+        sink,
+        rows=rows,
+        batch=batch,
+        clustered=False,
+        repeat=batches,
+        seed=7,
+        lsn=lsn,
+        upkeep=upkeep,
+    )
+    after_spark, after_delta_rs = time_reads(spark, path, repeat)
+    lake = LakeTables(spark, settings.metadata)
+    started = time.perf_counter()
+    purge_deletion_vectors(lake, path)
+    purge = time.perf_counter() - started
+    fresh_spark, fresh_delta_rs = time_reads(spark, path, repeat)
+    name = f"deletion-vectors, {rows:,} rows"
+    figures = [
+        median_figure(f"{name}: MERGE during {batches} random batches", merges, "s/batch"),
+        median_figure(
+            f"{name}: upkeep during them (compactions, purges)", [sum(upkeep)], "s total"
+        ),
+        median_figure(f"{name}: read after them, Spark SQL", after_spark, "s"),
+        median_figure(f"{name}: read after them, delta-rs QueryBuilder", after_delta_rs, "s"),
+        median_figure(f"{name}: purge (rewrite of the live rows)", [purge], "s"),
+        median_figure(f"{name}: read freshly purged, Spark SQL", fresh_spark, "s"),
+        median_figure(f"{name}: read freshly purged, delta-rs QueryBuilder", fresh_delta_rs, "s"),
+    ]
+    ratios = [
+        Ratio(
+            f"read after {batches} batches / freshly purged, {reader}",
+            _median(after) / _median(fresh),
+            target=READ_SLOWDOWN_TARGET,
+            higher_is_better=False,
+        )
+        for reader, after, fresh in (
+            ("Spark SQL", after_spark, fresh_spark),
+            ("delta-rs QueryBuilder", after_delta_rs, fresh_delta_rs),
+        )
+    ]
+    return figures, ratios
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def time_append(spark: SparkSession, path: str, rows: int) -> float:
@@ -272,9 +404,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="batches per size and layout")
     parser.add_argument(
         "--layouts",
-        default="plain,partitioned",
-        help="table layouts to measure, comma separated: plain, partitioned",
+        default=",".join(LAYOUTS),
+        help=f"table layouts to measure, comma separated: {', '.join(LAYOUTS)}",
     )
+    parser.add_argument(
+        "--read-batches",
+        type=int,
+        default=100,
+        help="random batches before the read comparison (deletion-vectors layout, largest "
+        "size); 0 skips it",
+    )
+    parser.add_argument("--read-repeat", type=int, default=3, help="reads per reader and state")
     parser.add_argument(
         "--key-bucket-width",
         type=int,
@@ -285,13 +425,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = [int(size) for size in args.sizes.split(",")]
     layouts = [layout.strip() for layout in args.layouts.split(",") if layout.strip()]
-    unknown = set(layouts) - {"plain", "partitioned"}
+    unknown = set(layouts) - set(LAYOUTS)
     if unknown:
         parser.error(f"unknown layouts: {', '.join(sorted(unknown))}")
     width = args.key_bucket_width or args.rows_per_file
 
     figures: list[Figure] = []
     clustered_median: dict[tuple[str, int], float] = {}
+    random_median: dict[tuple[str, int], float] = {}
+    read_ratios: list[Ratio] = []
     append_seconds = 0.0
     with contextlib.ExitStack() as stack:
         workdir: Path = args.workdir or Path(
@@ -302,7 +444,9 @@ def main(argv: list[str] | None = None) -> int:
         for layout_name, size in [(layout, size) for layout in layouts for size in sizes]:
             bucket_width = width if layout_name == "partitioned" else None
             lake = str(workdir / f"lake-{layout_name}-{size}")
-            sink = DeltaSink(spark, bucketed_settings(lake, bucket_width))
+            vectors = layout_name == "deletion-vectors"
+            settings = bucketed_settings(lake, bucket_width, vectors=vectors)
+            sink = DeltaSink(spark, settings)
             path = table_path(lake, RELATION.namespace, RELATION.relation_name)
             started = time.perf_counter()
             build_table(
@@ -333,10 +477,24 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 print(f"  {figure.name}: {figure.value:.2f} s", flush=True)
                 figures.append(figure)
-                if clustered:
-                    clustered_median[layout_name, size] = figure.value
+                (clustered_median if clustered else random_median)[layout_name, size] = figure.value
             if size == sizes[-1] and layout_name == layouts[0]:
                 append_seconds = time_append(spark, path, args.batch)
+            if size == sizes[-1] and vectors and args.read_batches > 0:
+                found, read_ratios = measure_reads_after_batches(
+                    spark,
+                    sink,
+                    settings,
+                    path,
+                    rows=size,
+                    batch=args.batch,
+                    batches=args.read_batches,
+                    repeat=args.read_repeat,
+                    lsn=10 + 2 * args.repeat,
+                )
+                for figure in found:
+                    print(f"  {figure.name}: {figure.value:.2f} {figure.unit}", flush=True)
+                figures += found
     figures.append(
         median_figure(f"append {args.batch:,} rows into {sizes[-1]:,}", [append_seconds], "s")
     )
@@ -350,10 +508,22 @@ def main(argv: list[str] | None = None) -> int:
         )
         for layout_name in layouts
     ]
+    if {"plain", "deletion-vectors"} <= set(layouts):
+        ratios.append(
+            Ratio(
+                f"random batch at {largest:,} rows: copy-on-write (plain) / deletion vectors",
+                random_median["plain", largest] / random_median["deletion-vectors", largest],
+                target=VECTORS_SPEEDUP_TARGET,
+            )
+        )
+    ratios += read_ratios
     facts: dict[str, object] = {
         "batch": f"{args.batch:,} changes (80% update, 10% delete, 10% insert), one MERGE",
         "files": f"{args.rows_per_file:,} consecutive keys per file",
         "partitioned layout": f"floor(id / {width:,}) (sink.partition_by_key)",
+        "deletion-vectors layout": "sink.deletion_vectors (merge-on-read), unpartitioned",
+        "upkeep": "sink.compact_after_writes as configured by default; purge at "
+        "compaction.PURGE_AT of the stored rows deleted",
     }
     print_report(
         "Benchmark 3: MERGE of one batch vs table size (embedded Sail)",

@@ -170,14 +170,22 @@ class Compactor:
 
     @staticmethod
     def _purge(path: str, lake: LakeTables, deleted: float) -> None:
-        """Rewrite the table from its live rows: no deletion vector is left (module
-        docstring). Raises what the engine raised."""
         started = time.monotonic()
-        with engine_errors(f"purging the deletion vectors of {path}"):
-            lake.overwrite(path, render_live_rows(target=delta_table(path)))
+        purge_deletion_vectors(lake, path)
         log.info(
             "purged the deletion vectors of a Delta table",
             table_path=path,
             deleted_fraction=round(deleted, 3),
             duration_seconds=round(time.monotonic() - started, 3),
         )
+
+
+def purge_deletion_vectors(lake: LakeTables, path: str) -> None:
+    """Rewrite the table at ``path`` from its live rows in one commit, through the engine:
+    no deletion vector is left, its layout and properties stay (the module docstring).
+
+    Raises:
+        SinkError: the engine failed (``SinkRetryableError`` when it was unreachable).
+    """
+    with engine_errors(f"purging the deletion vectors of {path}"):
+        lake.overwrite(path, render_live_rows(target=delta_table(path)))

@@ -55,7 +55,7 @@ def test_the_planning_benchmark_checks_both_paths_agree_and_reports_their_ratio(
     ]
 
 
-def test_the_sink_scaling_benchmark_measures_both_layouts() -> None:
+def test_the_sink_scaling_benchmark_measures_every_layout_and_reads_after_batches() -> None:
     report = run_benchmark(
         "sink",
         "--sizes",
@@ -66,10 +66,18 @@ def test_the_sink_scaling_benchmark_measures_both_layouts() -> None:
         "10000",
         "--repeat",
         "1",
+        "--read-batches",
+        "2",
+        "--read-repeat",
+        "1",
     )
     assert ratio_names(report) == [
         "plain, clustered batch: 40,000 / 20,000 rows",
         "partitioned, clustered batch: 40,000 / 20,000 rows",
+        "deletion-vectors, clustered batch: 40,000 / 20,000 rows",
+        "random batch at 40,000 rows: copy-on-write (plain) / deletion vectors",
+        "read after 2 batches / freshly purged, Spark SQL",
+        "read after 2 batches / freshly purged, delta-rs QueryBuilder",
     ]
 
 
