@@ -39,6 +39,7 @@ does; the table objects are kept and brought forward incrementally.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
@@ -71,6 +72,13 @@ COMMIT_COLUMNS: Final = (
     ArrowColumn("recorded_at", TIMESTAMP.spark_sql, TIMESTAMP.arrow),
     ArrowColumn("high_lsn", BIGINT.spark_sql, BIGINT.arrow),
 )
+
+
+OPEN_TABLES: Final = 128
+"""delta-rs table handles the commit log keeps open to read versions incrementally. Each
+holds its table's active-file list, so keeping one per table would grow memory with the
+table count (issue 31: 1,000 tables); a table not among the 128 written last is opened
+again when written (about 5 ms)."""
 
 
 CommitRow = tuple[
@@ -116,7 +124,9 @@ class CommitLog:
         self._last_batch: int | None = None
         self._intent: tuple[Batch, int, Lsn] | None = None
         """The batch whose intent was written last: it, its number and its ``high_lsn``."""
-        self._tables: dict[str, DeltaTable] = {}
+        self._tables: OrderedDict[str, DeltaTable] = OrderedDict()
+        """delta-rs handles of the tables written lately, newest last, at most
+        ``OPEN_TABLES`` (each holds its table's active-file list)."""
         self._unwritten: list[CommitRow] = []
         """Record rows of applied batches, appended with the next intent or by ``flush``."""
 
@@ -227,7 +237,10 @@ class CommitLog:
                 from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
 
                 table = self._tables[path] = DeltaTable(path)
+                if len(self._tables) > OPEN_TABLES:
+                    self._tables.popitem(last=False)
             else:
+                self._tables.move_to_end(path)
                 table.update_incremental()
             return int(table.version())
         except Exception as exc:
