@@ -98,6 +98,12 @@ class CaptureSettings:
         spool_dir: where large transactions spill; None for a temporary directory.
         spool_memory_limit: bytes all open transactions may hold before spilling.
         shutdown_grace: seconds a stop request waits for committed work to be durable.
+        failover: create the slot as a failover slot: ``auto`` (PostgreSQL 17 and newer),
+            ``true`` or ``false`` (``source.failover``).
+        on_slot_loss: a missing, invalidated or undecodable slot stops the daemon
+            (``stop``) or is replaced and every table copied again online (``resync``).
+        new_tables_interval: seconds between looks for tables that joined the
+            publications (with ``initial_snapshot``).
     """
 
     conninfo: str
@@ -116,3 +122,6 @@ class CaptureSettings:
     spool_memory_limit: int
     shutdown_grace: float
     snapshot: SnapshotTuning
+    failover: Literal["auto", "true", "false"]
+    on_slot_loss: Literal["stop", "resync"]
+    new_tables_interval: float

@@ -77,6 +77,8 @@ StreamingMode = Literal["auto", "off", "on", "parallel"]
 OriginFilter = Literal["any", "none"]
 MissingKeyPolicy = Literal["error", "skip"]
 SnapshotMode = Literal["initial", "never"]
+SlotLossPolicy = Literal["stop", "resync"]
+FailoverMode = Literal["auto", "true", "false"]
 SparkMode = Literal["embedded", "connect", "classic"]
 MessagesMode = Literal["ignore", "table"]
 ColumnNamePolicy = Literal["error", "map"]
@@ -366,6 +368,13 @@ def _read_password_file(path: Path) -> SecretStr:
     return SecretStr(content)
 
 
+def _failover_mode(value: object) -> object:
+    """YAML reads `true`/`false` as booleans; the setting also takes `auto`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
+
+
 class SourceConfig(_Section):
     """The source database, its replication slot and publication, and protocol options."""
 
@@ -410,6 +419,16 @@ class SourceConfig(_Section):
     create_slot: bool = Field(
         default=True,
         description="Create the slot (pgoutput) at startup when it does not exist.",
+    )
+    failover: Annotated[FailoverMode, BeforeValidator(_failover_mode)] = Field(
+        default="auto",
+        description=(
+            "Create the slot as a failover slot (`failover = true`, PostgreSQL 17 and "
+            "newer), so a standby with `sync_replication_slots` keeps a copy and the daemon "
+            "continues from it after a promotion (give `dsn` every host with "
+            "`target_session_attrs=read-write`). `auto`: on for PostgreSQL 17 and newer; "
+            "`true` on an older server is an error."
+        ),
     )
     create_publication: bool = Field(
         default=True,
@@ -648,6 +667,23 @@ class SnapshotConfig(_Section):
             "`initial` copies the tables' current rows from the snapshot exported when the "
             "slot is created, then streams changes from that point; `never` streams changes "
             "only."
+        ),
+    )
+    on_slot_loss: SlotLossPolicy = Field(
+        default="stop",
+        description=(
+            "A slot that is missing, invalidated (`max_slot_wal_keep_size`) or that the "
+            "server cannot decode: `stop` stops the daemon (exit 1) naming it; `resync` "
+            "creates a new slot and copies every table again while streaming, each Delta "
+            "table switching from its old content to the copy in one commit."
+        ),
+    )
+    new_tables_interval: Duration = Field(
+        default=timedelta(seconds=30),
+        description=(
+            "With `mode: initial`, how often the daemon looks for tables that joined the "
+            "publications (`ALTER PUBLICATION ... ADD TABLE`, `FOR ALL TABLES`, `TABLES IN "
+            "SCHEMA`) and copies them while streaming."
         ),
     )
     parallelism: int = Field(

@@ -74,6 +74,9 @@ def capture_settings(config: AppConfig) -> CaptureSettings:
         spool_dir=Path(config.spool.dir) if config.spool.dir is not None else None,
         spool_memory_limit=int(config.spool.memory_limit),
         shutdown_grace=config.shutdown.grace_period.total_seconds(),
+        failover=source.failover,
+        on_slot_loss=config.snapshot.on_slot_loss,
+        new_tables_interval=config.snapshot.new_tables_interval.total_seconds(),
     )
 
 
