@@ -53,7 +53,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
@@ -259,7 +259,16 @@ class SnapshotCopier:
         bulk: BulkSnapshotSink | None = None,
         tuning: SnapshotTuning,
         progress_interval: float = 5.0,
+        begin: Callable[[Relation, Lsn, PgTimestamp], CopyTarget | None] | None = None,
+        record: bool = True,
     ) -> None:
+        """``begin`` prepares a table's target (default: ``bulk.begin_bulk``, the table
+        itself; an online copy passes its staging table's); ``record``: record the
+        appended tables in the sink's commit log (``finish_bulk``) once copied."""
+        self._begin = begin if begin is not None else (bulk.begin_bulk if bulk else None)
+        self._record = record
+        self.copied: list[tuple[Relation, CopyTarget]] = []
+        """The tables the last ``run`` appended, with their targets."""
         self._conninfo = conninfo
         self._publications = tuple(publications)
         self._apply = apply
@@ -271,8 +280,9 @@ class SnapshotCopier:
         self._remaining = 0
         self._remaining_lock = threading.Lock()
 
-    def run(self, snapshot: ExportedSnapshot) -> int:
-        """Copy all published tables; return the number of rows copied.
+    def run(self, snapshot: ExportedSnapshot, *, only: Collection[str] | None = None) -> int:
+        """Copy all published tables (``only``: those of these names); return the number of
+        rows copied.
 
         Raises:
             PublicationError: a publication does not exist (in the snapshot), or the
@@ -287,6 +297,8 @@ class SnapshotCopier:
         with psycopg.connect(self._conninfo, application_name="wal2delta-snapshot") as conn:
             _enter_snapshot(conn, snapshot.snapshot_name)
             tables = self._published_tables(conn)
+            if only is not None:
+                tables = [t for t in tables if f"{t.schema}.{t.name}" in only]
             self._remaining = len(tables)
             self._metrics.snapshot_tables_remaining.set(self._remaining)
             jobs: list[_TableJob] = []
@@ -301,7 +313,9 @@ class SnapshotCopier:
             if jobs:
                 assert self._bulk is not None
                 total += self._copy_bulk(conn, snapshot.snapshot_name, jobs)
-                self._bulk.finish_bulk([job.target for job in jobs])
+                if self._record:
+                    self._bulk.finish_bulk([job.target for job in jobs])
+            self.copied = [(job.relation, job.target) for job in jobs]
             # Tables the bulk path declined go through the sink's MERGE path, after the
             # workers: the sink is used by one thread at a time.
             for relation, row_filter in merged:
@@ -358,9 +372,9 @@ class SnapshotCopier:
         commit_time: PgTimestamp,
     ) -> _TableJob | None:
         """Prepare a table for bulk appends; None when it goes through ``apply``."""
-        if self._bulk is None or not relation.columns:
+        if self._bulk is None or self._begin is None or not relation.columns:
             return None
-        target = self._bulk.begin_bulk(relation, lsn, commit_time)
+        target = self._begin(relation, lsn, commit_time)
         if target is None:
             log.info("snapshot: table copied through MERGE", table=relation.qualified_name)
             return None

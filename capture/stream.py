@@ -76,23 +76,25 @@ class ReplicationStream:
         return str(row[0]), int(str(row[1])), str(row[2])
 
     def create_slot_with_snapshot(
-        self, slot: str, *, two_phase: bool, server_version_num: int
+        self, slot: str, *, two_phase: bool, server_version_num: int, temporary: bool = False
     ) -> ExportedSnapshot:
         """CREATE_REPLICATION_SLOT with an exported snapshot; keep the connection idle after.
 
         The snapshot stays valid until this connection runs its next command, so copy the
-        tables before calling ``start``.
+        tables before calling ``start``. A ``temporary`` slot (an online table copy's, as
+        tablesync.c makes) is dropped by the server when this connection ends.
         """
+        kind = sql.SQL("TEMPORARY LOGICAL") if temporary else sql.SQL("LOGICAL")
         if server_version_num >= 150000:
             options = [sql.SQL("SNAPSHOT 'export'")]
             if two_phase:
                 options.append(sql.SQL("TWO_PHASE true"))
-            query = sql.SQL("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput ({})").format(
-                sql.Identifier(slot), sql.SQL(", ").join(options)
+            query = sql.SQL("CREATE_REPLICATION_SLOT {} {} pgoutput ({})").format(
+                sql.Identifier(slot), kind, sql.SQL(", ").join(options)
             )
         else:
-            query = sql.SQL("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput EXPORT_SNAPSHOT").format(
-                sql.Identifier(slot)
+            query = sql.SQL("CREATE_REPLICATION_SLOT {} {} pgoutput EXPORT_SNAPSHOT").format(
+                sql.Identifier(slot), kind
             )
         with map_psycopg_errors(f"creating replication slot {slot!r}"):
             row = self._conn.execute(query).fetchone()
