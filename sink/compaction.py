@@ -47,6 +47,7 @@ from typing import Final
 import structlog
 
 from sink.deltalog import read_table_files
+from sink.layout import warn_if_without_deletion_vectors
 from sink.retention import Retention
 from sink.settings import SinkSettings
 from sink.spark import engine_errors, engine_message
@@ -71,12 +72,16 @@ class Compactor:
         *,
         lake: LakeTables | None = None,
         retention: Retention | None = None,
+        settings: SinkSettings | None = None,
     ) -> None:
         """``lake``: the engine that purges deletion vectors (None: never purged);
-        ``retention``: the vacuum schedule (None: nothing is ever deleted)."""
+        ``retention``: the vacuum schedule (None: nothing is ever deleted); ``settings``:
+        to warn once per table when its layout is not the configured one."""
         self._after_writes = after_writes
         self._lake = lake
         self._retention = retention
+        self._settings = settings
+        self._seen: set[str] = set()
         self._writes: dict[str, int] = {}
         self._due: dict[str, None] = {}
         """Tables to compact at the next ``compact_due``, in the order they became due."""
@@ -87,13 +92,18 @@ class Compactor:
         retention = (
             None if settings.retention is None else Retention(settings.retention, settings.path)
         )
-        return cls(settings.compact_after_writes, lake=lake, retention=retention)
+        return cls(settings.compact_after_writes, lake=lake, retention=retention, settings=settings)
 
     def wrote(self, paths: Iterable[str]) -> None:
         """Count one write to each of ``paths``; note those that are due."""
         paths = list(paths)
         if self._retention is not None:
             self._retention.wrote(paths)
+        if self._settings is not None:
+            for path in paths:
+                if path not in self._seen:
+                    self._seen.add(path)
+                    warn_if_without_deletion_vectors(self._settings, path)
         if self._after_writes <= 0:
             return
         for path in paths:
@@ -119,6 +129,7 @@ class Compactor:
         """Forget the counts and what is due (a new process or a reset sink starts again)."""
         self._writes.clear()
         self._due.clear()
+        self._seen.clear()
         if self._retention is not None:
             self._retention.clear()
 

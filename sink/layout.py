@@ -19,7 +19,12 @@ from __future__ import annotations
 
 from typing import Final
 
+import structlog
+
+from sink.naming import table_of_path
 from sink.settings import SinkSettings
+
+log = structlog.get_logger("wal2delta.sink")
 
 DELETION_VECTORS_PROPERTY: Final = "delta.enableDeletionVectors"
 
@@ -35,3 +40,30 @@ def table_properties(settings: SinkSettings, table: str) -> dict[str, str]:
     if uses_deletion_vectors(settings, table):
         return {DELETION_VECTORS_PROPERTY: "true"}
     return {}
+
+
+def warn_if_without_deletion_vectors(settings: SinkSettings, path: str) -> None:
+    """Warn when the table at ``path`` is listed in ``sink.deletion_vectors`` but was created
+    without them: the setting acts only when a table is created (the module docstring).
+
+    Reads the table's properties with delta-rs; a table it cannot read is left alone.
+    """
+    if not settings.deletion_vectors:
+        return
+    names = table_of_path(settings.path, path)
+    if names is None or not uses_deletion_vectors(settings, f"{names[0]}.{names[1]}"):
+        return
+    from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
+
+    try:
+        configuration = DeltaTable(path).metadata().configuration
+    except Exception:
+        return
+    if configuration.get(DELETION_VECTORS_PROPERTY) != "true":
+        log.warning(
+            "a table sink.deletion_vectors lists was created without deletion vectors; its "
+            "MERGEs stay copy-on-write",
+            table=f"{names[0]}.{names[1]}",
+            table_path=path,
+            fix="drop the Delta table and take a new snapshot to recreate it with them",
+        )

@@ -5,7 +5,8 @@ A table listed in the setting is created with the deletion-vectors feature and o
 not; batches of updates and deletes at random keys leave deletion vectors, and the table
 reads back exactly (delta-rs ``QueryBuilder``, and Sail) after every batch; the commit
 log records its versions and each reads as it was; compaction keeps its rows, and a purge
-leaves the same rows and no deletion vector, and MERGEs go on after it.
+leaves the same rows and no deletion vector, and MERGEs go on after it. A table listed
+only after it was created stays as it is, with a warning.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaProtocolError
+from structlog.testing import capture_logs
 
 from daemon.cut import choose_cut
 from decoder import Lsn, RowChange
@@ -126,6 +128,22 @@ def test_only_the_tables_listed_get_deletion_vectors(spark_session: Any, tmp_pat
     default = tmp_path / "default"
     DeltaSink(spark_session, sink_settings(default)).apply(ended(insert(TAGS, "1", "x", lsn=10)))
     assert "deletionVectors" not in _features(table_path(str(default), "public", "tags"))
+
+
+def test_a_table_listed_after_it_was_created_stays_without_them_and_a_warning_says_so(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    DeltaSink(spark_session, sink_settings(lake)).apply(
+        ended(insert(ACCOUNTS, "1", "a", None, lsn=10))
+    )
+    sink = DeltaSink(spark_session, sink_settings(lake, deletion_vectors=["public.accounts"]))
+    with capture_logs() as logs:
+        sink.apply(ended(update(ACCOUNTS, "1", "b", None, lsn=20)))
+        sink.apply(ended(update(ACCOUNTS, "1", "c", None, lsn=30)))
+    warnings = [e for e in logs if e["log_level"] == "warning"]
+    assert [e["table"] for e in warnings] == ["public.accounts"]  # once
+    assert "deletionVectors" not in _features(table_path(str(lake), "public", "accounts"))
 
 
 def test_random_key_updates_and_deletes_read_back_exactly_at_every_version(
