@@ -21,6 +21,7 @@ from capture.errors import (
     SlotNotFoundError,
     SlotUndecodableError,
     SourceRefusedError,
+    StreamRewindError,
     map_psycopg_errors,
 )
 from capture.feedback import FeedbackPolicy, FlushTracker
@@ -83,6 +84,7 @@ __all__ = [
     "SourceInfo",
     "SourceMonitor",
     "SourceRefusedError",
+    "StreamRewindError",
     "current_wal_lsn",
     "drop_undecodable_slot",
     "ensure_snapshot",

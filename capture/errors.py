@@ -34,6 +34,14 @@ class ReplicationConnectionLostError(CaptureError):
     retryable: ClassVar[bool] = True
 
 
+class StreamRewindError(CaptureError):
+    """A table copied while streaming landed: the session ends, and a new one starts at
+    once from the acknowledged position, so the changes dropped during the copy come
+    again (``sink/copies.py``). Not a failure: no backoff, no error counted."""
+
+    retryable: ClassVar[bool] = True
+
+
 class SourceRefusedError(CaptureError):
     """The server refused for a reason that may pass (no free slot or connection, a
     rejected password that may be rotated); retried with backoff, its reason reported.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 from capture.errors import ServerCapabilityError
 from decoder import ProtocolOptions
@@ -40,6 +40,10 @@ class ReplicationRequest:
     binary: bool
     messages: bool
     origin: Literal["any", "none"]
+
+
+MIN_MESSAGES_MAJOR: Final = 14
+"""pgoutput's ``messages`` option exists from PostgreSQL 14 on."""
 
 
 def negotiate(request: ReplicationRequest, server_version_num: int) -> ProtocolOptions:
@@ -86,7 +90,10 @@ def negotiate(request: ReplicationRequest, server_version_num: int) -> ProtocolO
         streaming=streaming,
         two_phase=request.two_phase,
         binary=request.binary,
-        messages=request.messages,
+        # Asked for whenever the server can send them (PostgreSQL 14+): ``wal2delta
+        # resync`` requests travel as logical decoding messages (sink/copies.py); the sink
+        # keeps other messages only with ``sink.messages: table``.
+        messages=request.messages or major >= MIN_MESSAGES_MAJOR,
     )
 
 

@@ -94,6 +94,7 @@ from sink import (
     Batch,
     BulkSnapshotSink,
     CopyTarget,
+    OnlineCopySink,
     copy_truncate,
 )
 
@@ -256,7 +257,7 @@ class SnapshotCopier:
         apply: Callable[[Batch], object],
         metrics: Metrics,
         chunk_rows: int,
-        bulk: BulkSnapshotSink | None = None,
+        bulk: BulkSnapshotSink | OnlineCopySink | None = None,
         tuning: SnapshotTuning,
         progress_interval: float = 5.0,
         begin: Callable[[Relation, Lsn, PgTimestamp], CopyTarget | None] | None = None,
@@ -265,7 +266,9 @@ class SnapshotCopier:
         """``begin`` prepares a table's target (default: ``bulk.begin_bulk``, the table
         itself; an online copy passes its staging table's); ``record``: record the
         appended tables in the sink's commit log (``finish_bulk``) once copied."""
-        self._begin = begin if begin is not None else (bulk.begin_bulk if bulk else None)
+        if begin is None and isinstance(bulk, BulkSnapshotSink):
+            begin = bulk.begin_bulk
+        self._begin = begin
         self._record = record
         self.copied: list[tuple[Relation, CopyTarget]] = []
         """The tables the last ``run`` appended, with their targets."""
@@ -313,7 +316,7 @@ class SnapshotCopier:
             if jobs:
                 assert self._bulk is not None
                 total += self._copy_bulk(conn, snapshot.snapshot_name, jobs)
-                if self._record:
+                if self._record and isinstance(self._bulk, BulkSnapshotSink):
                     self._bulk.finish_bulk([job.target for job in jobs])
             self.copied = [(job.relation, job.target) for job in jobs]
             # Tables the bulk path declined go through the sink's MERGE path, after the

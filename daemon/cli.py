@@ -1,7 +1,7 @@
 """The ``wal2delta`` command line.
 
 Sub-commands: ``run`` (the daemon), ``check-config``, ``status``, ``verify``, ``cut``,
-``capture``,
+``resync``, ``capture``,
 ``decode``, ``demo``. Exit codes: 0 clean
 stop, 1 fatal error, 2 configuration error (or a server that cannot do what the
 configuration asks), 3 slot in use by another process (Kubernetes restarts with backoff).
@@ -157,6 +157,34 @@ def _cmd_cut(args: argparse.Namespace, config: AppConfig) -> int:
 
 
 @_with_config
+def _cmd_resync(args: argparse.Namespace, config: AppConfig) -> int:
+    from daemon.resync import request_resync, wait_for_copies  # noqa: PLC0415
+
+    tables = [name for group in args.tables for name in group.split(",") if name]
+    try:
+        request = request_resync(config, tables)
+    except ValueError as exc:
+        print(f"resync: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except psycopg.Error as exc:
+        print(f"resync: cannot write the request on the source: {cause_line(exc)}", file=sys.stderr)
+        return EXIT_FATAL
+    for table in request.unpublished:
+        print(f"resync: {table} is not published; its copy will be empty", file=sys.stderr)
+    print(f"resync requested for {', '.join(request.tables)} at {request.lsn}")
+    if not args.wait:
+        return EXIT_OK
+    pending = wait_for_copies(config, request, args.timeout)
+    if pending:
+        print(
+            f"resync: not copied after {args.timeout:.0f} s: {', '.join(pending)}", file=sys.stderr
+        )
+        return EXIT_FATAL
+    print(f"copied: {', '.join(request.tables)}")
+    return EXIT_OK
+
+
+@_with_config
 def _cmd_capture(args: argparse.Namespace, config: AppConfig) -> int:
     from daemon.recording import RecordingSink, StreamRecorder  # noqa: PLC0415
 
@@ -297,6 +325,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cut.add_argument("--json", action="store_true", help="machine-readable output")
     cut.set_defaults(func=_cmd_cut)
+
+    resync = commands.add_parser(
+        "resync", help="ask the running daemon to copy tables again while it streams"
+    )
+    resync.add_argument("-c", "--config", required=True, help="YAML configuration file")
+    resync.add_argument(
+        "--tables", nargs="+", required=True, metavar="TABLE", help="schema.table (comma lists)"
+    )
+    resync.add_argument(
+        "--wait", action="store_true", help="return once every table's copy is done"
+    )
+    resync.add_argument(
+        "--timeout", type=float, default=3600.0, help="seconds --wait waits (default 3600)"
+    )
+    resync.set_defaults(func=_cmd_resync)
 
     _register_plugins(commands)
     return parser

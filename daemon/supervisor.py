@@ -21,6 +21,14 @@ slot and the next session copies the tables again, as after a dropped slot (at m
 
 Each session first runs ``capture.prepare_source`` (server checks, publication, slot,
 protocol negotiation) and, with an initial snapshot, ``capture.ensure_snapshot``.
+
+Tables copied while streaming (``capture.tablecopy``, a sink that is an
+``OnlineCopySink``): the ``OnlineCopier`` thread runs beside the sessions. When a copy
+lands, the session ends with ``StreamRewindError`` and a new one starts at once from the
+acknowledged position (no backoff), so the changes the sink dropped during the copy come
+again. With ``--endpos``, the run ends only once no copy is requested or running (new
+tables looked for at the end too) and every landed copy's changes up to ``endpos`` were
+applied by a rewound session.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ import structlog
 
 from capture import (
     Batcher,
+    CaptureError,
     CaptureSettings,
     FeedbackPolicy,
     FlushTracker,
@@ -53,11 +62,13 @@ from capture import (
     SourceInfo,
     SourceMonitor,
     SourceRefusedError,
+    StreamRewindError,
     drop_undecodable_slot,
     ensure_snapshot,
     prepare_source,
     start_replication_options,
 )
+from capture.tablecopy import OnlineCopier
 from config import AppConfig
 from daemon.wiring import capture_settings, reconnect_settings
 from decoder import (
@@ -68,12 +79,16 @@ from decoder import (
     Wal2DeltaError,
     spilling_buffers,
 )
-from sink import HoldingSink, Sink, SnapshotMarkerStore
+from sink import HoldingSink, OnlineCopySink, Sink, SnapshotMarkerStore
 
 log = structlog.get_logger("wal2delta.supervisor")
 
 MAX_SLOT_RECREATIONS = 3
 """How often one run drops an undecodable new slot and copies again before giving up."""
+
+
+_ENDPOS_COPY_TIMEOUT = 3600.0
+"""How long a run with ``--endpos`` waits at the end for tables still being copied."""
 
 
 class Supervisor:
@@ -123,6 +138,7 @@ class Supervisor:
         self._spool_dir: Path | None = None
         self._spool_is_temporary = False
         self._fatal: Wal2DeltaError | None = None
+        self._copier: OnlineCopier | None = None
 
     def fail(self, error: Wal2DeltaError) -> None:
         """Stop the session with ``error`` (called from other threads, e.g. the monitor)."""
@@ -173,7 +189,16 @@ class Supervisor:
             while not self.stop_event.is_set():
                 try:
                     self._run_session()
+                    if self._copies_landed_at_end():
+                        self._restart_worker()  # a rewound session applies their changes
+                        continue
                     return
+                except StreamRewindError:
+                    log.info(
+                        "a table copy landed; the stream restarts from the acknowledged position"
+                    )
+                    self._restart_worker()
+                    continue
                 except SlotUndecodableError as exc:
                     self.metrics.record_error("capture", exc, time.time())
                     self._restart_worker()
@@ -212,12 +237,54 @@ class Supervisor:
                     delay = min(delay * 2, reconnect.max_delay)
         finally:
             monitor.stop()
+            if self._copier is not None:
+                self._copier.stop(timeout=self.settings.shutdown_grace)
+                self._copier = None
             self._end_session()
             self._stop_worker()
             if self._spool_is_temporary and self._spool_dir is not None:
                 # Spilled transactions are only ever replayed within one run.
                 shutil.rmtree(self._spool_dir, ignore_errors=True)
                 self._spool_dir = None
+
+    def _interruption(self) -> Wal2DeltaError | None:
+        """What ends the running session early: a fatal error, or a landed table copy."""
+        if self._fatal is not None:
+            return self._fatal
+        sink = self.sink
+        if isinstance(sink, OnlineCopySink) and sink.copy_rewind_due():
+            return StreamRewindError("a table copied while streaming landed")
+        return None
+
+    def _start_copier(self, info: SourceInfo) -> None:
+        """Start copying tables while streaming, once, when the sink can take such copies."""
+        sink = self.sink
+        if self._copier is not None or not isinstance(sink, OnlineCopySink):
+            return
+        self._copier = OnlineCopier(
+            self.settings,
+            sink,
+            self.metrics,
+            server_version=info.server_version,
+            watch_new_tables=self.settings.initial_snapshot,
+        )
+        self._copier.start()
+
+    def _copies_landed_at_end(self) -> bool:
+        """At ``--endpos``: wait for every copy requested or running (new tables looked for
+        too); True when one landed, so a rewound session must apply its changes."""
+        copier = self._copier
+        sink = self.sink
+        if self.endpos is None or copier is None or not isinstance(sink, OnlineCopySink):
+            return False
+        if self.stop_event.is_set():
+            return False
+        if not copier.settle(timeout=_ENDPOS_COPY_TIMEOUT):
+            raise CaptureError(
+                f"tables still being copied after {_ENDPOS_COPY_TIMEOUT:.0f} s at endpos: "
+                f"{', '.join(sink.tables_copying()) or 'none started'}; run again to finish"
+            )
+        return sink.copy_rewind_due()
 
     def _restart_worker(self) -> None:
         """After a failed session: account for what the worker finished, start a new one.
@@ -268,6 +335,7 @@ class Supervisor:
                 consistent_point = ensure_snapshot(settings, stream, info, self.sink, self.metrics)
                 if consistent_point is not None:
                     self._resume_flush = consistent_point
+            self._start_copier(info)
             assembler = Assembler(
                 options,
                 buffers=(
@@ -298,7 +366,7 @@ class Supervisor:
                 metrics=self.metrics,
                 state=self.state,
                 stop_event=self.stop_event,
-                fatal=lambda: self._fatal,
+                fatal=self._interruption,
                 shutdown_grace=settings.shutdown_grace,
                 endpos=self.endpos,
                 clock=self.clock,

@@ -195,6 +195,61 @@ class BulkSnapshotSink(Protocol):
         ...
 
 
+@runtime_checkable
+class OnlineCopySink(Protocol):
+    """A sink that takes a table's copy while streaming (``copies.py``): the copy is
+    appended to a staging table and replaces the table in one commit; the table's changes
+    are dropped meanwhile (held in the acknowledgement) and, after the stream is rewound,
+    skipped before the copy's consistent point."""
+
+    def request_copies(self, tables: Sequence[str], reason: str) -> None:
+        """Record that ``tables`` are to be copied (unless requested or copying already)."""
+        ...
+
+    def copy_requests(self) -> list[tuple[str, str]]:
+        """``(table, reason)`` of every copy requested or interrupted, oldest first."""
+        ...
+
+    def start_copies(self, tables: Sequence[str], reason: str) -> None:
+        """Drop the changes of ``tables`` from now on: their copies begin."""
+        ...
+
+    def begin_copy(self, relation: Relation, lsn: Lsn, commit_time: PgTimestamp) -> CopyTarget:
+        """A fresh staging table for ``relation``'s copy at ``lsn`` (for ``append_bulk``)."""
+        ...
+
+    def append_bulk(
+        self, target: CopyTarget, strings: pa.RecordBatch | pa.Table, first_ordinal: int
+    ) -> int:
+        """Append copied rows; called from several workers at once, also for one table."""
+        ...
+
+    def finish_copy(self, relation: Relation, target: CopyTarget, lsn: Lsn, reason: str) -> None:
+        """Replace the table by its copy in one commit."""
+        ...
+
+    def finish_empty_copy(self, table: str, lsn: Lsn, reason: str) -> None:
+        """A requested table is not published at ``lsn``: nothing to copy; done."""
+        ...
+
+    def knows_table(self, schema: str, table: str) -> bool:
+        """Whether the table has a Delta table or a copy record (new tables have neither)."""
+        ...
+
+    def abandon_copy(self, table: str, reason: str) -> None:
+        """A copy failed: the table's changes are applied again; it stays requested."""
+        ...
+
+    def copy_rewind_due(self) -> bool:
+        """A copy landed (or failed after dropping changes): the stream must restart from
+        the acknowledged position so the dropped changes come again."""
+        ...
+
+    def tables_copying(self) -> list[str]:
+        """Tables whose changes are dropped now."""
+        ...
+
+
 class SinkError(Wal2DeltaError):
     """The sink could not apply a batch; terminal unless a subclass says otherwise."""
 

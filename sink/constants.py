@@ -23,6 +23,15 @@ COLUMNS_TABLE: Final = "_wal2delta_columns"
 #: Table recording, after every batch, its source position and the Delta version of every
 #: table it wrote (``commits.py``; ``wal2delta cut`` reads it).
 COMMITS_TABLE: Final = "_wal2delta_commits"
+#: Table recording the tables copied while streaming, requested, in progress or done, and
+#: the position each copy met the stream at (``copies.py``).
+COPIES_TABLE: Final = "_wal2delta_copies"
+#: Where a table copied while streaming is written before it replaces the table in one
+#: commit: ``<path>/_wal2delta_staging/<schema>.<table>.<consistent point>``.
+STAGING_DIRECTORY: Final = "_wal2delta_staging"
+#: Prefix of the logical decoding messages that ask the daemon for something (``wal2delta
+#: resync`` writes ``wal2delta.resync``).
+CONTROL_MESSAGE_PREFIX: Final = "wal2delta."
 #: Suffix of a table's change history: ``<schema>/<table>__changes`` (``history.py``).
 HISTORY_SUFFIX: Final = "__changes"
 #: Columns of a change history besides the table's own (``history.py``).
@@ -50,6 +59,8 @@ REJECTS_TABLE: Final = "_wal2delta_rejects"
 __all__ = [
     "COLUMNS_TABLE",
     "COMMITS_TABLE",
+    "CONTROL_MESSAGE_PREFIX",
+    "COPIES_TABLE",
     "HISTORY_NEW_PREFIX",
     "HISTORY_OLD_KIND_COLUMN",
     "HISTORY_OLD_PREFIX",
@@ -60,6 +71,7 @@ __all__ = [
     "MESSAGES_TABLE",
     "REJECTS_TABLE",
     "SNAPSHOTS_TABLE",
+    "STAGING_DIRECTORY",
     "BulkWriter",
     "ColumnNamePolicy",
     "ColumnTypeOverride",

@@ -56,6 +56,7 @@ from decoder import (
     Relation,
     TypeDescription,
     ValueDecoder,
+    cause_line,
     pg_timestamp_to_datetime,
 )
 from sink.arrow import (
@@ -70,6 +71,8 @@ from sink.commits import CommitLog, commits_path
 from sink.compaction import Compactor
 from sink.constants import REJECTS_TABLE
 from sink.convert import column_converter
+from sink.copies import TableCopies
+from sink.deltalog import table_filesystem
 from sink.deltars import DeltaRsAppender
 from sink.evolution import (
     SourceCatalog,
@@ -79,7 +82,7 @@ from sink.follow import RelationFollower
 from sink.history import HistoryWriter, history_name
 from sink.holdback import HeldChanges
 from sink.layout import table_properties
-from sink.naming import table_path
+from sink.naming import staging_path, table_path
 from sink.partitioning import bucketed_column
 from sink.plan import (
     KeylessStep,
@@ -92,9 +95,7 @@ from sink.rejects import RejectsLog, TableReject
 from sink.settings import SinkSettings
 from sink.sources import SourceFiles
 from sink.spark import engine_errors, is_embedded
-from sink.sql import (
-    delta_table,
-)
+from sink.sql import delta_table, render_select_all
 from sink.step_bulk import BulkAppendExecutor
 from sink.step_keyed import KeyedMergeExecutor
 from sink.step_keyless import KeylessMergeExecutor
@@ -172,6 +173,7 @@ class DeltaSink:
         )
         self._compactor = Compactor.for_settings(settings, self._lake)
         self._held = HeldChanges(settings.table_min_rows, settings.table_max_age)
+        self._copies = TableCopies(self._lake, settings.path)
         self._pool: ThreadPoolExecutor | None = None
         """Threads that apply several tables of a batch at once; made on first need."""
         self._follower = RelationFollower(
@@ -197,7 +199,7 @@ class DeltaSink:
         self._compactor.compact_due()  # a caller that never calls after_apply still compacts
         # Small tables' changes may wait for a later batch (holdback.py); ``batch`` is
         # then what is applied now, without a durable_lsn while changes stay held.
-        batch = self._held.admit(batch, started)
+        batch = self._held.admit(self._screened(batch), started)
         plan = plan_batch(batch, self._plan_options, decoder=self._decoder)
         self._commits.begin(batch)
         anomalies = 0
@@ -231,7 +233,7 @@ class DeltaSink:
             unrepresentable=dict(
                 Counter((r.table, r.reject.column, r.reject.reason.value) for r in rejects)
             ),
-            held_lsn=self._held.low_lsn,
+            held_lsn=_earliest(self._held.low_lsn, self._copies.held_lsn),
             held_changes=self._held.count,
         )
 
@@ -253,14 +255,33 @@ class DeltaSink:
         self._compactor.compact_due()
         self._write_deferred_records()
 
+    def _screened(self, batch: Batch) -> Batch:
+        """``batch`` without the changes of tables being copied while streaming, or those a
+        finished copy holds (``copies.py``); no cut while changes are dropped."""
+        changes = self._copies.screen(batch.changes)
+        if len(changes) == len(batch.changes) and self._copies.held_lsn is None:
+            return batch
+        return Batch(
+            tuple(changes),
+            durable_lsn=batch.durable_lsn if self._copies.held_lsn is None else None,
+            transaction_count=batch.transaction_count,
+            last_commit_time=batch.last_commit_time,
+            release_held=batch.release_held,
+        )
+
     def held_deadline(self) -> float | None:
         """When the changes held back for later batches must be applied (``holdback.py``);
         None when none is held."""
         return self._held.deadline
 
     def discard_held(self) -> None:
-        """Forget the changes held back; the server sends them again (never acknowledged)."""
+        """Forget the changes held back; the server sends them again (never acknowledged).
+
+        Called when a new session starts from the acknowledged position: copies that
+        landed take effect now (``copies.py``).
+        """
         self._held.discard()
+        self._copies.rewound()
 
     def _write_deferred_records(self) -> None:
         try:
@@ -344,6 +365,13 @@ class DeltaSink:
         history = self._settings.history
         if history is True or (not isinstance(history, bool) and name in history):
             return None  # its change history records the copied rows as inserts
+        return self._bulk_target(relation, lsn, commit_time, None)
+
+    def _bulk_target(
+        self, relation: Relation, lsn: Lsn, commit_time: PgTimestamp, staging: str | None
+    ) -> BulkTarget | None:
+        """Prepare the table (or the ``staging`` table of an online copy) for appends."""
+        name = relation.qualified_name
         plan = plan_copy(relation, self._plan_options, self._decoder, lsn, commit_time)
         truncate, step = plan.steps
         assert isinstance(truncate, TruncateStep)
@@ -351,7 +379,7 @@ class DeltaSink:
         spec = self._settings.key_buckets.get(name)
         if spec is not None and step.identity == "row":
             return None  # the MERGE path raises the error that names the fix
-        path, state = self._prepare_table(plan)
+        path, state = self._prepare_table(plan, staging)
         target = delta_table(path)
         try:
             # A table without rows (one created just now) has nothing to truncate.
@@ -400,6 +428,88 @@ class DeltaSink:
             on_unrepresentable=self._settings.unrepresentable_policy(name),
             decoder=self._decoder,
         )
+
+    # --- online copies (copies.py, base.OnlineCopySink) -----------------------------------
+
+    def request_copies(self, tables: Sequence[str], reason: str) -> None:
+        """Record that ``tables`` are to be copied while streaming (``copies.py``)."""
+        self._copies.request(tables, reason)
+
+    def copy_requests(self) -> list[tuple[str, str]]:
+        """``(table, reason)`` of every copy requested or interrupted part-way."""
+        return [(r.table, r.reason) for r in self._copies.to_copy()]
+
+    def start_copies(self, tables: Sequence[str], reason: str) -> None:
+        """Drop the changes of ``tables`` from now on: their copies begin."""
+        self._copies.start(tables, reason)
+
+    def finish_empty_copy(self, table: str, lsn: Lsn, reason: str) -> None:
+        """A requested table is not published at ``lsn``: nothing to copy; done."""
+        self._copies.finish(table, lsn, reason)
+
+    def knows_table(self, schema: str, table: str) -> bool:
+        """Whether ``schema.table`` has a Delta table or a copy record."""
+        if any(r.table == f"{schema}.{table}" for r in self._copies.records()):
+            return True
+        from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
+
+        return bool(DeltaTable.is_deltatable(table_path(self._settings.path, schema, table)))
+
+    def abandon_copy(self, table: str, reason: str) -> None:
+        """A copy failed: apply the table's changes again until it is retried."""
+        self._copies.abandon(table, reason)
+
+    def copy_rewind_due(self) -> bool:
+        """A copy landed: the stream must restart from the acknowledged position."""
+        return self._copies.rewind_due
+
+    def tables_copying(self) -> list[str]:
+        """Tables whose changes are dropped now (copy running or landed, not rewound)."""
+        return self._copies.copying()
+
+    def begin_copy(self, relation: Relation, lsn: Lsn, commit_time: PgTimestamp) -> BulkTarget:
+        """A fresh staging table for ``relation``'s copy at ``lsn``, for ``append_bulk``.
+
+        Raises:
+            SinkDataError: the table cannot be copied by appends (a key-range partitioned
+                table without a key).
+            SinkRetryableError, SinkError: as ``apply``.
+        """
+        staging = staging_path(
+            self._settings.path, relation.schema_name, relation.relation_name, lsn
+        )
+        target = self._bulk_target(relation, lsn, commit_time, staging)
+        if target is None:
+            raise SinkDataError(
+                f"{relation.qualified_name} cannot be copied while streaming: its rows "
+                "cannot be appended as they are (a key-range partitioned table needs a key)"
+            )
+        return target
+
+    def finish_copy(self, relation: Relation, target: CopyTarget, lsn: Lsn, reason: str) -> None:
+        """Replace the table by its copy in one commit; from the stream's next rewind on,
+        its changes before ``lsn`` are skipped and the rest applied (``copies.py``).
+
+        Raises:
+            SinkRetryableError, SinkError: the table could not be replaced (it still holds
+                its old content).
+        """
+        assert isinstance(target, BulkTarget), "a target begin_copy handed out"
+        name = relation.qualified_name
+        path = table_path(self._settings.path, relation.schema_name, relation.relation_name)
+        spec = self._settings.key_buckets.get(name)
+        partitions = (self._meta.key_bucket,) if spec is not None else ()
+        with engine_errors(f"replacing {name} by its copy"):
+            self._lake.overwrite(
+                path,
+                render_select_all(target=delta_table(target.path)),
+                merge_schema=True,
+                partitions=partitions,
+            )
+        self._lake.forget(path)
+        self._lake.forget(target.path)
+        self._copies.finish(name, lsn, reason)
+        _remove_staging(target.path)
 
     def _holds_rows(self, table: str, target: str) -> bool:
         """Whether the Delta table ``target`` has any row (soft-deleted ones too)."""
@@ -500,9 +610,10 @@ class DeltaSink:
             )
         return anomalies
 
-    def _prepare_table(self, plan: MergePlan) -> tuple[str, TableState]:
-        """The table's location and state; created (and given missing columns) when new."""
-        path = table_path(self._settings.path, plan.schema, plan.table)
+    def _prepare_table(self, plan: MergePlan, staging: str | None = None) -> tuple[str, TableState]:
+        """The table's location (``staging`` for an online copy's staging table) and state;
+        created (and given missing columns) when new."""
+        path = staging or table_path(self._settings.path, plan.schema, plan.table)
         state = self._lake.state(path)
         if state is None or state.stale:
             # A new table gets the columns of its first relation, also when the batch only
@@ -537,3 +648,18 @@ class DeltaSink:
     # --- steps -----------------------------------------------------------------------------
 
     # --- messages --------------------------------------------------------------------------
+
+
+def _earliest(*lsns: Lsn | None) -> Lsn | None:
+    """The smallest of the LSNs given, None when none is."""
+    return min((lsn for lsn in lsns if lsn is not None), default=None)
+
+
+def _remove_staging(path: str) -> None:
+    """Delete a staging table's files once its copy replaced the table (failures only
+    warn: the directory is not read again, and a later copy uses a new one)."""
+    try:
+        filesystem, location = table_filesystem(path)
+        filesystem.delete_dir(location)
+    except Exception as exc:  # best effort; see the docstring
+        log.warning("a staging table could not be removed", path=path, error=cause_line(exc))

@@ -55,7 +55,7 @@ import string
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
-from sink.constants import ColumnNamePolicy
+from sink.constants import STAGING_DIRECTORY, ColumnNamePolicy
 
 _HEX: Final = frozenset("0123456789ABCDEF")
 _PATH_SAFE: Final = frozenset(string.ascii_letters + string.digits + "_-.")
@@ -169,6 +169,14 @@ def table_path(root: str, schema: str, table: str) -> str:
     (``s3://bucket/lake``) and is used as it is.
     """
     return f"{root.rstrip('/')}/{path_part(schema)}/{path_part(table)}"
+
+
+def staging_path(root: str, schema: str, table: str, lsn: int) -> str:
+    """Where the copy of ``schema.table`` made at ``lsn`` is written before it replaces the
+    table (``copies.py``): ``<root>/_wal2delta_staging/<schema part>.<table part>.<lsn>``."""
+    return (
+        f"{root.rstrip('/')}/{STAGING_DIRECTORY}/{path_part(schema)}.{path_part(table)}.{lsn:016X}"
+    )
 
 
 def table_of_path(root: str, path: str) -> tuple[str, str] | None:

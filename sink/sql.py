@@ -389,15 +389,29 @@ SNAPSHOT_COLUMNS: Final = ("slot", "status", "consistent_point", "updated_at")
 
 def render_snapshot_marker_merge(*, target: str, view: str) -> str:
     """Insert or replace the snapshot marker of one slot (the view's single row)."""
-    slot, *rest = SNAPSHOT_COLUMNS
+    return render_replace_by_key(SNAPSHOT_COLUMNS, target=target, view=view)
+
+
+def render_select_all(*, target: str) -> str:
+    """Every row of ``target``: what a table's copy replaces it with (``finish_copy``)."""
+    return f"SELECT * FROM {target}"
+
+
+COPY_COLUMNS: Final = ("table_name", "state", "consistent_point", "reason", "updated_at")
+"""Columns of ``_wal2delta_copies`` (``copies.py``), keyed by the first."""
+
+
+def render_replace_by_key(columns: Sequence[str], *, target: str, view: str) -> str:
+    """Insert the view's rows, or replace the target's rows with the same first column."""
+    key, *rest = columns
     assignments = ", ".join(f"{_col('t', n)} = {_col('s', n)}" for n in rest)
     return (
         f"MERGE INTO {target} AS t\n"
         f"USING {view} AS s\n"
-        f"ON {_col('t', slot)} = {_col('s', slot)}\n"
+        f"ON {_col('t', key)} = {_col('s', key)}\n"
         f"WHEN MATCHED THEN UPDATE SET {assignments}\n"
-        f"WHEN NOT MATCHED THEN INSERT ({', '.join(quote(n) for n in SNAPSHOT_COLUMNS)})\n"
-        f"  VALUES ({', '.join(_col('s', n) for n in SNAPSHOT_COLUMNS)})"
+        f"WHEN NOT MATCHED THEN INSERT ({', '.join(quote(n) for n in columns)})\n"
+        f"  VALUES ({', '.join(_col('s', n) for n in columns)})"
     )
 
 

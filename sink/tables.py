@@ -262,11 +262,16 @@ class LakeTables:
             writer = writer.partitionBy(*partitions)
         writer.save(path)
 
-    def overwrite(self, path: str, query: str, *, merge_schema: bool = False) -> None:
-        """Replace the Delta table at ``path`` by the rows of ``query``, in one commit."""
+    def overwrite(
+        self, path: str, query: str, *, merge_schema: bool = False, partitions: Sequence[str] = ()
+    ) -> None:
+        """Replace the Delta table at ``path`` by the rows of ``query``, in one commit (the
+        table is created when it does not exist, partitioned by ``partitions``)."""
         writer = self._spark.sql(query).write.format("delta").mode("overwrite")
         if merge_schema:
             writer = writer.option("mergeSchema", "true")
+        if partitions:
+            writer = writer.partitionBy(*partitions)
         writer.save(path)
 
     def holds_rows(self, target: str) -> bool:
