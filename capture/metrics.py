@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import Generic, TypeVar, overload
+from typing import Generic, TypeVar, get_args, overload
 
 from prometheus_client import (
     CollectorRegistry,
@@ -24,7 +24,7 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
-from capture.slots import SlotState
+from capture.slots import SlotState, StandbySlot, StandbyState
 
 # The ``*_created`` series double the exposition and no dashboard or alert uses them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -164,6 +164,17 @@ class Metrics:
         "missing), 0 for the others.",
         ("status",),
     )
+    slot_failover = _gauge(
+        "1 when the slot is a failover slot (pg_replication_slots.failover, PostgreSQL 17 "
+        "and newer: standbys with sync_replication_slots keep a copy), 0 when not."
+    )
+    failover_standby_slots = _gauge(
+        "Physical slots named in the source's synchronized_standby_slots, by state: ready "
+        "(a standby streams from it and has the WAL up to the slot's confirmed flush "
+        "position), behind, inactive (no standby streams from it), unusable (missing, "
+        "logical or invalidated). 0 for every state while the slot is no failover slot.",
+        ("state",),
+    )
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -194,6 +205,18 @@ class Metrics:
             safe = slot.safe_wal_size
             self.slot_safe_wal_size_bytes.set(math.inf if safe is None else safe)
 
+    def record_failover(self, slot: SlotState | None, standbys: tuple[StandbySlot, ...]) -> None:
+        """Export whether the slot would survive a failover, as far as the primary can tell
+        (``capture.slots.StandbySlot``; sampled by the monitor)."""
+        failover = slot is not None and bool(slot.failover)
+        self.slot_failover.set(1 if failover else 0)
+        for state in STANDBY_SLOT_STATES:
+            count = sum(1 for standby in standbys if standby.state == state) if failover else 0
+            self.failover_standby_slots.labels(state=state).set(count)
+
 
 SLOT_WAL_STATUSES = ("reserved", "extended", "unreserved", "lost", "missing")
 """Values of ``pg_replication_slots.wal_status``, plus ``missing`` for a slot that is gone."""
+
+STANDBY_SLOT_STATES: tuple[StandbyState, ...] = get_args(StandbyState)
+"""The states of ``capture.slots.StandbySlot``."""

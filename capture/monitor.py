@@ -2,7 +2,9 @@
 
 Every ``interval`` seconds it reads ``pg_current_wal_lsn()`` and the slot's row from
 ``pg_replication_slots`` to publish replication lag in bytes (server WAL minus confirmed
-flush) and to notice an invalidated slot (``wal_status = lost``). When configured it also
+flush) and to notice an invalidated slot (``wal_status = lost``); on PostgreSQL 17 and
+newer also whether the slot is a failover slot and the state of the standbys named in
+``synchronized_standby_slots`` (``capture.slots.standby_slots``). When configured it also
 runs the heartbeat statement, which writes a little WAL on databases that have none of
 their own so the slot's confirmed position can advance. It never touches the replication
 connection; failures are logged and retried at the next tick.
@@ -18,7 +20,7 @@ import psycopg
 import structlog
 
 from capture.metrics import Metrics
-from capture.slots import SlotState, current_wal_lsn, slot_state
+from capture.slots import SlotState, StandbySlot, current_wal_lsn, slot_state, standby_slots
 
 log = structlog.get_logger("wal2delta.monitor")
 
@@ -29,6 +31,8 @@ class SlotSample:
 
     server_lsn: int
     slot: SlotState | None
+    standby_slots: tuple[StandbySlot, ...] = ()
+    """The physical slots named in ``synchronized_standby_slots`` (PostgreSQL 17+)."""
 
     @property
     def lag_bytes(self) -> int | None:
@@ -46,8 +50,11 @@ class SlotSample:
 
 
 def sample_slot(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> SlotSample:
-    """Read the server's WAL position and the slot's state."""
-    return SlotSample(server_lsn=current_wal_lsn(conn), slot=slot_state(conn, slot))
+    """Read the server's WAL position, the slot's state and the standby slots' states."""
+    server_lsn = current_wal_lsn(conn)
+    state = slot_state(conn, slot)
+    confirmed = state.confirmed_flush_lsn if state is not None else None
+    return SlotSample(server_lsn, state, standby_slots(conn, confirmed))
 
 
 class SourceMonitor:
@@ -115,6 +122,7 @@ class SourceMonitor:
         if sample.lag_bytes is not None:
             self._metrics.replication_lag_bytes.set(sample.lag_bytes)
         self._metrics.record_slot(sample.slot, sample.retained_wal_bytes)
+        self._metrics.record_failover(sample.slot, sample.standby_slots)
         if (
             sample.slot is not None
             and sample.slot.wal_status == "lost"

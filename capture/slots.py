@@ -25,12 +25,25 @@ initial snapshot copies exactly what the server will stream:
   PostgreSQL 18 generated columns are never published, although ``attnames`` lists them.
 
 PostgreSQL 14 has neither row filters nor column lists: every column, every row.
+
+Failover slots
+--------------
+On PostgreSQL 17 and newer a logical slot may be a failover slot (``failover = true``): a
+physical standby with ``sync_replication_slots = on`` keeps a copy of it, and after a
+promotion the consumer continues from that copy. ``source.failover`` decides
+(``want_failover``); the slot is created with the option and an existing slot's flag is
+changed to match (``ALTER_REPLICATION_SLOT``, a replication command, in
+``capture.startup``). What the primary can tell about the standbys that would take over
+is read by ``standby_slots``: the physical slots named in ``synchronized_standby_slots``,
+for which the walsender of a failover slot waits before it sends a change
+(docs/decisions/0107-failover-slots.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final, Literal
 
 import psycopg
 from psycopg import sql
@@ -78,9 +91,42 @@ class SlotState:
     safe_wal_size: int | None = None
     """Bytes of WAL that may still be written before the slot is in danger of losing
     what it needs (``max_slot_wal_keep_size``); None when that setting is unlimited."""
+    failover: bool | None = None
+    """A failover slot (standbys with ``sync_replication_slots`` keep a copy); None before
+    PostgreSQL 17."""
+    synced: bool | None = None
+    """Copied from a primary by a standby's slot synchronization: on a primary, a slot
+    it took over at its promotion; None before PostgreSQL 17."""
 
 
 Conn = psycopg.Connection[tuple[object, ...]]
+
+FAILOVER_SINCE: Final = 170000
+"""``server_version_num`` from which slots can be failover slots."""
+
+
+def want_failover(setting: Literal["auto", "true", "false"], version: int) -> bool:
+    """Whether the slot should be a failover slot on a server of ``version``.
+
+    Args:
+        setting: ``source.failover``: ``auto`` is on for PostgreSQL 17 and newer.
+        version: the server's ``server_version_num``.
+
+    Raises:
+        ServerCapabilityError: ``true`` on a server older than PostgreSQL 17.
+    """
+    if setting == "false":
+        return False
+    if version >= FAILOVER_SINCE:
+        return True
+    if setting == "true":
+        raise ServerCapabilityError(
+            "source.failover: true needs PostgreSQL 17 or newer, and the source runs "
+            f"PostgreSQL {version // 10000} (server_version_num {version}). Set "
+            "source.failover: auto or false; on this version a slot lost at a failover is "
+            "replaced by snapshot.on_slot_loss: resync."
+        )
+    return False
 
 
 def server_version(conn: Conn) -> int:
@@ -124,12 +170,16 @@ def current_wal_lsn(conn: Conn) -> Lsn:
 
 def slot_state(conn: Conn, slot: str) -> SlotState | None:
     """Return the slot's state, or None when it does not exist."""
+    since_17 = conn.info.server_version >= FAILOVER_SINCE
+    failover = sql.SQL("failover, synced" if since_17 else "NULL::bool, NULL::bool")
     row = conn.execute(
-        """
-        SELECT slot_name, plugin, database, active_pid, confirmed_flush_lsn::text,
-               restart_lsn::text, wal_status, two_phase, safe_wal_size
-        FROM pg_replication_slots WHERE slot_name = %s
-        """,
+        sql.SQL(
+            """
+            SELECT slot_name, plugin, database, active_pid, confirmed_flush_lsn::text,
+                   restart_lsn::text, wal_status, two_phase, safe_wal_size, {}
+            FROM pg_replication_slots WHERE slot_name = %s
+            """
+        ).format(failover),
         (slot,),
     ).fetchone()
     if row is None:
@@ -144,11 +194,120 @@ def slot_state(conn: Conn, slot: str) -> SlotState | None:
         wal_status=str(row[6]) if row[6] is not None else None,
         two_phase=bool(row[7]),
         safe_wal_size=int(str(row[8])) if row[8] is not None else None,
+        failover=bool(row[9]) if row[9] is not None else None,
+        synced=bool(row[10]) if row[10] is not None else None,
     )
 
 
-def ensure_slot(conn: Conn, slot: str, *, create: bool, two_phase: bool) -> SlotState:
+StandbyState = Literal["ready", "behind", "inactive", "unusable"]
+
+
+@dataclass(frozen=True, slots=True)
+class StandbySlot:
+    """A physical slot named in the primary's ``synchronized_standby_slots``.
+
+    The walsender of a failover slot sends a change only once every slot named there has
+    received the WAL holding it, so a standby that would take over never lacks what the
+    consumer already has. Its ``state``, as the primary sees it:
+
+    - ``ready``: a standby streams from it and has received WAL up to the logical slot's
+      confirmed flush position, as its slot synchronization needs before it copies the
+      slot's position;
+    - ``behind``: a standby streams from it but has not received that much WAL yet;
+    - ``inactive``: no standby streams from it (the walsender waits for it: streaming
+      stalls once it passes the slot's position);
+    - ``unusable``: no such slot, a logical slot, or invalidated (the walsender waits for
+      ever and warns in the server log).
+
+    Whether the standby keeps a copy of our slot (``sync_replication_slots``,
+    ``hot_standby_feedback``, ``dbname`` in its ``primary_conninfo``) the primary cannot
+    see: the standby's own ``pg_replication_slots`` shows it (``synced``, not
+    ``temporary``).
+    """
+
+    name: str
+    state: StandbyState
+    restart_lsn: Lsn | None
+
+
+def parse_slot_list(text: str) -> list[str]:
+    """The slot names of a list setting as PostgreSQL's ``SplitIdentifierString`` reads
+    it: comma separated, an unquoted name folded to lower case, ``"..."`` taken exactly
+    (``""`` a quote)."""
+    names: list[str] = []
+    i, size = 0, len(text)
+    while i < size:
+        while i < size and text[i].isspace():
+            i += 1
+        if i >= size:
+            break
+        if text[i] == '"':
+            name, i = [], i + 1
+            while i < size:
+                if text[i] == '"':
+                    if i + 1 < size and text[i + 1] == '"':
+                        name.append('"')
+                        i += 2
+                        continue
+                    i += 1
+                    break
+                name.append(text[i])
+                i += 1
+            names.append("".join(name))
+        else:
+            start = i
+            while i < size and text[i] != "," and not text[i].isspace():
+                i += 1
+            names.append(text[start:i].lower())
+        while i < size and text[i] != ",":
+            i += 1
+        i += 1  # the comma
+    return [name for name in names if name]
+
+
+def standby_slots(conn: Conn, confirmed_flush: Lsn | None) -> tuple[StandbySlot, ...]:
+    """The physical slots named in ``synchronized_standby_slots`` and their state against
+    the logical slot's ``confirmed_flush`` (``StandbySlot``); none before PostgreSQL 17 or
+    when the setting is empty."""
+    if conn.info.server_version < FAILOVER_SINCE:
+        return ()
+    row = conn.execute("SELECT current_setting('synchronized_standby_slots', true)").fetchone()
+    names = parse_slot_list(str(row[0])) if row is not None and row[0] else []
+    if not names:
+        return ()
+    rows = conn.execute(
+        """
+        SELECT slot_name, slot_type = 'physical' AND invalidation_reason IS NULL, active,
+               restart_lsn::text
+        FROM pg_replication_slots WHERE slot_name = ANY(%s)
+        """,
+        (names,),
+    ).fetchall()
+    found = {str(name): (bool(usable), bool(active), lsn) for name, usable, active, lsn in rows}
+    slots = []
+    for name in names:
+        usable, active, lsn = found.get(name, (False, False, None))
+        restart = parse_lsn(str(lsn)) if lsn is not None else None
+        state: StandbyState
+        if not usable:
+            state = "unusable"
+        elif not active:
+            state = "inactive"
+        elif restart is None or (confirmed_flush is not None and restart < confirmed_flush):
+            state = "behind"
+        else:
+            state = "ready"
+        slots.append(StandbySlot(name, state, restart))
+    return tuple(slots)
+
+
+def ensure_slot(
+    conn: Conn, slot: str, *, create: bool, two_phase: bool, failover: bool
+) -> SlotState:
     """Return the usable slot, creating it when allowed; never recreate a lost one.
+
+    A slot created here is a failover slot when ``failover`` (``want_failover``); an
+    existing slot is returned as it is (``capture.startup`` changes its flag).
 
     Raises:
         SlotNotFoundError: missing and ``create`` is false.
@@ -162,10 +321,16 @@ def ensure_slot(conn: Conn, slot: str, *, create: bool, two_phase: bool) -> Slot
                 f"Replication slot {slot!r} does not exist; create it or set "
                 "source.create_slot: true."
             )
-        conn.execute(
-            "SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s)",
-            (slot, two_phase),
-        )
+        if failover:
+            conn.execute(
+                "SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s, true)",
+                (slot, two_phase),
+            )
+        else:
+            conn.execute(
+                "SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s)",
+                (slot, two_phase),
+            )
         state = slot_state(conn, slot)
         assert state is not None
         return state
@@ -418,18 +583,24 @@ def _combine(entries: Sequence[_Entry], *, check_column_lists: bool) -> Publishe
 
 
 __all__ = [
+    "FAILOVER_SINCE",
     "PublishedTable",
     "SlotInUseError",
     "SlotState",
+    "StandbySlot",
+    "StandbyState",
     "check_server",
     "current_wal_lsn",
     "drop_slot",
     "ensure_publication",
     "ensure_slot",
+    "parse_slot_list",
     "publication_tables",
     "read_published_tables",
     "require_publications",
     "server_version",
     "slot_state",
+    "standby_slots",
     "wal_sender_timeout_seconds",
+    "want_failover",
 ]

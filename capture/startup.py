@@ -2,6 +2,9 @@
 
 ``prepare_source`` runs before every session on a regular connection: it checks the
 server, creates or checks the publication(s) and the slot, and negotiates the protocol.
+The slot is a failover slot or not as ``source.failover`` says (``want_failover``): it is
+created so, and an existing slot's flag is changed to match on a replication connection
+(docs/decisions/0107-failover-slots.md).
 ``ensure_snapshot`` copies the tables in the snapshot a freshly created slot exports,
 unless the sink's markers say this slot's snapshot completed (``capture.snapshot``).
 ``drop_undecodable_slot`` clears the way for a new slot and snapshot when the server cannot
@@ -26,6 +29,7 @@ from capture.metrics import Metrics
 from capture.negotiation import negotiate
 from capture.settings import CaptureSettings
 from capture.slots import (
+    SlotState,
     check_server,
     drop_slot,
     ensure_publication,
@@ -33,6 +37,7 @@ from capture.slots import (
     server_version,
     slot_state,
     wal_sender_timeout_seconds,
+    want_failover,
 )
 from capture.snapshot import SnapshotCopier
 from capture.stream import ReplicationStream
@@ -50,6 +55,8 @@ class SourceInfo:
     wal_sender_timeout: float
     server_version: int
     slot_exists: bool
+    failover: bool = False
+    """The slot is to be a failover slot (``source.failover``, ``want_failover``)."""
 
 
 def prepare_source(
@@ -73,6 +80,7 @@ def prepare_source(
     ):
         check_server(conn)
         version = server_version(conn)
+        failover = want_failover(settings.failover, version)
         options = negotiate(settings.request, version)
         ensure_publication(
             conn,
@@ -92,9 +100,14 @@ def prepare_source(
                 "initial to copy the tables again, or restore the slot."
             )
         if existing is not None or not settings.initial_snapshot:
-            ensure_slot(
-                conn, slot, create=settings.create_slot, two_phase=settings.request.two_phase
+            state = ensure_slot(
+                conn,
+                slot,
+                create=settings.create_slot,
+                two_phase=settings.request.two_phase,
+                failover=failover,
             )
+            _follow_failover_setting(settings, state, failover)
             if marker is None and markers is not None and not settings.initial_snapshot:
                 # Remember the slot, so that a later drop of it is noticed.
                 markers.save_snapshot_marker(
@@ -106,7 +119,43 @@ def prepare_source(
         wal_sender_timeout=timeout,
         server_version=version,
         slot_exists=existing is not None or not settings.initial_snapshot,
+        failover=failover,
     )
+
+
+def _follow_failover_setting(settings: CaptureSettings, state: SlotState, failover: bool) -> None:
+    """Change the slot's failover flag to ``failover`` when it differs (PostgreSQL 17+).
+
+    A slot created before ``source.failover`` asked for it (or by hand) becomes a failover
+    slot; ``false`` turns it off again, so that a standby named in
+    ``synchronized_standby_slots`` no longer holds this slot's stream back. A refusal is
+    logged, not raised: the slot still streams, only a failover would lose it.
+    """
+    if state.failover is None or state.failover == failover:
+        return
+    try:
+        stream = ReplicationStream.open(settings.conninfo, connect_timeout=settings.connect_timeout)
+        try:
+            stream.alter_slot_failover(state.name, failover=failover)
+        finally:
+            stream.close()
+    except CaptureError as exc:
+        if exc.retryable:
+            raise
+        log.warning(
+            "could not change the slot's failover flag; it streams as it is",
+            slot=state.name,
+            failover_wanted=failover,
+            failover=state.failover,
+            error=str(exc),
+            consequence=(
+                "a promoted standby will not have this slot"
+                if failover
+                else "standbys in synchronized_standby_slots still hold its stream back"
+            ),
+        )
+        return
+    log.info("replication slot failover flag changed", slot=state.name, failover=failover)
 
 
 def ensure_snapshot(
@@ -145,7 +194,7 @@ def ensure_snapshot(
     # sent whole at its COMMIT PREPARED. A slot created with two-phase would place
     # two_phase_at earlier and send only the COMMIT PREPARED of such a transaction.
     exported = stream.create_slot_with_snapshot(
-        slot, two_phase=False, server_version_num=info.server_version
+        slot, two_phase=False, failover=info.failover, server_version_num=info.server_version
     )
     log.info("snapshot started", slot=slot, consistent_point=format_lsn(exported.consistent_point))
     copier = SnapshotCopier(

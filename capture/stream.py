@@ -76,19 +76,31 @@ class ReplicationStream:
         return str(row[0]), int(str(row[1])), str(row[2])
 
     def create_slot_with_snapshot(
-        self, slot: str, *, two_phase: bool, server_version_num: int, temporary: bool = False
+        self,
+        slot: str,
+        *,
+        two_phase: bool,
+        server_version_num: int,
+        temporary: bool = False,
+        failover: bool = False,
     ) -> ExportedSnapshot:
         """CREATE_REPLICATION_SLOT with an exported snapshot; keep the connection idle after.
 
         The snapshot stays valid until this connection runs its next command, so copy the
         tables before calling ``start``. A ``temporary`` slot (an online table copy's, as
-        tablesync.c makes) is dropped by the server when this connection ends.
+        tablesync.c makes) is dropped by the server when this connection ends. A
+        ``failover`` slot (PostgreSQL 17+, ``capture.slots.want_failover``) is kept by
+        standbys that synchronize slots; a temporary one cannot be.
         """
+        if failover and temporary:
+            raise ValueError("a temporary replication slot cannot be a failover slot")
         kind = sql.SQL("TEMPORARY LOGICAL") if temporary else sql.SQL("LOGICAL")
         if server_version_num >= 150000:
             options = [sql.SQL("SNAPSHOT 'export'")]
             if two_phase:
                 options.append(sql.SQL("TWO_PHASE true"))
+            if failover:
+                options.append(sql.SQL("FAILOVER true"))
             query = sql.SQL("CREATE_REPLICATION_SLOT {} {} pgoutput ({})").format(
                 sql.Identifier(slot), kind, sql.SQL(", ").join(options)
             )
@@ -102,6 +114,17 @@ class ReplicationStream:
         return ExportedSnapshot(
             slot=str(row[0]), consistent_point=parse_lsn(str(row[1])), snapshot_name=str(row[2])
         )
+
+    def alter_slot_failover(self, slot: str, *, failover: bool) -> None:
+        """Make ``slot`` a failover slot or not: ``ALTER_REPLICATION_SLOT`` (PostgreSQL 17+).
+
+        The server waits while another process streams from the slot.
+        """
+        query = sql.SQL("ALTER_REPLICATION_SLOT {} (FAILOVER {})").format(
+            sql.Identifier(slot), sql.SQL("true" if failover else "false")
+        )
+        with map_psycopg_errors(f"changing the failover flag of replication slot {slot!r}"):
+            self._conn.execute(query)
 
     def start(self, slot: str, start_lsn: int, options: Mapping[str, str]) -> None:
         """Send START_REPLICATION for ``slot`` with pgoutput ``options``."""

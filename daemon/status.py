@@ -2,6 +2,13 @@
 
 Read-only: one normal connection to the source and delta-rs reads of the Delta logs.
 
+On PostgreSQL 17 and newer it shows whether the slot is a failover slot and the state of
+each standby slot named in the source's ``synchronized_standby_slots``
+(``capture.slots.StandbySlot``): what the primary can tell about the standbys that would
+keep the slot at a failover. Whether a standby holds a copy the standby itself shows
+(``synced`` and not ``temporary`` in its ``pg_replication_slots``); docs/operations.md,
+"Failover".
+
 Each published table is shown with its Delta location (``sink.table_path``, the one
 mapping every reader and writer uses) and, under ``sink.column_names: map``, the Delta
 name of each column whose name Delta cannot hold (``sink.column_map``); under ``error``
@@ -53,6 +60,15 @@ class TableStatus:
 
 
 @dataclass(frozen=True)
+class StandbySlotStatus:
+    """A physical slot named in ``synchronized_standby_slots`` (``capture.StandbySlot``)."""
+
+    name: str
+    state: str
+    restart_lsn: str | None
+
+
+@dataclass(frozen=True)
 class Status:
     slot: str
     slot_exists: bool
@@ -68,6 +84,12 @@ class Status:
     other_delta_tables: list[TableStatus] | None = None
     """Delta tables in the lake no published table maps to; None: the lake (an object
     store) was not listed."""
+    failover: bool | None = None
+    """The slot is a failover slot; None before PostgreSQL 17 or without a slot."""
+    synced: bool | None = None
+    """The slot was copied from a former primary (this server was promoted)."""
+    standby_slots: list[StandbySlotStatus] = field(default_factory=list)
+    """The physical slots named in ``synchronized_standby_slots``, with their state."""
 
 
 def _delta_version(path: str) -> int | None:
@@ -122,6 +144,16 @@ def collect_status(config: AppConfig) -> Status:
         tables=table_status,
         column_names=policy,
         other_delta_tables=_other_delta_tables(root, {t.delta_path for t in table_status}),
+        failover=slot.failover if slot else None,
+        synced=slot.synced if slot else None,
+        standby_slots=[
+            StandbySlotStatus(
+                standby.name,
+                standby.state,
+                format_lsn(standby.restart_lsn) if standby.restart_lsn is not None else None,
+            )
+            for standby in sample.standby_slots
+        ],
     )
 
 
@@ -170,6 +202,7 @@ def render_status(status: Status, *, as_json: bool) -> str:
         f"server WAL        {status.server_lsn}",
         f"lag               {_bytes(status.lag_bytes)}",
         f"WAL retained      {_bytes(status.retained_wal_bytes)}",
+        *_failover_lines(status),
         f"publication       {', '.join(status.publication)}",
         f"column names      {status.column_names}",
         "",
@@ -182,6 +215,33 @@ def render_status(status: Status, *, as_json: bool) -> str:
         for table in status.other_delta_tables:
             lines.extend(_table_lines(table))
     return "\n".join(lines)
+
+
+def _failover_lines(status: Status) -> list[str]:
+    """Whether the slot survives a failover, as far as the primary can tell."""
+    if status.failover is None:
+        shown = "no (PostgreSQL 16 or older)" if status.slot_exists else "-"
+        lines = [f"failover          {shown}"]
+    elif not status.failover:
+        lines = ["failover          no"]
+    elif not status.standby_slots:
+        lines = [
+            "failover          yes; synchronized_standby_slots is empty: no standby is "
+            "sure to have what Delta has"
+        ]
+    else:
+        ready = sum(1 for standby in status.standby_slots if standby.state == "ready")
+        lines = [
+            f"failover          yes; {ready} of {len(status.standby_slots)} standby slots ready"
+        ]
+        lines += [
+            f"  standby slot    {standby.name}  {standby.state}"
+            f"  (received up to {standby.restart_lsn or '-'})"
+            for standby in status.standby_slots
+        ]
+    if status.synced:
+        lines.append("synced            yes: taken over from a former primary at its promotion")
+    return lines
 
 
 def _table_lines(table: TableStatus) -> Sequence[str]:
