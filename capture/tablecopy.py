@@ -86,6 +86,8 @@ class OnlineCopier:
         self._busy = False
         self._next_look = 0.0
         self._retry_at = 0.0
+        self._known: set[str] = set()
+        """Published tables found known before: not looked at again (``look_for_new_tables``)."""
         self._thread = threading.Thread(target=self._run, name="wal2delta-copy", daemon=True)
 
     def start(self) -> None:
@@ -165,11 +167,15 @@ class OnlineCopier:
         settings = self._settings
         with psycopg.connect(settings.conninfo, application_name="wal2delta-copy") as conn:
             published = read_published_tables(conn, settings.publications)
-        new = [
-            f"{t.schema}.{t.name}"
-            for t in published
-            if not self._sink.knows_table(t.schema, t.name)
-        ]
+        new = []
+        for table in published:
+            name = f"{table.schema}.{table.name}"
+            if name in self._known:
+                continue
+            if self._sink.knows_table(table.schema, table.name):
+                self._known.add(name)
+            else:
+                new.append(name)
         if new:
             log.info("tables joined the publications; copying them", tables=new)
             self._sink.request_copies(new, "new table")
