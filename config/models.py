@@ -980,8 +980,9 @@ class SinkConfig(_Section):
             "that changes no data) after this many writes to it: every MERGE adds files, "
             "and a MERGE reads every file of its table, so without compaction each one "
             "gets slower for as long as the daemon runs. Covers change histories and the "
-            "commit log too. Old files stay for time travel until you vacuum. `0` turns "
-            "it off."
+            "commit log too. A table with deletion vectors whose files hold a tenth or more "
+            "deleted rows is purged instead (rewritten from its live rows). Old files stay "
+            "for time travel until vacuumed (`retention`). `0` turns both off."
         ),
     )
     column_names: ColumnNamePolicy = Field(
@@ -1053,8 +1054,9 @@ class SinkConfig(_Section):
         default=None,
         description=(
             "Vacuum each table's files that no version of the last `retention` needs (and "
-            "no version `wal2delta cut` can still name), once per `retention / 4`, at most "
-            "hourly. Null (the default) keeps every file for time travel, as before."
+            "no version `wal2delta cut` can still name; `cut` refuses older boundaries), "
+            "once per `retention / 4`, at most hourly, between batches. Null (the default) "
+            "keeps every file for time travel, as before."
         ),
     )
     column_types: dict[TableName, dict[ColumnName, ColumnTypeOverride]] = Field(
