@@ -204,6 +204,41 @@ class LocalPostgres:
         self.stop()
         self.start()
 
+    def standby_of(self, primary: LocalPostgres, slot: str) -> None:
+        """Make this (not yet created) cluster a streaming standby of ``primary``.
+
+        ``pg_basebackup -R`` copies the primary and writes ``standby.signal``,
+        ``primary_conninfo`` (with the ``dbname`` a standby's slot synchronization needs)
+        and ``primary_slot_name = slot``, a physical slot that must exist on the primary.
+        Settings the primary was started with (``-c``) are not copied; ``start`` passes
+        this cluster's own.
+        """
+        self.data_dir.mkdir(parents=True)
+        if self._user is not None:
+            _open_path_for_others(self.data_dir.parent)
+            for path in (self.data_dir, self.data_dir.parent):
+                os.chown(path, self._user.pw_uid, self._user.pw_gid)
+        self.data_dir.chmod(0o700)
+        self._run(
+            [
+                str(self.bin_dir / "pg_basebackup"),
+                "--dbname",
+                primary.dsn(),
+                "--pgdata",
+                str(self.data_dir),
+                "--write-recovery-conf",
+                "--slot",
+                slot,
+                "--wal-method=stream",
+                "--checkpoint=fast",
+                "--no-sync",
+            ]
+        )
+
+    def promote(self) -> None:
+        """Promote a standby to a primary and wait until it accepts writes."""
+        self._run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-w", "promote"])
+
     def destroy(self) -> None:
         """Stop the server and delete its files."""
         with contextlib.suppress(RuntimeError):
