@@ -46,7 +46,7 @@ from typing import Final
 
 import structlog
 
-from sink.deltalog import read_table_files
+from sink.deltalog import LogUnreadableError, read_table_files
 from sink.layout import warn_if_without_deletion_vectors
 from sink.retention import Retention
 from sink.settings import SinkSettings
@@ -159,7 +159,7 @@ class Compactor:
             if self._lake is not None and "deletionVectors" in (
                 table.protocol().reader_features or []
             ):
-                deleted = read_table_files(path).deleted_fraction()
+                deleted = self._deleted_fraction(path)
                 if deleted is not None and deleted >= PURGE_AT:
                     self._purge(path, self._lake, deleted)
                     return
@@ -178,6 +178,20 @@ class Compactor:
             files_added=result.get("numFilesAdded"),
             duration_seconds=round(time.monotonic() - started, 3),
         )
+
+    @staticmethod
+    def _deleted_fraction(path: str) -> float | None:
+        """The share of the table's stored rows marked deleted; None when its log cannot
+        be read (the table is compacted as any other then)."""
+        try:
+            return read_table_files(path).deleted_fraction()
+        except LogUnreadableError as exc:
+            log.warning(
+                "reading a Delta table's log for its deletion vectors failed; it is compacted",
+                table_path=path,
+                error=str(exc),
+            )
+            return None
 
     @staticmethod
     def _purge(path: str, lake: LakeTables, deleted: float) -> None:
