@@ -13,7 +13,13 @@ from psycopg import sql
 
 from capture import Metrics, ServerCapabilityError
 from capture.errors import EXIT_CONFIG
-from capture.slots import SlotState, StandbySlot, parse_slot_list, want_failover
+from capture.slots import (
+    SlotState,
+    StandbySlot,
+    parse_slot_list,
+    standby_slots,
+    want_failover,
+)
 from capture.stream import ReplicationStream
 from daemon.status import StandbySlotStatus, Status, render_status
 from decoder import Lsn
@@ -247,3 +253,65 @@ def test_status_says_when_the_slot_would_not_survive_a_failover(
     changes: dict[str, Any], shown: list[str]
 ) -> None:
     assert _failover_lines(_status(**changes)) == shown
+
+
+@dataclass
+class _Catalog:
+    """Answers ``standby_slots``'s two queries: the setting, then the slots' rows."""
+
+    setting: str | None
+    rows: list[tuple[object, ...]]
+    server_version: int = 180001
+    params: list[object] = field(default_factory=list)
+
+    @property
+    def info(self) -> _Catalog:
+        return self
+
+    def execute(self, query: str, params: tuple[object, ...] = ()) -> _Rows:
+        self.params.append(params)
+        if "current_setting" in query:
+            return _Rows([(self.setting,)])
+        return _Rows(self.rows)
+
+
+@dataclass
+class _Rows:
+    rows: list[tuple[object, ...]]
+
+    def fetchone(self) -> tuple[object, ...] | None:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[tuple[object, ...]]:
+        return self.rows
+
+
+def test_each_standby_slot_is_ready_behind_inactive_or_unusable_in_the_settings_order() -> None:
+    catalog = _Catalog(
+        "sb_ready, sb_behind, sb_idle, sb_gone, sb_lost",
+        # slot_name, usable (physical and not invalidated), active, restart_lsn
+        [
+            ("sb_lost", False, False, "0/3000"),
+            ("sb_idle", True, False, "0/3000"),
+            ("sb_behind", True, True, "0/7CF"),
+            ("sb_ready", True, True, "0/7D0"),
+        ],
+    )
+    slots = standby_slots(catalog, Lsn(2000))  # type: ignore[arg-type]
+    assert [(slot.name, slot.state) for slot in slots] == [
+        ("sb_ready", "ready"),
+        ("sb_behind", "behind"),
+        ("sb_idle", "inactive"),
+        ("sb_gone", "unusable"),
+        ("sb_lost", "unusable"),
+    ]
+    assert slots[0].restart_lsn == Lsn(2000)
+    assert catalog.params[1] == (["sb_ready", "sb_behind", "sb_idle", "sb_gone", "sb_lost"],)
+
+
+@pytest.mark.parametrize(("setting", "version"), [("", 180001), (None, 180001), ("sb1", 160004)])
+def test_no_standby_slots_without_the_setting_or_before_postgresql_17(
+    setting: str | None, version: int
+) -> None:
+    catalog = _Catalog(setting, [("sb1", True, True, "0/1")], server_version=version)
+    assert standby_slots(catalog, Lsn(1)) == ()  # type: ignore[arg-type]
