@@ -126,6 +126,9 @@ def test_running_daemon_exposes_exactly_the_listed_metrics_and_health(
     assert 'wal2delta_slot_wal_status{status="lost"} 0.0' in text
     assert _metric(text, "wal2delta_slot_safe_wal_size_bytes") == float("inf")
     assert _metric(text, "wal2delta_slot_retained_wal_bytes") > 0
+    # source.failover: auto on PostgreSQL 18; the test server names no standby slots.
+    assert _metric(text, "wal2delta_slot_failover") == 1
+    assert 'wal2delta_failover_standby_slots{state="ready"} 0.0' in text
     used = set().union(*(_promql_names(e) for e in _dashboard_and_rule_expressions()))
     assert used <= set(exposed), f"dashboards/alerts use unknown metrics: {used - set(exposed)}"
 
@@ -208,6 +211,7 @@ def test_status_reports_slot_lag_and_tables(pg18_dsn: str, tmp_path: Path) -> No
     assert status["lag_bytes"] > 0
     assert status["retained_wal_bytes"] >= status["lag_bytes"]
     assert [t["table"] for t in status["tables"]] == ["public.items"]
+    assert (status["failover"], status["synced"], status["standby_slots"]) == (True, False, [])
 
 
 def test_second_daemon_on_the_same_slot_exits_with_code_3(pg18_dsn: str, tmp_path: Path) -> None:
