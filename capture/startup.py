@@ -21,6 +21,7 @@ import structlog
 
 from capture.errors import (
     CaptureError,
+    SlotInvalidatedError,
     SlotNotFoundError,
     SlotUndecodableError,
     map_psycopg_errors,
@@ -34,6 +35,7 @@ from capture.slots import (
     drop_slot,
     ensure_publication,
     ensure_slot,
+    read_published_tables,
     server_version,
     slot_state,
     wal_sender_timeout_seconds,
@@ -57,6 +59,9 @@ class SourceInfo:
     slot_exists: bool
     failover: bool = False
     """The slot is to be a failover slot (``source.failover``, ``want_failover``)."""
+    lost_slot_tables: tuple[str, ...] = ()
+    """The slot was lost and replaced (``snapshot.on_slot_loss: resync``): every published
+    table, to be copied again while streaming."""
 
 
 def prepare_source(
@@ -92,13 +97,11 @@ def prepare_source(
         slot = settings.slot
         existing = slot_state(conn, slot)
         marker = markers.load_snapshot_marker(slot) if markers is not None else None
-        slot_was_dropped = existing is None and marker is not None and marker.status == "complete"
-        if slot_was_dropped and not settings.initial_snapshot:
-            raise SlotNotFoundError(
-                f"Replication slot {slot!r} was dropped after wal2delta had "
-                "streamed from it; changes made since are lost to it. Set snapshot.mode: "
-                "initial to copy the tables again, or restore the slot."
-            )
+        lost_tables: tuple[str, ...] = ()
+        lost = _slot_loss(existing, marker)
+        if lost is not None:
+            lost_tables = _replace_lost_slot(conn, settings, lost, existing)
+            existing = slot_state(conn, slot)
         if existing is not None or not settings.initial_snapshot:
             state = ensure_slot(
                 conn,
@@ -120,7 +123,66 @@ def prepare_source(
         server_version=version,
         slot_exists=existing is not None or not settings.initial_snapshot,
         failover=failover,
+        lost_slot_tables=lost_tables,
     )
+
+
+def _slot_loss(existing: SlotState | None, marker: SnapshotMarker | None) -> str | None:
+    """How the slot was lost - ``dropped`` (the sink's marker says it streamed from it) or
+    ``invalidated`` (``wal_status = lost``) - or None."""
+    if existing is None:
+        return "dropped" if marker is not None and marker.status == "complete" else None
+    return "invalidated" if existing.wal_status == "lost" else None
+
+
+def _replace_lost_slot(
+    conn: psycopg.Connection[tuple[object, ...]],
+    settings: CaptureSettings,
+    how: str,
+    existing: SlotState | None,
+) -> tuple[str, ...]:
+    """With ``snapshot.on_slot_loss: resync``: a new slot in place of the lost one; return
+    every published table, each to be copied again while streaming. Otherwise stop.
+
+    Raises:
+        SlotNotFoundError, SlotInvalidatedError: ``on_slot_loss`` is ``stop``.
+    """
+    slot = settings.slot
+    if settings.on_slot_loss != "resync":
+        what = (
+            "was dropped after wal2delta had streamed from it"
+            if how == "dropped"
+            else "was invalidated by the server (wal_status = lost): WAL it needed is gone"
+        )
+        error = SlotNotFoundError if how == "dropped" else SlotInvalidatedError
+        raise error(
+            f"Replication slot {slot!r} {what}; changes made since are lost to it. Set "
+            "snapshot.on_slot_loss: resync to replace it and copy every table again while "
+            "streaming, or restore the slot."
+        )
+    if existing is not None:
+        drop_slot(conn, slot)
+    ensure_slot(
+        conn,
+        slot,
+        create=True,
+        two_phase=settings.request.two_phase,
+        failover=want_failover(settings.failover, server_version(conn)),
+    )
+    tables = tuple(
+        f"{t.schema}.{t.name}" for t in read_published_tables(conn, settings.publications)
+    )
+    log.error(
+        "replication slot lost; a new one streams and every table is copied again",
+        slot=slot,
+        how=how,
+        tables=len(tables),
+        consequence=(
+            "each Delta table keeps its content until its copy replaces it in one commit; "
+            "rows deleted at the source meanwhile are gone from the copy"
+        ),
+    )
+    return tables
 
 
 def _follow_failover_setting(settings: CaptureSettings, state: SlotState, failover: bool) -> None:
@@ -222,21 +284,21 @@ def drop_undecodable_slot(
     """Drop a slot the server cannot decode, so that the next session copies the tables again.
 
     Such a slot is useless for good: every session replays the same WAL into the same
-    error. With ``snapshot.mode: initial`` it is treated like a dropped slot (``prepare_source``):
-    a new slot and a new snapshot bring every table back to the source's state, and nothing
-    past the lake's durable position was acknowledged. Without an initial snapshot the
+    error. With ``snapshot.on_slot_loss: resync`` it is treated like a dropped slot
+    (``prepare_source``): a new slot streams and every table is copied again while
+    streaming, and nothing past the lake's durable position was acknowledged. Otherwise the
     error is final, with what the operator can do.
 
     Raises:
-        SlotUndecodableError: ``snapshot.mode`` is not ``initial`` (terminal).
+        SlotUndecodableError: ``snapshot.on_slot_loss`` is not ``resync`` (terminal).
     """
     slot = settings.slot
-    if not settings.initial_snapshot:
+    if settings.on_slot_loss != "resync":
         raise SlotUndecodableError(
             f"{error}. PostgreSQL cannot decode replication slot {slot!r} and fails the same "
-            "way on every attempt, so wal2delta stops instead of retrying. Drop the slot and "
-            "start with snapshot.mode: initial to copy the tables afresh (wal2delta then "
-            "does this on its own when it happens again).",
+            "way on every attempt, so wal2delta stops instead of retrying. Set "
+            "snapshot.on_slot_loss: resync to have it replace the slot and copy every table "
+            "again while streaming (it then does this on its own when it happens again).",
             server_message=error.server_message,
         )
     with (

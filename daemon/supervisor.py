@@ -15,9 +15,11 @@ impossible configuration) stop the daemon with a message that says what to fix.
 
 One failure is neither: a slot the server cannot decode (``SlotUndecodableError``, a
 PostgreSQL defect around slot creation). Retrying repeats it, so with
-``snapshot.mode: initial`` the supervisor has ``capture.drop_undecodable_slot`` drop the
-slot and the next session copies the tables again, as after a dropped slot (at most
-``MAX_SLOT_RECREATIONS`` times per run); otherwise it is terminal.
+``snapshot.on_slot_loss: resync`` the supervisor has ``capture.drop_undecodable_slot`` drop
+the slot and the next session replaces it and copies every table again while streaming,
+as after a dropped or invalidated slot (at most ``MAX_SLOT_RECREATIONS`` times per run);
+otherwise it is terminal. A slot the monitor finds invalidated while streaming is handled
+the same way.
 
 Each session first runs ``capture.prepare_source`` (server checks, publication, slot,
 protocol negotiation) and, with an initial snapshot, ``capture.ensure_snapshot``.
@@ -199,6 +201,14 @@ class Supervisor:
                     )
                     self._restart_worker()
                     continue
+                except SlotInvalidatedError as exc:
+                    # Found by the monitor while streaming; at start-up prepare_source
+                    # replaces the slot itself (or stops) by snapshot.on_slot_loss.
+                    self.metrics.record_error("capture", exc, time.time())
+                    if self.settings.on_slot_loss != "resync":
+                        raise
+                    self._fatal = None
+                    self._restart_worker()  # the next session replaces the slot
                 except SlotUndecodableError as exc:
                     self.metrics.record_error("capture", exc, time.time())
                     self._restart_worker()
@@ -336,6 +346,10 @@ class Supervisor:
                 if consistent_point is not None:
                     self._resume_flush = consistent_point
             self._start_copier(info)
+            if info.lost_slot_tables and isinstance(self.sink, OnlineCopySink):
+                self.sink.request_copies(info.lost_slot_tables, "slot lost")
+                if self._copier is not None:
+                    self._copier.wake()
             assembler = Assembler(
                 options,
                 buffers=(

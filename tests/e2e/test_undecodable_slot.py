@@ -10,8 +10,9 @@ caches a historic snapshot whose limits leave the truncation's catalog row invis
 find the table: the server ends every stream with ``could not map filenumber ... to relation
 OID``, replaying the same WAL into the same error on every attempt, as it would for a
 native subscriber. wal2delta recognises the error and does not retry it: with
-``snapshot.mode: initial`` it drops the slot and copies the tables again, after which the lake
-matches the source; with ``never`` it stops with what the operator can do.
+``snapshot.on_slot_loss: resync`` it drops the slot, streams from a new one and copies the
+tables again while streaming, after which the lake matches the source; with ``stop`` (the
+default) it stops with what the operator can do.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def _creation_waits_for(conn: psycopg.Connection[tuple[object, ...]], xid: int) 
     return row is not None and int(str(row[0])) > 0
 
 
-def _write_config(path: Path, dsn: str, lake: Path, mode: str) -> None:
+def _write_config(path: Path, dsn: str, lake: Path, mode: str, on_slot_loss: str) -> None:
     path.write_text(
         yaml.safe_dump(
             {
@@ -75,7 +76,7 @@ def _write_config(path: Path, dsn: str, lake: Path, mode: str) -> None:
                     "tables": ["undecodable.items"],
                     "status_interval": "500ms",
                 },
-                "snapshot": {"mode": mode},
+                "snapshot": {"mode": mode, "on_slot_loss": on_slot_loss},
                 "sink": {"path": str(lake), "batch": {"max_rows": 100, "max_age": "100ms"}},
                 "metrics": {"enabled": False},
                 "logging": {"format": "json", "level": "info"},
@@ -201,7 +202,7 @@ def test_undecodable_slot_is_created_again_and_the_tables_copied(
     dsn: str = request.getfixturevalue(server)
     lake = tmp_path / "lake"
     config = tmp_path / "source.yaml"
-    _write_config(config, dsn, lake, "initial")
+    _write_config(config, dsn, lake, "initial", "resync")
     log = tmp_path / "daemon.log"
     with psycopg.connect(dsn, autocommit=True) as conn:
         daemon = _daemon_on_the_defect(conn, dsn, config, log, lake)
@@ -217,7 +218,7 @@ def test_undecodable_slot_is_created_again_and_the_tables_copied(
                     ).matches
                 )
 
-            wait_until(recovered, 240, "a new slot, a new snapshot and the lake matching")
+            wait_until(recovered, 240, "a new slot, an online copy and the lake matching")
             daemon.send_signal(signal.SIGTERM)
             assert daemon.wait(90) == 0, log.read_text()[-3000:]
         finally:
@@ -228,21 +229,28 @@ def test_undecodable_slot_is_created_again_and_the_tables_copied(
         assert len(dropped) == 1, log.read_text()[-3000:]
         assert "to relation OID" in str(dropped[0]["server_message"])
         snapshots = [e for e in events if e.get("event") == "snapshot started"]
-        assert len(snapshots) == 2
+        assert len(snapshots) == 1, "the lost slot's tables are copied online, not snapshotted"
+        replaced = [e for e in events if str(e.get("event")).startswith("replication slot lost")]
+        assert len(replaced) == 1, log.read_text()[-3000:]
+        copied = [e for e in events if e.get("event") == "tables copied while streaming"]
+        assert copied, log.read_text()[-3000:]
+        assert "undecodable.items" in copied[-1]["tables"]
         state = slot_state(conn, SLOT)
         assert state is not None
         assert state.confirmed_flush_lsn is not None
-        # The new slot streams: it acknowledged up to its own consistent point or past it.
-        assert state.confirmed_flush_lsn >= parse_lsn(str(snapshots[1]["consistent_point"]))
+        # The new slot streams: it acknowledged past the copy's consistent point.
+        point = [e for e in events if e.get("event") == "copying tables while streaming"][-1]
+        assert state.confirmed_flush_lsn >= parse_lsn(str(point["consistent_point"]))
 
 
-def test_undecodable_slot_without_initial_snapshot_stops_with_what_to_do(
+def test_undecodable_slot_with_on_slot_loss_stop_stops_with_what_to_do(
     pg18_dsn: str, tmp_path: Path
 ) -> None:
-    """Without snapshot.mode: initial nothing may copy the tables: a terminal error, no loop."""
+    """With snapshot.on_slot_loss: stop nothing may replace the slot: a terminal error, no
+    loop."""
     config = tmp_path / "source.yaml"
     lake = tmp_path / "lake"
-    _write_config(config, pg18_dsn, lake, "never")
+    _write_config(config, pg18_dsn, lake, "never", "stop")
     log = tmp_path / "daemon.log"
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         daemon = _daemon_on_the_defect(conn, pg18_dsn, config, log, lake)
@@ -256,6 +264,6 @@ def test_undecodable_slot_without_initial_snapshot_stops_with_what_to_do(
         assert stopped[0]["error_type"] == "SlotUndecodableError"
         message = str(stopped[0]["error"])
         assert "to relation OID" in message
-        assert "snapshot.mode: initial" in message
+        assert "snapshot.on_slot_loss: resync" in message
         assert not any(e.get("event") == "retryable error; reconnecting" for e in _events(log))
         assert slot_state(conn, SLOT) is not None  # left for the operator
