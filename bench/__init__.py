@@ -86,5 +86,12 @@ BENCHMARKS: Final = (
         "lag over 200 tables (issue 31)",
         "bench.tables",
     ),
+    Benchmark(
+        9,
+        "resync",
+        "a 2M-row table copied while 5k changes/s stream (wal2delta resync) vs its initial "
+        "snapshot; lag of the streaming table (issue 32)",
+        "bench.resync",
+    ),
 )
 """Every benchmark of issue 6, in the issue's order, then those of later issues."""

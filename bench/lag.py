@@ -103,6 +103,9 @@ class LagSink(WrapsDeltaSink):
     batches: list[tuple[float, int, float]] = field(default_factory=list)
     """(time applied, changes, apply seconds) of every batch."""
     durable_lsn: int = 0
+    counted_through: int = 0
+    """The newest commit LSN made durable: a transaction at or before it that comes again
+    (replayed by a session restarted from the acknowledged position) is not counted twice."""
     waiting: dict[int, float] = field(default_factory=dict)
     """Commit LSN -> commit time (UNIX) of applied transactions the sink holds back."""
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -120,10 +123,11 @@ class LagSink(WrapsDeltaSink):
                 ).timestamp()
         with self.lock:
             self.batches.append((now, len(batch.changes), time.perf_counter() - started))
-            self.waiting |= commits
+            self.waiting |= {lsn: t for lsn, t in commits.items() if lsn > self.counted_through}
             held = result.held_lsn
             durable = [lsn for lsn in self.waiting if held is None or lsn < held]
             committed = [self.waiting.pop(lsn) for lsn in durable]
+            self.counted_through = max([self.counted_through, *durable])  # replayed: not again
             counted = [t for t in committed if t >= self.measure_after]
             self.transaction_lags += [now - t for t in counted]
             if counted:
