@@ -32,6 +32,8 @@ from capture import read_published_tables, sample_slot
 from config import AppConfig
 from decoder import format_lsn
 from sink import ColumnNamePolicy, column_map, delta_can_hold, table_of_path, table_path
+from sink.constants import COPIES_TABLE
+from sink.sql import COPY_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,42 @@ class Status:
     """The slot was copied from a former primary (this server was promoted)."""
     standby_slots: list[StandbySlotStatus] = field(default_factory=list)
     """The physical slots named in ``synchronized_standby_slots``, with their state."""
+    copies: list[CopyStatus] = field(default_factory=list)
+    """Tables copied while streaming (``<path>/_wal2delta_copies``): requested, running or
+    done, with the position each copy met the stream at."""
+
+
+@dataclass(frozen=True)
+class CopyStatus:
+    """One table's online copy, as recorded in the lake (``sink/copies.py``)."""
+
+    table: str
+    state: str
+    consistent_point: str | None
+    reason: str
+    updated_at: str | None
+
+
+def _copies(root: str) -> list[CopyStatus]:
+    """The recorded online copies, not yet finished first."""
+    from deltalake import DeltaTable  # noqa: PLC0415 - only needed here
+
+    path = f"{root.rstrip('/')}/{COPIES_TABLE}"
+    if not DeltaTable.is_deltatable(path):
+        return []
+    name, state, point, reason, updated = COPY_COLUMNS
+    rows = DeltaTable(path).to_pyarrow_table().to_pylist()
+    copies = [
+        CopyStatus(
+            str(row[name]),
+            str(row[state]),
+            None if row[point] is None else format_lsn(int(row[point])),
+            str(row[reason] or ""),
+            None if row[updated] is None else row[updated].isoformat(),
+        )
+        for row in rows
+    ]
+    return sorted(copies, key=lambda c: (c.state == "done", c.table))
 
 
 def _delta_version(path: str) -> int | None:
@@ -146,6 +184,7 @@ def collect_status(config: AppConfig) -> Status:
         other_delta_tables=_other_delta_tables(root, {t.delta_path for t in table_status}),
         failover=slot.failover if slot else None,
         synced=slot.synced if slot else None,
+        copies=_copies(root),
         standby_slots=[
             StandbySlotStatus(
                 standby.name,
@@ -210,6 +249,12 @@ def render_status(status: Status, *, as_json: bool) -> str:
     ]
     for table in status.tables:
         lines.extend(_table_lines(table))
+    if status.copies:
+        lines += ["", f"{'table copied while streaming':<32} {'state':<10} {'at':<18} reason"]
+        lines += [
+            f"{copy.table:<32} {copy.state:<10} {copy.consistent_point or '-':<18} {copy.reason}"
+            for copy in status.copies
+        ]
     if status.other_delta_tables:
         lines += ["", "Delta tables in the lake that no published table maps to:"]
         for table in status.other_delta_tables:

@@ -22,6 +22,7 @@ from deltalake import DeltaTable
 from capture.slots import current_wal_lsn
 from config import AppConfig
 from daemon.resync import request_resync, wait_for_copies
+from daemon.status import collect_status
 from daemon.supervisor import Supervisor
 from daemon.wiring import sink_settings
 from sink import DeltaSink, table_path
@@ -194,6 +195,8 @@ def test_resync_copies_a_damaged_table_again_while_streaming(
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         comparison = compare_table(conn, "public.joiner", joiner)
         assert comparison.matches, comparison.describe()
+    listed = [(c.table, c.state, c.reason) for c in collect_status(config).copies]
+    assert listed == [("public.joiner", "done", "resync")], "wal2delta status lists the copy"
     # Readers saw the table whole at every version after the damage: the copy replaced it
     # in one commit, and no version after it holds fewer rows than the source had then.
     table = DeltaTable(joiner)

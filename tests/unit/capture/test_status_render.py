@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from daemon.status import Status, TableStatus, _other_delta_tables, render_status
+from daemon.status import CopyStatus, Status, TableStatus, _other_delta_tables, render_status
 from sink import table_path
 
 
@@ -78,3 +78,16 @@ def test_other_delta_tables_are_named_through_the_inverse_mapping(tmp_path: Path
     ]
     assert _other_delta_tables("s3://bucket/lake", published) is None
     assert _other_delta_tables(str(tmp_path / "missing"), published) == []
+
+
+def test_tables_copied_while_streaming_are_listed_running_first() -> None:
+    copies = [
+        CopyStatus("public.b", "copying", None, "new table", "2026-11-27T10:00:00+00:00"),
+        CopyStatus("public.a", "done", "0/5000", "resync", "2026-11-27T09:00:00+00:00"),
+    ]
+    lines = render_status(status(copies=copies), as_json=False).splitlines()
+    at = lines.index(next(line for line in lines if line.startswith("table copied while")))
+    assert lines[at + 1].split() == ["public.b", "copying", "-", "new", "table"]
+    assert lines[at + 2].split() == ["public.a", "done", "0/5000", "resync"]
+    data = json.loads(render_status(status(copies=copies), as_json=True))
+    assert data["copies"][0]["state"] == "copying"
