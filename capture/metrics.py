@@ -122,14 +122,22 @@ class Metrics:
         "Streamed transactions received but not yet committed or aborted."
     )
     prepared_transactions = _gauge("Prepared transactions held until COMMIT/ROLLBACK PREPARED.")
-    snapshot_rows = _counter("Rows copied by the initial snapshot.", ("table",))
+    snapshot_rows = _counter(
+        "Rows copied by the initial snapshot or a table copy while streaming.", ("table",)
+    )
     snapshot_bytes = _counter(
         "Bytes the initial snapshot read: COPY csv text, or Arrow buffers (ADBC).", ("table",)
     )
     snapshot_table_rows_estimated = _gauge(
         "Rows the initial snapshot expects to copy per table (catalog estimate).", ("table",)
     )
-    snapshot_tables_remaining = _gauge("Tables the initial snapshot has still to copy.")
+    snapshot_tables_remaining = _gauge(
+        "Tables the initial snapshot (or the running table copy) has still to copy."
+    )
+    tables_copying = _gauge(
+        "Tables being copied while streaming; their changes wait, holding the acknowledged "
+        "position, until the copy landed and the stream was rewound."
+    )
     errors = _counter("Errors by component and error class.", ("component", "error_type"))
     last_error_timestamp_seconds = _gauge("Unix time of the last error.")
     last_commit_timestamp_seconds = _gauge(

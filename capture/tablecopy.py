@@ -158,6 +158,7 @@ class OnlineCopier:
                 with self._idle:
                     self._busy = False
                     self._idle.notify_all()
+                self._metrics.tables_copying.set(len(self._sink.tables_copying()))
             self._wake.wait(LOOK_SECONDS)
             self._wake.clear()
 
@@ -187,6 +188,7 @@ class OnlineCopier:
         reasons = dict(requests)
         for reason in sorted(set(reasons.values())):
             self._sink.start_copies([t for t in tables if reasons[t] == reason], reason)
+        self._metrics.tables_copying.set(len(self._sink.tables_copying()))
         settings = self._settings
         started = time.monotonic()
         slot = f"{settings.slot}_copy_{os.getpid()}_{next(_copy_numbers)}"[:63]
