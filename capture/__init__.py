@@ -47,6 +47,7 @@ from capture.startup import (
     prepare_source,
 )
 from capture.stream import ReplicationStream
+from capture.tablecopy import OnlineCopier
 
 __all__ = [
     "EXIT_CONFIG",
@@ -63,6 +64,7 @@ __all__ = [
     "FeedbackPolicy",
     "FlushTracker",
     "Metrics",
+    "OnlineCopier",
     "PostgresCatalog",
     "PublicationError",
     "PublishedTable",

@@ -21,9 +21,7 @@ import psycopg
 from capture import with_text_form_settings
 from config import AppConfig, parse_table_name
 from decoder import Lsn, parse_lsn
-from sink.constants import COPIES_TABLE
-from sink.copies import RESYNC_PREFIX, resync_message
-from sink.sql import COPY_COLUMNS
+from sink import RESYNC_PREFIX, read_copy_records, resync_message
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,17 +74,12 @@ def wait_for_copies(config: AppConfig, request: ResyncRequest, timeout: float) -
 
 
 def _not_copied(config: AppConfig, request: ResyncRequest) -> list[str]:
-    from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
-
-    path = f"{str(config.sink.path).rstrip('/')}/{COPIES_TABLE}"
-    if not DeltaTable.is_deltatable(path):
-        return list(request.tables)
-    name, state, point, _, _ = COPY_COLUMNS
-    rows = DeltaTable(path).to_pyarrow_table(columns=[name, state, point]).to_pylist()
     done = {
-        str(r[name])
-        for r in rows
-        if r[state] == "done" and r[point] is not None and int(r[point]) > request.lsn
+        copy.table
+        for copy in read_copy_records(str(config.sink.path))
+        if copy.state == "done"
+        and copy.consistent_point is not None
+        and copy.consistent_point > request.lsn
     }
     return [t for t in request.tables if t not in done]
 

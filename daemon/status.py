@@ -31,9 +31,14 @@ from psycopg import sql
 from capture import read_published_tables, sample_slot
 from config import AppConfig
 from decoder import format_lsn
-from sink import ColumnNamePolicy, column_map, delta_can_hold, table_of_path, table_path
-from sink.constants import COPIES_TABLE
-from sink.sql import COPY_COLUMNS
+from sink import (
+    ColumnNamePolicy,
+    column_map,
+    delta_can_hold,
+    read_copy_records,
+    table_of_path,
+    table_path,
+)
 
 
 @dataclass(frozen=True)
@@ -105,27 +110,18 @@ class CopyStatus:
     state: str
     consistent_point: str | None
     reason: str
-    updated_at: str | None
 
 
 def _copies(root: str) -> list[CopyStatus]:
     """The recorded online copies, not yet finished first."""
-    from deltalake import DeltaTable  # noqa: PLC0415 - only needed here
-
-    path = f"{root.rstrip('/')}/{COPIES_TABLE}"
-    if not DeltaTable.is_deltatable(path):
-        return []
-    name, state, point, reason, updated = COPY_COLUMNS
-    rows = DeltaTable(path).to_pyarrow_table().to_pylist()
     copies = [
         CopyStatus(
-            str(row[name]),
-            str(row[state]),
-            None if row[point] is None else format_lsn(int(row[point])),
-            str(row[reason] or ""),
-            None if row[updated] is None else row[updated].isoformat(),
+            copy.table,
+            copy.state,
+            None if copy.consistent_point is None else format_lsn(copy.consistent_point),
+            copy.reason,
         )
-        for row in rows
+        for copy in read_copy_records(root)
     ]
     return sorted(copies, key=lambda c: (c.state == "done", c.table))
 

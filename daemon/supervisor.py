@@ -53,6 +53,7 @@ from capture import (
     FeedbackPolicy,
     FlushTracker,
     Metrics,
+    OnlineCopier,
     ReconnectSettings,
     ReplicationConnectionLostError,
     ReplicationStream,
@@ -70,7 +71,6 @@ from capture import (
     prepare_source,
     start_replication_options,
 )
-from capture.tablecopy import OnlineCopier
 from config import AppConfig
 from daemon.wiring import capture_settings, reconnect_settings
 from decoder import (

@@ -42,6 +42,7 @@ from sink.commits import (
 )
 from sink.constants import REJECTS_TABLE, ColumnTypeOverride
 from sink.convert import pg_text_form, to_delta_value
+from sink.copies import RESYNC_PREFIX, TableCopy, read_copy_records, resync_message
 from sink.delta import DeltaSink
 from sink.evolution import CatalogColumn, CatalogTable, SourceCatalog
 from sink.fold import copy_truncate
@@ -71,6 +72,7 @@ __all__ = [
     "NUMERIC_OID",
     "RANGE_ORDINAL_STRIDE",
     "REJECTS_TABLE",
+    "RESYNC_PREFIX",
     "TIMESTAMP_INFINITY",
     "TIMESTAMP_MINUS_INFINITY",
     "Batch",
@@ -101,6 +103,7 @@ __all__ = [
     "SnapshotStatus",
     "SourceCatalog",
     "SparkSettings",
+    "TableCopy",
     "ValueForm",
     "column_map",
     "commits_path",
@@ -114,7 +117,9 @@ __all__ = [
     "oldest_retained_boundary",
     "pg_text_form",
     "read_commit_records",
+    "read_copy_records",
     "rejects_path",
+    "resync_message",
     "retained_versions",
     "stop_spark_session",
     "table_of_path",

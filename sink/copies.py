@@ -316,6 +316,26 @@ class TableCopies:
             self._records[record.table] = record
 
 
+def read_copy_records(root: str) -> list[TableCopy]:
+    """The copy states recorded in the lake at ``root``, read with delta-rs (for ``wal2delta
+    status`` and ``resync --wait``, beside the running daemon); empty when none is."""
+    from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
+
+    path = f"{root.rstrip('/')}/{COPIES_TABLE}"
+    if not DeltaTable.is_deltatable(path):
+        return []
+    name, state, point, reason, _ = COPY_COLUMNS
+    return [
+        TableCopy(
+            str(row[name]),
+            _state(row[state]),
+            None if row[point] is None else Lsn(int(row[point])),
+            str(row[reason] or ""),
+        )
+        for row in DeltaTable(path).to_pyarrow_table().to_pylist()
+    ]
+
+
 def _is_request(change: Change) -> bool:
     return isinstance(change, MessageChange) and change.prefix == RESYNC_PREFIX
 
