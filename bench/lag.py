@@ -89,10 +89,11 @@ SLOT: Final = "bench_lag"
 class LagSink(WrapsDeltaSink):
     """Wraps a sink; records each transaction's commit-to-durable lag and each batch.
 
-    A transaction is durable when the ``apply`` that carries it returns, unless the sink
-    holds changes back for a later batch (``sink.table_min_rows``): then every transaction
-    from ``BatchResult.held_lsn`` on waits for a later ``apply`` that holds nothing at or
-    before it (the acknowledged position waits the same way).
+    A transaction is durable when the ``apply`` that carries its last change returns (the
+    batch's ``durable_lsn`` is past its commit), unless the sink holds changes back for a
+    later batch (``sink.table_min_rows``): then every transaction from
+    ``BatchResult.held_lsn`` on waits for a later ``apply`` that holds nothing at or before
+    it (the acknowledged position waits the same way).
     """
 
     inner: DeltaSink
@@ -123,17 +124,22 @@ class LagSink(WrapsDeltaSink):
                 ).timestamp()
         with self.lock:
             self.batches.append((now, len(batch.changes), time.perf_counter() - started))
+            if batch.durable_lsn is not None:
+                self.durable_lsn = max(self.durable_lsn, batch.durable_lsn)
             self.waiting |= {lsn: t for lsn, t in commits.items() if lsn > self.counted_through}
             held = result.held_lsn
-            durable = [lsn for lsn in self.waiting if held is None or lsn < held]
+            # Complete (a large transaction's first batches are not) and not held back.
+            durable = [
+                lsn
+                for lsn in self.waiting
+                if lsn < self.durable_lsn and (held is None or lsn < held)
+            ]
             committed = [self.waiting.pop(lsn) for lsn in durable]
             self.counted_through = max([self.counted_through, *durable])  # replayed: not again
             counted = [t for t in committed if t >= self.measure_after]
             self.transaction_lags += [now - t for t in counted]
             if counted:
                 self.batch_lags.append(now - max(counted))
-            if batch.durable_lsn is not None:
-                self.durable_lsn = max(self.durable_lsn, batch.durable_lsn)
         return result
 
     def wait_durable(
