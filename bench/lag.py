@@ -58,12 +58,11 @@ from bench.workload import (
     mixed_sizes,
 )
 from bench.wrapped_sink import WrapsDeltaSink
-from capture.slots import current_wal_lsn
 from config import AppConfig
 from daemon.gc_tuning import collector_paced_by_time
 from daemon.logging import configure_logging
 from daemon.supervisor import Supervisor
-from decoder import Lsn, RowChange, pg_timestamp_to_datetime
+from decoder import Lsn, RowChange, parse_lsn, pg_timestamp_to_datetime
 from sink import (
     Batch,
     BatchResult,
@@ -185,7 +184,7 @@ class SteadyWriter:
         self._last_inside = Lsn(0)
         self._tables = [f"public.{table}" for table in tables]
         self._seeded = seeded
-        self._statement = sql.SQL("SELECT {}(%s::regclass, %s, %s, %s, %s, %s)").format(
+        self._statement = sql.SQL("SELECT {}(%s::regclass, %s, %s, %s, %s, %s)::text").format(
             sql.Identifier(TRANSACTION_FUNCTION)
         )
 
@@ -200,10 +199,11 @@ class SteadyWriter:
             self.deletes,
             self._seeded,
         )
-        with self._conn.transaction():
-            self._conn.execute(self._statement, params)
-            # Inside the transaction: only its own commit ends past this position.
-            self._last_inside = current_wal_lsn(self._conn)
+        # One statement, one transaction, one round trip: the function returns a position
+        # inside the transaction, which only its own commit ends past.
+        row = self._conn.execute(self._statement, params).fetchone()
+        assert row is not None
+        self._last_inside = parse_lsn(str(row[0]))
         self.transactions += 1
 
     def run(self, *, rate: float, seconds: float) -> float:

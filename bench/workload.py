@@ -52,12 +52,14 @@ TRANSACTION_FUNCTION: Final = "bench_mixed_transaction"
 # Transaction k of a table: inserts keys k * inserts + 1 .. (k + 1) * inserts, updates the
 # first `updates` keys of transaction k - 1 and deletes the `deletes` after them. The first
 # transaction of an unseeded table updates its own first keys and deletes its own last ones,
-# which its second transaction's deletes (keys updates + 1 ..) never reach again.
+# which its second transaction's deletes (keys updates + 1 ..) never reach again. Returns
+# the WAL insert position after its statements: inside the transaction, so only the
+# transaction's own commit ends past it.
 _CREATE_TRANSACTION_FUNCTION: Final = sql.SQL(
     """
     CREATE OR REPLACE FUNCTION {function}(
         target regclass, k bigint, inserts int, updates int, deletes int, seeded boolean
-    ) RETURNS void LANGUAGE plpgsql AS $bench$
+    ) RETURNS pg_lsn LANGUAGE plpgsql AS $bench$
     DECLARE
         base bigint := k * inserts;
         updated bigint := base - inserts;
@@ -76,6 +78,7 @@ _CREATE_TRANSACTION_FUNCTION: Final = sql.SQL(
         ) USING updated, updates;
         EXECUTE format('DELETE FROM %s WHERE id BETWEEN $1 + 1 AND $1 + $2', target)
             USING deleted, deletes;
+        RETURN pg_current_wal_insert_lsn();
     END
     $bench$
     """
