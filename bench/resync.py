@@ -15,23 +15,26 @@ changes/s stream into a 1M-row table) takes several minutes. In one run, on one 
    (``--table-rows`` seed rows, its Delta table seeded as in ``bench.lag``) are published,
    and a daemon on a slot of its own streams while ``bench.lag``'s ``SteadyWriter``
    commits the backlog's mix into the streaming table at ``--rate`` changes/s on a fixed
-   schedule (the copied table takes no writes). After ``--before-seconds`` of streaming
-   alone, ``daemon.resync.request_resync`` asks for the table to be copied again - the
-   ``wal2delta resync`` message, read by the daemon through its slot - and the copy runs
-   as in production (``capture/tablecopy.py``: temporary slot, exported snapshot, staging
-   table, one replacing commit, then the stream rewinds). The copy's rate is the table's
-   rows over the time from the request to its ``done`` record in
-   ``<lake>/_wal2delta_copies``: to the daemon's ``tables copied while streaming`` log
-   line, which follows the record at once (the record is read from the lake too, every
-   second, as ``wal2delta resync --wait`` reads it, but a poll would add up to a second).
-   That line's duration is the copy alone (temporary slot, read, staging appends,
-   replacement), printed too. The writer keeps its schedule through the rewind and
-   ``--after-seconds`` more.
+   schedule (the copied table takes no writes). After ``--warmup-seconds`` uncounted and
+   ``--before-seconds`` of streaming alone, ``daemon.resync.request_resync`` asks for the
+   table to be copied again - the ``wal2delta resync`` message, read by the daemon through
+   its slot - and the copy runs as in production (``capture/tablecopy.py``: temporary
+   slot, exported snapshot, staging table, one replacing commit, then the stream
+   rewinds). The copy's rate is the table's rows over the time from the request to its
+   ``done`` record in ``<lake>/_wal2delta_copies``: to the daemon's ``tables copied while
+   streaming`` log line, which follows the record at once (the record is read from the
+   lake too, every second, as ``wal2delta resync --wait`` reads it, but a poll would add
+   up to a second). The daemon's log lines also split the copy: the request's way to the
+   copier, the reading into the staging table (``snapshot copied``, against the same line
+   of the initial snapshot) and the rest (temporary slot, replacing commit, record). The
+   writer keeps its schedule through the rewind and ``--after-seconds`` more.
 3. **Lag**: ``bench.lag``'s per-transaction commit-to-durable lag (``LagSink``: the time
    from each transaction's commit until the ``apply`` that made it durable returned;
    transactions replayed by the rewind count once, when first durable) of the streaming
    table, for the transactions committed from the request until the writer stops, and
-   for comparison those committed in the ``--before-seconds`` before it.
+   for comparison those committed in the ``--before-seconds`` before it. The sink's upkeep
+   between batches (compactions, ``sink.compact_after_writes``) is timed in both windows:
+   the sink worker applies nothing meanwhile, so a long one shows in the lag.
 
 Targets (issue 32): the online copy's rate >= 0.7x the initial snapshot's, p99 lag of
 the streaming table during the copy <= 2 s. Both are printed with their verdict, never
@@ -50,7 +53,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -87,15 +90,47 @@ INITIAL_SLOT: Final = "w2d_initial"
 SLOT: Final = "bench_resync"
 POLL_SECONDS: Final = 1.0
 """How often the lake's copy records are read while the copy runs."""
+STARTED_EVENT: Final = "copying tables while streaming"
 COPIED_EVENT: Final = "tables copied while streaming"
-"""The daemon's log line (``capture/tablecopy.py``) when a copy has landed."""
+READ_EVENT: Final = "snapshot copied"
+"""The daemon's log lines (``CopyLog``)."""
 
 
+@dataclass(slots=True)
 class CopyLagSink(LagSink):
     """``LagSink`` that also forwards the online copies (``sink.OnlineCopySink``) to the
-    wrapped ``DeltaSink``, so the supervisor runs its ``OnlineCopier``."""
+    wrapped ``DeltaSink``, so the supervisor runs its ``OnlineCopier``, and times the
+    sink's upkeep between batches (compactions: the sink worker applies nothing meanwhile,
+    so a long one shows in the lag of the transactions waiting behind it)."""
 
-    __slots__ = ()
+    upkeep: list[tuple[float, float]] = field(default_factory=list)
+    """(UNIX time it ended, seconds) of every ``after_apply`` and ``settle``."""
+
+    def after_apply(self) -> None:
+        """The wrapped sink's upkeep after a batch, timed."""
+        started = time.perf_counter()
+        try:
+            self.inner.after_apply()
+        finally:
+            self.upkeep.append((time.time(), time.perf_counter() - started))
+
+    def settle(self) -> None:
+        """The wrapped sink's upkeep when idle, timed."""
+        started = time.perf_counter()
+        try:
+            self.inner.settle()
+        finally:
+            self.upkeep.append((time.time(), time.perf_counter() - started))
+
+    def upkeep_between(self, start: float, end: float) -> str:
+        """The upkeep that ended from ``start`` to ``end`` (UNIX times), for a report."""
+        seconds = sorted(took for at, took in self.upkeep if start <= at < end)
+        long = [took for took in seconds if took >= 0.5]
+        return (
+            f"{len(seconds)} runs, {sum(seconds):.1f} s in all; longest "
+            f"{', '.join(f'{took:.1f}' for took in reversed(long[-5:])) or 'none'} s "
+            f"({len(long)} of 0.5 s or more)"
+        )
 
     def request_copies(self, tables: Sequence[str], reason: str) -> None:
         """Forwarded."""
@@ -145,34 +180,51 @@ class CopyLagSink(LagSink):
 
 
 class CopyLog(logging.Handler):
-    """Catches the daemon's ``tables copied while streaming`` line: the copy's duration,
-    and when it landed (the line follows the ``done`` record at once)."""
+    """Catches the daemon's log lines of the online copy (``capture/tablecopy.py``, the
+    copier's ``capture/snapshot.py``): when it started and landed - the ``tables copied
+    while streaming`` line follows the ``done`` record at once - and how long it took, all
+    of it and the reading into the staging table."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
-        self.seconds: float | None = None
+        self.started_at: float | None = None
+        """``time.monotonic()`` of ``copying tables while streaming`` (slot created)."""
         self.landed_at: float | None = None
-        """``time.monotonic()`` when the line was logged."""
+        """``time.monotonic()`` of ``tables copied while streaming``."""
+        self.seconds: float | None = None
+        """Its ``duration_seconds``: temporary slot, reading, staging, replacement."""
+        self.read_seconds: float | None = None
+        """``duration_seconds`` of the copier's ``snapshot copied``: read into staging."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        """Keep ``duration_seconds`` of the line (structlog hands its event dict over)."""
+        """Keep the times (structlog hands its event dict over as the message)."""
         event = record.msg
-        if isinstance(event, dict) and event.get("event") == COPIED_EVENT:
+        if not isinstance(event, dict):
+            return
+        name = event.get("event")
+        if name == STARTED_EVENT:
+            self.started_at = time.monotonic()
+        elif name == COPIED_EVENT:
             self.landed_at = time.monotonic()
             self.seconds = float(event["duration_seconds"])
+        elif name == READ_EVENT:
+            self.read_seconds = float(event["duration_seconds"])
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[CopyLog]:
-        """Listen to ``wal2delta.copy`` at info (its lines are printed too) meanwhile."""
-        logger = logging.getLogger("wal2delta.copy")
-        level = logger.level
-        logger.setLevel(logging.INFO)
-        logger.addHandler(self)
+        """Listen to ``wal2delta.copy`` and ``wal2delta.snapshot`` at info meanwhile (their
+        lines - progress every few seconds - are printed too)."""
+        loggers = [logging.getLogger(name) for name in ("wal2delta.copy", "wal2delta.snapshot")]
+        levels = [logger.level for logger in loggers]
+        for logger in loggers:
+            logger.setLevel(logging.INFO)
+            logger.addHandler(self)
         try:
             yield self
         finally:
-            logger.removeHandler(self)
-            logger.setLevel(level)
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.removeHandler(self)
+                logger.setLevel(level)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,8 +237,14 @@ class CopyRun:
     """The streaming table's lag from the request until the writer stopped."""
     request_to_done: float
     """Seconds from the request to the copy's ``done`` record."""
-    copy_seconds: float | None
-    """The daemon's own duration of the copy (its log line); None when not caught."""
+    log: CopyLog
+    """The copy's times from the daemon's log lines (None where a line was not caught)."""
+    requested_at: float
+    """``time.monotonic()`` of the request."""
+    upkeep_before: str
+    """The sink's upkeep between batches before the request (``CopyLagSink``)."""
+    upkeep_during: str
+    """The same from the request until the last transaction was durable."""
     request_to_rewound: float
     """Seconds from the request until the stream was rewound after the copy."""
 
@@ -238,6 +296,7 @@ def copy_while_streaming(
     writer: SteadyWriter,
     *,
     rate: float,
+    warmup_seconds: float,
     before_seconds: float,
     after_seconds: float,
     timeout: float,
@@ -274,11 +333,12 @@ def copy_while_streaming(
         writer.write_one()
         sink.wait_durable(writer.end_lsn(), timeout=300, failures=failures)
         print("daemon warmed up; writing", flush=True)
-        sink.measure_after = alone_from = time.time()
-        first_alone = writer.transactions
         writing.start()
         stack.callback(writing.join, 60)
         stack.callback(stop_writing.set)
+        _wait(warmup_seconds, failures)
+        sink.measure_after = alone_from = time.time()
+        first_alone = writer.transactions
         _wait(before_seconds, failures)
 
         requested_at = time.time()
@@ -305,6 +365,7 @@ def copy_while_streaming(
         stopped_at = time.time()
         last = writer.transactions
         sink.wait_durable(writer.end_lsn(), timeout=600, failures=failures)
+        ended_at = time.time()
     if failures:
         raise failures[0]
     per_transaction = writer.inserts + writer.updates + writer.deletes
@@ -314,7 +375,10 @@ def copy_while_streaming(
         alone=SteadyRun(alone, alone_rate, alone_from),
         during=SteadyRun(sink, during_rate, requested_at),
         request_to_done=request_to_done,
-        copy_seconds=copy_log.seconds,
+        log=copy_log,
+        requested_at=started,
+        upkeep_before=sink.upkeep_between(alone_from, requested_at),
+        upkeep_during=sink.upkeep_between(requested_at, ended_at),
         request_to_rewound=request_to_rewound,
     )
 
@@ -337,6 +401,19 @@ def _streaming_config(dsn: str, workdir: Path, lake: str, args: argparse.Namespa
     return parse_config(document)
 
 
+def _copy_phases(run: CopyRun) -> list[Figure]:
+    """Where the online copy's time went, from the daemon's log lines that were caught."""
+    log = run.log
+    phases: list[tuple[str, float]] = []
+    if log.started_at is not None:
+        phases.append(("request to the copy's start", log.started_at - run.requested_at))
+    if log.read_seconds is not None:
+        phases.append(("reading into the staging table", log.read_seconds))
+    if log.seconds is not None and log.read_seconds is not None:
+        phases.append(("slot, replacing commit, record", log.seconds - log.read_seconds))
+    return [median_figure(f"online copy: {name}", [seconds], "s") for name, seconds in phases]
+
+
 def parse_arguments(argv: list[str]) -> argparse.Namespace:
     """The command line (``--help``)."""
     parser = argparse.ArgumentParser(prog="python -m bench.resync", description=__doc__)
@@ -345,6 +422,12 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
         "--parallelism", type=int, default=1, help="snapshot.parallelism of both copies"
     )
     parser.add_argument("--rate", type=float, default=5000.0, help="changes per second")
+    parser.add_argument(
+        "--warmup-seconds",
+        type=float,
+        default=15.0,
+        help="writing at the rate before anything is counted",
+    )
     parser.add_argument(
         "--before-seconds", type=float, default=20.0, help="streaming alone before the request"
     )
@@ -363,13 +446,26 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def measure(args: argparse.Namespace, workdir: Path) -> tuple[float, CopyRun, int]:
-    """Both copies on one server (module docstring): the initial snapshot's seconds, the
-    online copy, and the copied table's size in bytes.
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """What ``measure`` measured."""
+
+    initial_seconds: float
+    """The initial snapshot's daemon run: slot, snapshot, streaming to its end."""
+    initial_read_seconds: float | None
+    """Its ``snapshot copied`` duration (reading into the table); None when not caught."""
+    online: CopyRun
+    size: int
+    """The copied table's size in PostgreSQL, bytes."""
+
+
+def measure(args: argparse.Namespace, workdir: Path) -> Measured:
+    """Both copies on one server (module docstring).
 
     Raises:
         MeasurementError: the copy did not finish, or a row count differs.
     """
+    configure_logging("console", "warning")  # before any logger is used (and cached)
     seed = args.table_rows
     width = args.key_bucket_width or None
     with contextlib.ExitStack() as stack:
@@ -385,7 +481,8 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[float, CopyRun, in
 
         print("initial snapshot", flush=True)
         initial = snapshot_config(dsn, workdir, [COPIED], INITIAL_SLOT, args.parallelism)
-        initial_seconds = measure_snapshot(dsn, spark, initial)
+        with CopyLog().installed() as initial_log:
+            initial_seconds = measure_snapshot(dsn, spark, initial)
         lake = str(initial.sink.path)
         print(f"initial snapshot: {args.rows / initial_seconds:,.0f} rows/s", flush=True)
 
@@ -415,13 +512,14 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[float, CopyRun, in
             CopyLagSink(DeltaSink(spark, settings)),
             writer,
             rate=args.rate,
+            warmup_seconds=args.warmup_seconds,
             before_seconds=args.before_seconds,
             after_seconds=args.after_seconds,
             timeout=args.timeout,
         )
         with psycopg.connect(dsn, autocommit=True) as conn:
             check_row_counts(conn, Path(lake), [COPIED, TABLE])
-    return initial_seconds, run, size
+    return Measured(initial_seconds, initial_log.read_seconds, run, size)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -432,12 +530,12 @@ def main(argv: list[str] | None = None) -> int:
             stack.enter_context(tempfile.TemporaryDirectory(prefix="w2d-bench-resync-"))
         )
         try:
-            initial_seconds, run, size = measure(args, workdir)
+            measured = measure(args, workdir)
         except MeasurementError as exc:
             print(f"could not measure: {exc}", file=sys.stderr)
             return 1
 
-    rows = args.rows
+    rows, run, initial_seconds = args.rows, measured.online, measured.initial_seconds
     initial_rate = rows / initial_seconds
     online_rate = rows / run.request_to_done
     figures: list[Figure] = [
@@ -452,19 +550,33 @@ def main(argv: list[str] | None = None) -> int:
     ratios = [
         Ratio("online copy / initial snapshot (rows/s)", online_rate / initial_rate, RATE_TARGET)
     ]
-    if run.copy_seconds is not None:
+    log = run.log
+    if log.seconds is not None:
         figures.append(
             median_figure(
                 "online copy alone (daemon log)",
-                [rows / run.copy_seconds],
+                [rows / log.seconds],
                 "rows/s",
-                f"{run.copy_seconds:.1f} s",
+                f"{log.seconds:.1f} s: temporary slot, read into staging, replacing commit",
             )
         )
         ratios.append(
             Ratio(
-                "online copy alone / initial snapshot (rows/s)",
-                rows / run.copy_seconds / initial_rate,
+                "online copy alone / initial snapshot (rows/s)", rows / log.seconds / initial_rate
+            )
+        )
+    if measured.initial_read_seconds is not None:
+        figures.append(
+            median_figure(
+                "initial snapshot: reading into the table", [measured.initial_read_seconds], "s"
+            )
+        )
+    figures += _copy_phases(run)
+    if measured.initial_read_seconds is not None and log.read_seconds is not None:
+        ratios.append(
+            Ratio(
+                "reading: online copy / initial snapshot (rows/s)",
+                measured.initial_read_seconds / log.read_seconds,
             )
         )
     figures += run.during.figures("during the copy: ")
@@ -479,12 +591,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     during_seconds = run.request_to_rewound + args.after_seconds
     facts: dict[str, object] = {
-        "copied table": f"public.{COPIED}, {rows:,} rows, {size / 1e6:.0f} MB in PostgreSQL",
+        "copied table": f"public.{COPIED}, {rows:,} rows, "
+        f"{measured.size / 1e6:.0f} MB in PostgreSQL",
         "streaming table": f"public.{TABLE}, {args.table_rows:,} rows before, "
         + layout_description(args.key_bucket_width or None),
         "snapshot.parallelism": args.parallelism,
         "before the copy: rate": f"{run.alone.achieved:,.0f} changes/s written "
-        f"(asked {args.rate:,.0f}) for {args.before_seconds:g} s",
+        f"(asked {args.rate:,.0f}) for {args.before_seconds:g} s, after "
+        f"{args.warmup_seconds:g} s uncounted",
+        "before the copy: upkeep between batches": run.upkeep_before,
+        "during the copy: upkeep between batches": run.upkeep_during,
         **{
             f"during the copy: {name}": value
             for name, value in run.during.facts(args.rate, round(during_seconds, 1)).items()
