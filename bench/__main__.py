@@ -17,7 +17,7 @@ from bench import BENCHMARKS
 def main(argv: list[str]) -> int:
     """List or run; see the module docstring."""
     if not argv or argv[0] in {"-h", "--help"}:
-        print("usage: python -m bench [NAME [ARGS...]]\n\nbenchmarks of issue 6:")
+        print("usage: python -m bench [NAME [ARGS...]]\n\nbenchmarks (issue 6, then later issues):")
         for listed in BENCHMARKS:
             how = f"python -m {listed.module}" if listed.module else "NOT WRITTEN YET"
             print(f"  {listed.part}. {listed.name:<8} {listed.summary}  [{how}]")
