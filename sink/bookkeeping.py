@@ -46,7 +46,9 @@ class Bookkeeping:
         self._root = root.rstrip("/")
         self._meta = meta
         self._origins: dict[tuple[str, str], dict[str, ColumnOrigin]] | None = None
-        self._origins_lock = threading.Lock()
+        self._origins_lock = threading.RLock()
+        self._pending_origins: dict[tuple[str, str], dict[str, ColumnOrigin]] = {}
+        """Origins recorded and not yet written (``flush_column_origins``)."""
 
     def clear(self) -> None:
         """Forget the column origins read so far; the next look reads them again."""
@@ -137,30 +139,59 @@ class Bookkeeping:
     ) -> None:
         """Record (replace) the origins of some Delta columns of ``schema.table``.
 
-        One table's record at a time: every table's origins are rows of one Delta table,
-        and two MERGEs into it at once would conflict.
+        Kept until ``flush_column_origins``, which writes every table's records of a batch
+        in one MERGE: every table's origins are rows of one Delta table, and a MERGE per
+        table would read all of its files each time - with 1,000 new tables a million file
+        reads (issue 31). The cache answers ``column_origins`` with them at once.
         """
         with self._origins_lock:
-            self._record_column_origins(schema, table, entries)
+            self._column_origins(schema, table)  # the record is read before it is extended
+            key = (schema, table)
+            pending = self._pending_origins.setdefault(key, {})
+            pending.update(entries)
+            assert self._origins is not None
+            self._origins.setdefault(key, {}).update(entries)
 
-    def _record_column_origins(
-        self, schema: str, table: str, entries: Sequence[tuple[str, ColumnOrigin]]
-    ) -> None:
-        path, columns = self._origins_table()
-        now = datetime.now(UTC)
-        arrays: list[list[object]] = [[] for _ in columns]
-        for name, origin in entries:
-            row = (schema, table, name, origin.attnum, origin.table_oid, origin.since_lsn, now)
-            for values, value in zip(arrays, row, strict=True):
-                values.append(value)
-        arrow = arrow_table(f"{schema}.{table}", columns, arrays)
-        with (
-            engine_errors(f"recording the column origins of {schema}.{table}"),
-            self._lake.view(arrow, columns) as view,
-        ):
-            self._lake.sql(render_column_origins_merge(target=delta_table(path), view=view))
-        if self._origins is not None:
-            self._origins.setdefault((schema, table), {}).update(entries)
+    def flush_column_origins(self) -> None:
+        """Write the origins recorded since the last flush, in one MERGE.
+
+        Raises:
+            SinkError: they could not be written (they stay pending).
+        """
+        with self._origins_lock:
+            if not self._pending_origins:
+                return
+            path, columns = self._origins_table()
+            now = datetime.now(UTC)
+            arrays: list[list[object]] = [[] for _ in columns]
+            for (schema, table), entries in self._pending_origins.items():
+                for name, origin in entries.items():
+                    row = (
+                        schema,
+                        table,
+                        name,
+                        origin.attnum,
+                        origin.table_oid,
+                        origin.since_lsn,
+                        now,
+                    )
+                    for values, value in zip(arrays, row, strict=True):
+                        values.append(value)
+            arrow = arrow_table(COLUMNS_TABLE, columns, arrays)
+            with (
+                engine_errors("recording the column origins"),
+                self._lake.view(arrow, columns) as view,
+            ):
+                self._lake.sql(render_column_origins_merge(target=delta_table(path), view=view))
+            self._pending_origins.clear()
+
+    def forget_unwritten_origins(self) -> None:
+        """A batch failed before its origins were written: forget them, and read the record
+        again next time (the replayed batch records them again)."""
+        with self._origins_lock:
+            if self._pending_origins:
+                self._pending_origins.clear()
+                self._origins = None
 
     # --- logical decoding messages (sink.messages: table) -----------------------------------
 

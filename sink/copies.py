@@ -263,9 +263,10 @@ class TableCopies:
     def _load(self) -> None:
         if self._records is not None:
             return
-        with engine_errors("reading the table copy states"):
-            self._lake.ensure_columns(self._path, COPIES_TABLE, self._columns())
-            rows = self._lake.read(self._path)
+        rows = []
+        if _exists(self._path):  # created by the first copy recorded, not before
+            with engine_errors("reading the table copy states"):
+                rows = self._lake.read(self._path)
         name, state, point, reason, _ = COPY_COLUMNS
         records: dict[str, TableCopy] = {}
         for row in rows:
@@ -309,11 +310,18 @@ class TableCopies:
             engine_errors("recording table copy states"),
             self._lake.view(arrow, self._columns()) as view,
         ):
+            self._lake.ensure_columns(self._path, COPIES_TABLE, self._columns())
             self._lake.sql(
                 render_replace_by_key(COPY_COLUMNS, target=delta_table(self._path), view=view)
             )
         for record in records:
             self._records[record.table] = record
+
+
+def _exists(path: str) -> bool:
+    from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
+
+    return bool(DeltaTable.is_deltatable(path))
 
 
 def read_copy_records(root: str) -> list[TableCopy]:
@@ -322,7 +330,7 @@ def read_copy_records(root: str) -> list[TableCopy]:
     from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
 
     path = f"{root.rstrip('/')}/{COPIES_TABLE}"
-    if not DeltaTable.is_deltatable(path):
+    if not _exists(path):
         return []
     name, state, point, reason, _ = COPY_COLUMNS
     return [

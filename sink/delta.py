@@ -206,7 +206,13 @@ class DeltaSink:
         written: dict[str, str] = {}
         seconds: dict[str, float] = {}
         anomalies_by_table: dict[str, int] = {}
-        for table, outcome in zip(plan.tables, self._apply_tables(plan.tables), strict=True):
+        try:
+            outcomes = self._apply_tables(plan.tables)
+            self._bookkeeping.flush_column_origins()
+        except BaseException:
+            self._bookkeeping.forget_unwritten_origins()
+            raise
+        for table, outcome in zip(plan.tables, outcomes, strict=True):
             written[table.qualified_name] = table_path(
                 self._settings.path, table.schema, table.table
             )
@@ -495,6 +501,7 @@ class DeltaSink:
                 its old content).
         """
         assert isinstance(target, BulkTarget), "a target begin_copy handed out"
+        self._bookkeeping.flush_column_origins()
         name = relation.qualified_name
         path = table_path(self._settings.path, relation.schema_name, relation.relation_name)
         spec = self._settings.key_buckets.get(name)
@@ -522,6 +529,7 @@ class DeltaSink:
         Raises:
             SinkRetryableError, SinkError: as ``apply``.
         """
+        self._bookkeeping.flush_column_origins()
         if targets:
             done = Batch((), durable_lsn=None, transaction_count=0, last_commit_time=None)
             prepared = [t for t in targets if isinstance(t, BulkTarget)]
