@@ -152,15 +152,16 @@ class Bookkeeping:
             assert self._origins is not None
             self._origins.setdefault(key, {}).update(entries)
 
-    def flush_column_origins(self) -> None:
-        """Write the origins recorded since the last flush, in one MERGE.
+    def flush_column_origins(self) -> str | None:
+        """Write the origins recorded since the last flush, in one MERGE; return the
+        record's location when it was written (for the compactor), else None.
 
         Raises:
             SinkError: they could not be written (they stay pending).
         """
         with self._origins_lock:
             if not self._pending_origins:
-                return
+                return None
             path, columns = self._origins_table()
             now = datetime.now(UTC)
             arrays: list[list[object]] = [[] for _ in columns]
@@ -184,6 +185,7 @@ class Bookkeeping:
             ):
                 self._lake.sql(render_column_origins_merge(target=delta_table(path), view=view))
             self._pending_origins.clear()
+            return path
 
     def forget_unwritten_origins(self) -> None:
         """A batch failed before its origins were written: forget them, and read the record

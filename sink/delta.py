@@ -208,7 +208,7 @@ class DeltaSink:
         anomalies_by_table: dict[str, int] = {}
         try:
             outcomes = self._apply_tables(plan.tables)
-            self._bookkeeping.flush_column_origins()
+            origins = self._bookkeeping.flush_column_origins()
         except BaseException:
             self._bookkeeping.forget_unwritten_origins()
             raise
@@ -230,6 +230,8 @@ class DeltaSink:
         self._commits.record(batch, written)
         if written:
             self._compactor.wrote([*written.values(), commits_path(self._settings.path)])
+        if origins is not None:
+            self._compactor.wrote([origins])  # one small file per batch that adds columns
         return BatchResult(
             rows_by_table={table.qualified_name: dict(table.counts) for table in plan.tables},
             toast_anomalies=anomalies,
