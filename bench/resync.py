@@ -15,7 +15,9 @@ changes/s stream into a 1M-row table) takes several minutes. In one run, on one 
    (``--table-rows`` seed rows, its Delta table seeded as in ``bench.lag``) are published,
    and a daemon on a slot of its own streams while ``bench.lag``'s ``SteadyWriter``
    commits the backlog's mix into the streaming table at ``--rate`` changes/s on a fixed
-   schedule (the copied table takes no writes). After ``--warmup-seconds`` uncounted and
+   schedule (the copied table takes no writes). After ``--warmup-seconds`` uncounted (and at
+   least ``sink.compact_after_writes`` batches, so that the streaming table's first
+   compaction, which counts the seeding's commits too, is behind) and
    ``--before-seconds`` of streaming alone, ``daemon.resync.request_resync`` asks for the
    table to be copied again - the ``wal2delta resync`` message, read by the daemon through
    its slot - and the copy runs as in production (``capture/tablecopy.py``: temporary
@@ -333,10 +335,16 @@ def copy_while_streaming(
         writer.write_one()
         sink.wait_durable(writer.end_lsn(), timeout=300, failures=failures)
         print("daemon warmed up; writing", flush=True)
+        started = time.monotonic()
         writing.start()
         stack.callback(writing.join, 60)
         stack.callback(stop_writing.set)
         _wait(warmup_seconds, failures)
+        # Every table's first compaction behind (it counts the seeding's commits too).
+        while len(sink.batches) <= config.sink.compact_after_writes:
+            if time.monotonic() - started > timeout:
+                raise MeasurementError(f"the daemon applied too few batches in {timeout:.0f} s")
+            _wait(0.05, failures)
         sink.measure_after = alone_from = time.time()
         first_alone = writer.transactions
         _wait(before_seconds, failures)
@@ -426,7 +434,8 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
         "--warmup-seconds",
         type=float,
         default=15.0,
-        help="writing at the rate before anything is counted",
+        help="writing at the rate before anything is counted (and at least until "
+        "sink.compact_after_writes batches are applied)",
     )
     parser.add_argument(
         "--before-seconds", type=float, default=20.0, help="streaming alone before the request"
