@@ -3,11 +3,15 @@
 A seeded, randomised multi-table workload (inserts, updates, key changes, deletes,
 truncates, savepoints, large streamed transactions, prepared transactions, identical rows
 in a table without a key, a table published with a row filter and a column list by a second
-publication) runs while the real daemon (``wal2delta run`` in a subprocess)
-is killed with SIGKILL at random points - during the initial snapshot, mid-MERGE, between
-MERGE and acknowledgement, during a compaction - and started again, at least 20 times. At
-the end every Delta table, read with delta-rs, equals its source table: nothing lost,
-nothing duplicated, no deleted row resurrected.
+publication, small transactions spread over 46 more small tables) runs while the real
+daemon (``wal2delta run`` in a subprocess) is killed with SIGKILL at random points - during
+the initial snapshot, mid-MERGE, between MERGE and acknowledgement, during a compaction -
+and started again, at least 20 times. The daemon applies up to four tables of a batch at
+once (``sink.concurrency``) and holds back the changes of a table that changes little
+(``sink.table_min_rows``) for up to two seconds, so kills also fall while MERGEs run side
+by side and while changes wait, unacknowledged, for a later batch. At the end every one of
+the 51 Delta tables, read with delta-rs, equals its source table: nothing lost, nothing
+duplicated, no deleted row resurrected.
 
 Replay a failure with ``WAL2DELTA_CRASH_SEED=<seed> pytest tests/e2e/test_crash.py``.
 """
@@ -40,7 +44,12 @@ from tests.support.oracle import compare_table
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = ("crash.accounts", "crash.lines", "crash.notes", "crash.events")
+# Many small tables (issue 31): small transactions spread over them, a few changes per table
+# and batch, so most of their changes are held back for a later batch (sink.table_min_rows).
+SMALL_TABLES = tuple(f"crash.s{number:02d}" for number in range(46))
+SMALL_KEYS = 40
+"""The small tables' changes pick keys 1..SMALL_KEYS; a key change moves one above them."""
+TABLES = ("crash.accounts", "crash.lines", "crash.notes", "crash.events", *SMALL_TABLES)
 SCHEMA = """
 CREATE SCHEMA crash;
 CREATE TABLE crash.accounts (id int PRIMARY KEY, owner text NOT NULL, balance numeric(12, 2));
@@ -69,6 +78,11 @@ CREATE TABLE crash.events (kind int, note text);
 ALTER TABLE crash.events REPLICA IDENTITY FULL;
 INSERT INTO crash.events SELECT g % 40, 'n' || (g % 3) FROM generate_series(1, 1200) g;
 """
+SMALL_SCHEMA = "".join(
+    f"CREATE TABLE {name} (id int PRIMARY KEY, v int NOT NULL, note text);\n"
+    f"INSERT INTO {name} SELECT g, g, 'seed' FROM generate_series(1, 10) g;\n"
+    for name in SMALL_TABLES
+)
 # A table only a second publication publishes, with a row filter and a column list: the
 # daemon subscribes to both (``source.publication: [w2d_crash, w2d_crash_ledger]``).
 LEDGER = ("crash.ledger_published", "crash.ledger")
@@ -81,6 +95,135 @@ CREATE PUBLICATION w2d_crash_ledger FOR TABLE crash.ledger (id, amount) WHERE (a
 CREATE VIEW crash.ledger_published AS SELECT id, amount FROM crash.ledger WHERE amount % 5 <> 0;
 """
 KILLS = 20
+SNAPSHOT_KILLS = 3
+"""Kills at any moment before the first complete snapshot; after them a run may finish it."""
+ACKNOWLEDGE_WAIT = 20.0
+"""Seconds after its start a daemon waiting to be killed after an acknowledgement is
+killed at the latest (``KillClock``)."""
+STARVED_RUNS = 3
+"""Runs in a row in which the workload waited all along for the daemon, after which a run
+lasts until the daemon has caught up (``KillClock``)."""
+BACKLOG_LIMIT = 8 * 2**20
+"""WAL bytes past the slot's acknowledged position beyond which the workload only resolves
+its prepared transactions (which hold that position back) until the daemon catches up: a
+daemon killed again and again must get through what the server sends it again."""
+
+
+class KillClock:
+    """When to kill the daemon just started (the harness's random points).
+
+    A daemon spends its first seconds importing and starting its engine (longer on a busy
+    machine), and the snapshot of many tables takes longer still: a kill at a random time
+    after the start would rarely fall while it streams. So a kill is timed from one of
+    five moments:
+
+    * ``start``: the daemon's start - a kill during start-up, the snapshot or the first
+      batches (the first ``SNAPSHOT_KILLS`` runs, then a quarter of them);
+    * ``snapshot``: the first complete snapshot (once, after those);
+    * ``walsender``: a new walsender has taken the slot - a kill mid-MERGE, between
+      MERGE and acknowledgement, during a compaction, while changes are held back (half
+      of the runs);
+    * ``acknowledged``: this daemon has moved the slot's acknowledged position - a kill
+      after some of its batches acknowledged, others not, with changes held back (a
+      quarter of the runs), or ``ACKNOWLEDGE_WAIT`` seconds after the start if none did;
+    * ``caught up``: the daemon has acknowledged all but half of ``BACKLOG_LIMIT`` (the
+      workload waits for that).
+
+    A daemon killed again and again must still get on: the work at the head of what the
+    server sends again (a large transaction, then a compaction of the key-partitioned
+    table due after it) can take longer than most runs last, and meanwhile the workload
+    waits (``BACKLOG_LIMIT``). After ``STARVED_RUNS`` runs in a row in which it waited all
+    along, a run lasts until the daemon has caught up.
+    """
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.early_kills = 0
+        self.starved_runs = 0
+        self._walsender: int | None = None
+        """The slot's walsender when the last daemon was killed: not the next one's."""
+        self._confirmed: str | None = None
+        """The slot's acknowledged position when this daemon started."""
+        self._next_look = 0.0
+        self.trigger = "start"
+        self.started = 0.0
+        self.deadline: float | None = None
+
+    def start(self, conn: psycopg.Connection[tuple[object, ...]], streaming: bool) -> None:
+        """A daemon was started now; ``streaming``: a snapshot completed before."""
+        rng, now = self.rng, time.monotonic()
+        self.started = now
+        self.deadline = None
+        self._confirmed = slot_row(conn)[1]
+        if not streaming:
+            self.trigger = "start" if self.early_kills < SNAPSHOT_KILLS else "snapshot"
+        elif self.starved_runs >= STARVED_RUNS:
+            self.trigger = "caught up"
+        else:
+            triggers = ["start", "walsender", "acknowledged"]
+            self.trigger = rng.choices(triggers, weights=[1, 2, 1])[0]
+        if self.trigger == "start":
+            self.deadline = now + rng.uniform(0.5, 8.0)
+
+    def due(self, conn: psycopg.Connection[tuple[object, ...]], streaming: bool) -> bool:
+        """Whether the daemon is to be killed now."""
+        now = time.monotonic()
+        if self.deadline is None:
+            if self.trigger == "snapshot" and streaming:
+                self.deadline = now + self.rng.uniform(0.2, 3.0)
+            elif self.trigger == "caught up" and now >= self._next_look:
+                self._next_look = now + 0.25
+                if backlog(conn) < self.backlog_limit:
+                    self.deadline = now + self.rng.uniform(0.3, 4.0)
+            elif self.trigger in ("walsender", "acknowledged") and now >= self._next_look:
+                self._next_look = now + 0.25
+                walsender, confirmed = slot_row(conn)
+                if self.trigger == "walsender":
+                    if walsender is not None and walsender != self._walsender:
+                        self.deadline = now + self.rng.uniform(0.3, 4.0)
+                elif confirmed is not None and confirmed != self._confirmed:
+                    self.deadline = now + self.rng.uniform(0.0, 3.0)
+                elif now - self.started > ACKNOWLEDGE_WAIT:
+                    self.trigger = "acknowledgement awaited"
+                    self.deadline = now
+            if self.deadline is None and now - self.started > 240:
+                pytest.fail(f"the daemon never reached its kill point ({self.trigger})")
+        return self.deadline is not None and now >= self.deadline
+
+    @property
+    def backlog_limit(self) -> int:
+        """The backlog beyond which the workload waits (lower while the daemon catches up)."""
+        return BACKLOG_LIMIT // 2 if self.trigger == "caught up" else BACKLOG_LIMIT
+
+    def killed(self, conn: psycopg.Connection[tuple[object, ...]], starved: bool) -> None:
+        """The daemon was killed (its walsender may still hold the slot for a moment);
+        ``starved``: the workload waited for it all along."""
+        self.early_kills += self.trigger == "start"
+        self._walsender = slot_row(conn)[0]
+        self.starved_runs = self.starved_runs + 1 if starved else 0
+
+
+def slot_row(conn: psycopg.Connection[tuple[object, ...]]) -> tuple[int | None, str | None]:
+    """The walsender process that holds the slot, and the slot's acknowledged position."""
+    row = conn.execute(
+        "SELECT active_pid, confirmed_flush_lsn::text FROM pg_replication_slots "
+        "WHERE slot_name = 'w2d_crash'"
+    ).fetchone()
+    if row is None:
+        return None, None
+    pid, confirmed = row
+    assert pid is None or isinstance(pid, int)
+    assert confirmed is None or isinstance(confirmed, str)
+    return pid, confirmed
+
+
+def backlog(conn: psycopg.Connection[tuple[object, ...]]) -> int:
+    """WAL bytes past the slot's acknowledged position (0 before there is a slot)."""
+    row = conn.execute(
+        "SELECT pg_current_wal_lsn() - confirmed_flush_lsn FROM pg_replication_slots "
+        "WHERE slot_name = 'w2d_crash'"
+    ).fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
 
 
 class Workload:
@@ -114,10 +257,14 @@ class Workload:
         rows = DeltaTable(str(markers)).to_pyarrow_table().to_pylist()
         return any(r[slot] == "w2d_crash" and r[status] == "complete" for r in rows)
 
-    def step(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
-        rng = self.rng
+    def look(self) -> None:
+        """Notice a snapshot completed (also while the workload waits for the daemon)."""
         if not self.streaming:
             self.streaming = self._snapshot_complete()
+
+    def step(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        rng = self.rng
+        self.look()
         kind = rng.choices(
             [
                 "small",
@@ -129,8 +276,10 @@ class Workload:
                 "resolve",
                 "duplicates",
                 "ledger",
+                "spread",
+                "many",
             ],
-            weights=[40, 8, 12, 12, 3, 8, 8, 12, 10],
+            weights=[40, 8, 12, 12, 3, 8, 8, 12, 10, 16, 3],
         )[0]
         if kind == "truncate" and not self.streaming:
             kind = "small"
@@ -174,6 +323,23 @@ class Workload:
         elif kind == "ledger":
             self._ledger(conn)
             conn.execute("COMMIT" if rng.random() > 0.1 else "ROLLBACK")
+        elif kind == "spread":
+            # A few changes to one to three small tables: mostly held back by the sink.
+            for table in rng.sample(SMALL_TABLES, rng.randint(1, 3)):
+                if self.streaming and rng.random() < 0.03:
+                    # A TRUNCATE brings back the changes held back for its table first.
+                    conn.execute(f"TRUNCATE {table}".encode())
+                for _ in range(rng.randint(1, 3)):
+                    self._small_change(conn, table)
+            conn.execute("COMMIT" if rng.random() > 0.1 else "ROLLBACK")
+        elif kind == "many":
+            # One transaction over many tables: the sink applies its changes of some
+            # tables at once and holds back those of others, so it is durable in parts.
+            for table in rng.sample(SMALL_TABLES, rng.randint(5, 20)):
+                for _ in range(rng.randint(1, 6)):
+                    self._small_change(conn, table)
+            self._random_change(conn)
+            conn.execute("COMMIT" if rng.random() > 0.1 else "ROLLBACK")
         elif kind == "truncate":
             conn.execute("TRUNCATE crash.lines")
             conn.execute(
@@ -194,9 +360,37 @@ class Workload:
             self.prepared.append(gid)
         else:
             conn.execute("ROLLBACK")
-            gid = self.prepared.pop(rng.randrange(len(self.prepared)))
-            verb = "COMMIT" if rng.random() < 0.7 else "ROLLBACK"
-            conn.execute(f"{verb} PREPARED '{gid}'".encode())
+            self.resolve(conn)
+
+    def resolve(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        """Commit or roll back one of the open prepared transactions."""
+        rng = self.rng
+        gid = self.prepared.pop(rng.randrange(len(self.prepared)))
+        verb = "COMMIT" if rng.random() < 0.7 else "ROLLBACK"
+        conn.execute(f"{verb} PREPARED '{gid}'".encode())
+
+    def _small_change(self, conn: psycopg.Connection[tuple[object, ...]], table: str) -> None:
+        """One change of a small table: an upsert, an update, a key change or a delete."""
+        rng = self.rng
+        key, roll = rng.randint(1, SMALL_KEYS), rng.random()
+        if roll < 0.45:
+            conn.execute(
+                f"INSERT INTO {table} VALUES (%s, %s, %s) ON CONFLICT (id) DO UPDATE "
+                "SET v = EXCLUDED.v, note = EXCLUDED.note".encode(),
+                (key, rng.randrange(10**6), rng.choice([None, f"n{key}"])),
+            )
+        elif roll < 0.7:
+            conn.execute(f"UPDATE {table} SET v = v + 1 WHERE id = %s".encode(), (key,))
+        elif roll < 0.8:
+            # A key change, out of the keys the other changes pick or back into them.
+            old, new = (key, key + SMALL_KEYS) if rng.random() < 0.5 else (key + SMALL_KEYS, key)
+            conn.execute(
+                f"UPDATE {table} SET id = %s WHERE id = %s AND NOT EXISTS "
+                f"(SELECT 1 FROM {table} WHERE id = %s)".encode(),
+                (new, old, new),
+            )
+        else:
+            conn.execute(f"DELETE FROM {table} WHERE id = %s".encode(), (key,))
 
     def _duplicates(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
         """Changes of the table without a key, where identical rows are the rule."""
@@ -351,12 +545,13 @@ def _source_state(conn: psycopg.Connection[tuple[object, ...]], log: Path) -> st
 
 
 def slot_position(conn: psycopg.Connection[tuple[object, ...]]) -> str:
-    """The slot's restart and confirmed flush LSNs, for the progress lines."""
+    """The slot's restart and confirmed flush LSNs and the WAL's end, for the progress
+    lines."""
     row = conn.execute(
-        "SELECT restart_lsn, confirmed_flush_lsn FROM pg_replication_slots "
-        "WHERE slot_name = 'w2d_crash'"
+        "SELECT restart_lsn, confirmed_flush_lsn, pg_current_wal_lsn() "
+        "FROM pg_replication_slots WHERE slot_name = 'w2d_crash'"
     ).fetchone()
-    return "no slot" if row is None else f"slot restart {row[0]}, confirmed {row[1]}"
+    return "no slot" if row is None else f"slot restart {row[0]}, confirmed {row[1]} of {row[2]}"
 
 
 def walsender_starts(server: LocalPostgres) -> str:
@@ -402,6 +597,12 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
                     "history": ["crash.notes"],
                     # Compactions every few writes, so kills fall during them too.
                     "compact_after_writes": 3,
+                    # Four tables' MERGEs at once, and the changes of a table with fewer
+                    # than five in a batch held back for up to two seconds: kills fall
+                    # while MERGEs run side by side and while changes wait, unacknowledged.
+                    "concurrency": 4,
+                    "table_min_rows": 5,
+                    "table_max_age": "2s",
                 },
                 "spool": {"dir": str(tmp_path / "spool"), "memory_limit": "256KiB"},
                 "metrics": {"enabled": False},
@@ -412,16 +613,28 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
         conn.execute(LEDGER_SCHEMA)
+        conn.execute(SMALL_SCHEMA.encode())
         conn.execute(f"CREATE PUBLICATION w2d_crash FOR TABLE {', '.join(TABLES)}".encode())
         workload = Workload(rng, lake)
         kills = 0
         log = tmp_path / "daemon.log"
+        clock = KillClock(rng)
         while kills < KILLS:
             daemon = start_daemon(config, log)
-            deadline = time.monotonic() + rng.uniform(0.5, 6.0)
+            clock.start(conn, workload.streaming)
+            steps = waits = 0
             try:
-                while time.monotonic() < deadline and daemon.poll() is None:
-                    workload.step(conn)
+                while daemon.poll() is None:
+                    workload.look()
+                    if clock.due(conn, workload.streaming):
+                        break
+                    if backlog(conn) < clock.backlog_limit:
+                        workload.step(conn)
+                        steps += 1
+                    elif workload.prepared:
+                        workload.resolve(conn)
+                    else:
+                        waits += 1
                     time.sleep(0.02)  # a steady stream, not a flood the daemon never catches
             except BaseException:
                 daemon.kill()
@@ -442,9 +655,12 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
                 )
             daemon.send_signal(signal.SIGKILL)
             daemon.wait(30)
+            clock.killed(conn, starved=workload.streaming and not steps)
             kills += 1
             print(
-                f"kill {kills} at {time.strftime('%H:%M:%S')}, prepared open: "
+                f"kill {kills} at {time.strftime('%H:%M:%S')} ({clock.trigger} "
+                f"+{time.monotonic() - clock.started:.1f}s), snapshot complete: "
+                f"{workload.streaming}, {steps} steps, {waits} waits, prepared open: "
                 f"{', '.join(workload.prepared) or 'none'}; {slot_position(conn)}",
                 file=sys.stderr,
             )
