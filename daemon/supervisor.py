@@ -278,6 +278,8 @@ class Supervisor:
             server_version=info.server_version,
             watch_new_tables=self.settings.initial_snapshot,
         )
+        if self.settings.initial_snapshot:
+            sink.copy_new_tables()
         self._copier.start()
 
     def _copies_landed_at_end(self) -> bool:

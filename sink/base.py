@@ -232,6 +232,11 @@ class OnlineCopySink(Protocol):
         """A requested table is not published at ``lsn``: nothing to copy; done."""
         ...
 
+    def copy_new_tables(self) -> None:
+        """From now on, copy a table whose first change finds neither a Delta table nor a
+        copy record (it joined the publications) before applying its changes."""
+        ...
+
     def knows_table(self, schema: str, table: str) -> bool:
         """Whether the table has a Delta table or a copy record (new tables have neither)."""
         ...

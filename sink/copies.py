@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal
@@ -91,6 +91,9 @@ class TableCopies:
     that copies (``start``, ``finish``); every method is safe from both."""
 
     def __init__(self, lake: LakeTables, root: str) -> None:
+        self._has_table: Callable[[str, str], bool] | None = None
+        self._known: set[str] = set()
+        """Tables found to have a Delta table or a record (looked at once per process)."""
         self._lake = lake
         self._path = f"{root.rstrip('/')}/{COPIES_TABLE}"
         self._lock = threading.RLock()
@@ -118,8 +121,10 @@ class TableCopies:
             for message in requests:
                 assert isinstance(message, MessageChange)
                 self._record_request(message)
-            if not self._dropping and not self._floors:
+            if not self._dropping and not self._floors and self._has_table is None:
                 return [c for c in changes if not _is_request(c)] if requests else list(changes)
+            if self._has_table is not None:
+                self._start_new_tables(changes)
             kept: list[Change] = []
             for change in changes:
                 if isinstance(change, RowChange):
@@ -138,6 +143,42 @@ class TableCopies:
                 elif not _is_request(change):
                     kept.append(change)
             return kept
+
+    def copy_new_tables(self, has_table: Callable[[str, str], bool]) -> None:
+        """From now on, the first change of a table that has neither a Delta table
+        (``has_table(schema, table)``) nor a copy record starts its copy: the table joined
+        the publications, and its existing rows must be copied before its changes are
+        applied (with ``snapshot.mode: initial``, once the initial snapshot is done)."""
+        with self._lock:
+            self._has_table = has_table
+
+    def _start_new_tables(self, changes: Sequence[Change]) -> None:
+        """Start the copy of every table of ``changes`` with neither a Delta table nor a
+        record: it joined the publications, and its first streamed change must not create
+        a table without its existing rows (the copy drops the changes until it lands)."""
+        assert self._has_table is not None
+        assert self._records is not None
+        new: list[str] = []
+        for change in changes:
+            relations: tuple[Relation, ...] = ()
+            if isinstance(change, RowChange):
+                relations = (change.relation,)
+            elif isinstance(change, TruncateChange):
+                relations = change.relations
+            for relation in relations:
+                name = relation.qualified_name
+                if name in self._known or name in new:
+                    continue
+                if name in self._records or self._has_table(
+                    relation.schema_name, relation.relation_name
+                ):
+                    self._known.add(name)
+                else:
+                    new.append(name)
+        if new:
+            log.info("tables joined the publications; copying them", tables=new)
+            self.start(new, "new table")
+            self._known.update(new)
 
     def _keeps(self, table: str, commit_lsn: Lsn) -> bool:
         if table in self._dropping:

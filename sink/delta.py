@@ -455,13 +455,27 @@ class DeltaSink:
         """A requested table is not published at ``lsn``: nothing to copy; done."""
         self._copies.finish(table, lsn, reason)
 
+    def copy_new_tables(self) -> None:
+        """From now on, the first change of a table with neither a Delta table nor a copy
+        record starts its copy (``copies.py``): called once the initial snapshot is done,
+        with ``snapshot.mode: initial``."""
+        self._copies.copy_new_tables(self._has_delta_table)
+
+    def _has_delta_table(self, schema: str, table: str) -> bool:
+        """Whether ``schema.table`` has a Delta table (this process wrote or read it, or
+        its log exists)."""
+        path = table_path(self._settings.path, schema, table)
+        if self._lake.state(path) is not None:
+            return True
+        from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
+
+        return bool(DeltaTable.is_deltatable(path))
+
     def knows_table(self, schema: str, table: str) -> bool:
         """Whether ``schema.table`` has a Delta table or a copy record."""
         if any(r.table == f"{schema}.{table}" for r in self._copies.records()):
             return True
-        from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
-
-        return bool(DeltaTable.is_deltatable(table_path(self._settings.path, schema, table)))
+        return self._has_delta_table(schema, table)
 
     def abandon_copy(self, table: str, reason: str) -> None:
         """A copy failed: apply the table's changes again until it is retried."""
