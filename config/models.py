@@ -980,7 +980,7 @@ class SinkConfig(_Section):
             "that changes no data) after this many writes to it: every MERGE adds files, "
             "and a MERGE reads every file of its table, so without compaction each one "
             "gets slower for as long as the daemon runs. Covers change histories and the "
-            "commit log too. A table with deletion vectors whose files hold a tenth or more "
+            "commit log too. A table with deletion vectors whose files hold 1% or more "
             "deleted rows is purged instead (rewritten from its live rows). Old files stay "
             "for time travel until vacuumed (`retention`). `0` turns both off."
         ),
