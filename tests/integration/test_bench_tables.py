@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_benchmarks import ratio_names, run_benchmark
+from tests.support.benchmarks import ratio_names, run_benchmark
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
