@@ -92,6 +92,8 @@ class TableCopies:
 
     def __init__(self, lake: LakeTables, root: str) -> None:
         self._has_table: Callable[[str, str], bool] | None = None
+        self._seen_relations: dict[int, Relation] = {}
+        """Relation messages whose table was looked at (by id; the objects are kept)."""
         self._known: set[str] = set()
         """Tables found to have a Delta table or a record (looked at once per process)."""
         self._lake = lake
@@ -121,10 +123,10 @@ class TableCopies:
             for message in requests:
                 assert isinstance(message, MessageChange)
                 self._record_request(message)
-            if not self._dropping and not self._floors and self._has_table is None:
-                return [c for c in changes if not _is_request(c)] if requests else list(changes)
             if self._has_table is not None:
                 self._start_new_tables(changes)
+            if not self._dropping and not self._floors:
+                return [c for c in changes if not _is_request(c)] if requests else list(changes)
             kept: list[Change] = []
             for change in changes:
                 if isinstance(change, RowChange):
@@ -159,13 +161,17 @@ class TableCopies:
         assert self._has_table is not None
         assert self._records is not None
         new: list[str] = []
+        seen = self._seen_relations
         for change in changes:
             relations: tuple[Relation, ...] = ()
             if isinstance(change, RowChange):
+                if id(change.relation) in seen:
+                    continue  # the common case: a relation looked at before
                 relations = (change.relation,)
             elif isinstance(change, TruncateChange):
                 relations = change.relations
             for relation in relations:
+                seen[id(relation)] = relation  # kept, so its id is not reused
                 name = relation.qualified_name
                 if name in self._known or name in new:
                     continue
