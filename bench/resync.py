@@ -80,7 +80,14 @@ from daemon.logging import configure_engine_logging, configure_logging
 from daemon.resync import request_resync, wait_for_copies
 from daemon.supervisor import Supervisor
 from decoder import Lsn, PgTimestamp, Relation
-from sink import CopyTarget, DeltaSink, create_spark_session, stop_spark_session, table_path
+from sink import (
+    CopyTarget,
+    DeltaSink,
+    OnlineCopySink,
+    create_spark_session,
+    stop_spark_session,
+    table_path,
+)
 
 RATE_TARGET: Final = 0.7
 """Online copy rate / initial snapshot rate, at least (issue 32)."""
@@ -163,6 +170,10 @@ class CopyLagSink(LagSink):
     def finish_empty_copy(self, table: str, lsn: Lsn, reason: str) -> None:
         """Forwarded."""
         self.inner.finish_empty_copy(table, lsn, reason)
+
+    def copy_new_tables(self) -> None:
+        """Forwarded."""
+        self.inner.copy_new_tables()
 
     def knows_table(self, schema: str, table: str) -> bool:
         """Forwarded."""
@@ -310,6 +321,10 @@ def copy_while_streaming(
             ``timeout`` seconds.
         BaseException: the daemon's or the writer's error, if one failed.
     """
+    if not isinstance(sink, OnlineCopySink):
+        # The daemon would ignore the request (it copies through OnlineCopySinks only) and
+        # the run would wait for a copy that never starts.
+        raise MeasurementError("CopyLagSink does not forward every method of sink.OnlineCopySink")
     configure_logging("console", "warning")
     stop = threading.Event()
     stop_writing = threading.Event()
