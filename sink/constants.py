@@ -27,8 +27,9 @@ COMMITS_TABLE: Final = "_wal2delta_commits"
 #: the position each copy met the stream at (``copies.py``).
 COPIES_TABLE: Final = "_wal2delta_copies"
 #: Where a table copied while streaming is written before it replaces the table in one
-#: commit: ``<path>/_wal2delta_staging/<schema>.<table>.<consistent point>``.
-STAGING_DIRECTORY: Final = "_wal2delta_staging"
+#: commit: ``<table>/wal2delta-copy-<consistent point>``, inside the table's directory so
+#: the table can adopt the files (``adoption.py``).
+STAGING_PREFIX: Final = "wal2delta-copy-"
 #: Prefix of the logical decoding messages that ask the daemon for something (``wal2delta
 #: resync`` writes ``wal2delta.resync``).
 CONTROL_MESSAGE_PREFIX: Final = "wal2delta."
@@ -71,7 +72,7 @@ __all__ = [
     "MESSAGES_TABLE",
     "REJECTS_TABLE",
     "SNAPSHOTS_TABLE",
-    "STAGING_DIRECTORY",
+    "STAGING_PREFIX",
     "BulkWriter",
     "ColumnNamePolicy",
     "ColumnTypeOverride",

@@ -59,6 +59,7 @@ from decoder import (
     cause_line,
     pg_timestamp_to_datetime,
 )
+from sink.adoption import StagedFileAdopter, remove_stale_staging
 from sink.arrow import (
     ArrowColumn,
     metadata_columns,
@@ -174,6 +175,7 @@ class DeltaSink:
         self._compactor = Compactor.for_settings(settings, self._lake)
         self._held = HeldChanges(settings.table_min_rows, settings.table_max_age)
         self._copies = TableCopies(self._lake, settings.path)
+        self._adopter = StagedFileAdopter() if settings.bulk_writer != "spark" else None
         self._pool: ThreadPoolExecutor | None = None
         """Threads that apply several tables of a batch at once; made on first need."""
         self._follower = RelationFollower(
@@ -500,6 +502,9 @@ class DeltaSink:
         staging = staging_path(
             self._settings.path, relation.schema_name, relation.relation_name, lsn
         )
+        remove_stale_staging(
+            table_path(self._settings.path, relation.schema_name, relation.relation_name)
+        )
         target = self._bulk_target(relation, lsn, commit_time, staging)
         if target is None:
             raise SinkDataError(
@@ -512,6 +517,9 @@ class DeltaSink:
         """Replace the table by its copy in one commit; from the stream's next rewind on,
         its changes before ``lsn`` are skipped and the rest applied (``copies.py``).
 
+        The table adopts the staging table's files (``adoption.py``); where delta-rs cannot
+        commit them, the engine overwrites the table from the staging table.
+
         Raises:
             SinkRetryableError, SinkError: the table could not be replaced (it still holds
                 its old content).
@@ -520,19 +528,24 @@ class DeltaSink:
         self._bookkeeping.flush_column_origins()
         name = relation.qualified_name
         path = table_path(self._settings.path, relation.schema_name, relation.relation_name)
-        spec = self._settings.key_buckets.get(name)
-        partitions = (self._meta.key_bucket,) if spec is not None else ()
-        with engine_errors(f"replacing {name} by its copy"):
-            self._lake.overwrite(
-                path,
-                render_select_all(target=delta_table(target.path)),
-                merge_schema=True,
-                partitions=partitions,
-            )
+        action = f"replacing {name} by its copy"
+        self._lake.forget(path)
+        adopted = self._adopter is not None and self._adopter.adopt(path, target.path, action)
+        if not adopted:
+            spec = self._settings.key_buckets.get(name)
+            partitions = (self._meta.key_bucket,) if spec is not None else ()
+            with engine_errors(action):
+                self._lake.overwrite(
+                    path,
+                    render_select_all(target=delta_table(target.path)),
+                    merge_schema=True,
+                    partitions=partitions,
+                )
         self._lake.forget(path)
         self._lake.forget(target.path)
         self._copies.finish(name, lsn, reason)
-        _remove_staging(target.path)
+        if not adopted:
+            _remove_staging(target.path)
 
     def _holds_rows(self, table: str, target: str) -> bool:
         """Whether the Delta table ``target`` has any row (soft-deleted ones too)."""

@@ -146,11 +146,15 @@ class TableFiles:
         version: the newest version.
         live: the live data files, by file action identity.
         tombstones: the removed ones the log still holds, by file action identity.
+        added: the live files' ``add`` actions as the log holds them (paths URL-encoded,
+            ``partitionValues`` a mapping), when asked for (``read_table_files``); else
+            None.
     """
 
     version: int
     live: dict[tuple[str, str], LiveFile] = field(default_factory=dict)
     tombstones: dict[tuple[str, str], Tombstone] = field(default_factory=dict)
+    added: dict[tuple[str, str], Mapping[str, Any]] | None = None
 
     @property
     def live_paths(self) -> set[str]:
@@ -176,6 +180,8 @@ class TableFiles:
         descriptor = action.get("deletionVector")
         key = (str(action["path"]), _vector_id(descriptor))
         self.tombstones.pop(key, None)
+        if self.added is not None:
+            self.added[key] = _with_mapped_partitions(action)
         self.live[key] = LiveFile(
             path=_file_path(str(action["path"])),
             vector=None if descriptor is None else deletion_vector_file(descriptor),
@@ -187,12 +193,22 @@ class TableFiles:
         descriptor = action.get("deletionVector")
         key = (str(action["path"]), _vector_id(descriptor))
         self.live.pop(key, None)
+        if self.added is not None:
+            self.added.pop(key, None)
         self.tombstones[key] = Tombstone(
             path=_file_path(str(action["path"])),
             vector=None if descriptor is None else deletion_vector_file(descriptor),
             removed_at=int(action.get("deletionTimestamp") or 0),
             version=version,
         )
+
+
+def _with_mapped_partitions(action: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``action`` with ``partitionValues`` a mapping (a checkpoint's map reads as pairs)."""
+    values = action.get("partitionValues")
+    if values is None or isinstance(values, Mapping):
+        return action
+    return {**action, "partitionValues": dict(values)}
 
 
 def _file_path(path: str) -> str:
@@ -220,8 +236,9 @@ def table_filesystem(path: str) -> tuple[pa_fs.FileSystem, str]:
     return fs, str(root)
 
 
-def read_table_files(path: str) -> TableFiles:
-    """Replay the log of the table at ``path`` (the module docstring).
+def read_table_files(path: str, *, with_actions: bool = False) -> TableFiles:
+    """Replay the log of the table at ``path`` (the module docstring); ``with_actions``
+    keeps the live files' ``add`` actions too (``TableFiles.added``).
 
     Raises:
         LogUnreadableError: the log has no version, misses a commit the replay needs, or holds
@@ -241,7 +258,7 @@ def read_table_files(path: str) -> TableFiles:
                 break
         else:
             raise LogUnreadableError(f"the log of {path} misses commits no checkpoint covers")
-        files = TableFiles(version=newest)
+        files = TableFiles(version=newest, added={} if with_actions else None)
         if start >= 0:
             for part in checkpoints[start]:
                 _read_checkpoint(fs, f"{log_dir}/{part}", files, start)

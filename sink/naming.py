@@ -55,7 +55,7 @@ import string
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
-from sink.constants import STAGING_DIRECTORY, ColumnNamePolicy
+from sink.constants import STAGING_PREFIX, ColumnNamePolicy
 
 _HEX: Final = frozenset("0123456789ABCDEF")
 _PATH_SAFE: Final = frozenset(string.ascii_letters + string.digits + "_-.")
@@ -173,10 +173,8 @@ def table_path(root: str, schema: str, table: str) -> str:
 
 def staging_path(root: str, schema: str, table: str, lsn: int) -> str:
     """Where the copy of ``schema.table`` made at ``lsn`` is written before it replaces the
-    table (``copies.py``): ``<root>/_wal2delta_staging/<schema part>.<table part>.<lsn>``."""
-    return (
-        f"{root.rstrip('/')}/{STAGING_DIRECTORY}/{path_part(schema)}.{path_part(table)}.{lsn:016X}"
-    )
+    table (``copies.py``, ``adoption.py``): ``<table path>/wal2delta-copy-<lsn>``."""
+    return f"{table_path(root, schema, table)}/{STAGING_PREFIX}{lsn:016X}"
 
 
 def table_of_path(root: str, path: str) -> tuple[str, str] | None:

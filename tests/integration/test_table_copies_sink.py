@@ -20,6 +20,7 @@ from deltalake import DeltaTable
 from decoder import Lsn, datetime_to_pg_timestamp
 from sink import DeltaSink, table_path
 from sink.copies import RESYNC_PREFIX, resync_message
+from sink.deltalog import read_table_files
 from tests.support.oracle import delta_rows
 from tests.support.settings import sink_settings
 from tests.support.sink_changes import INT4, batch, col, commit_time, insert, message, rel, update
@@ -28,6 +29,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 DOCS = rel("public.docs", col("id", INT4, key=True), col("body"))
 OTHER = rel("public.other", col("id", INT4, key=True), col("body"))
+
+
+def _adopted_from(path: str, staging: Path) -> bool:
+    """Whether every live file of the table at ``path`` is one the copy wrote to ``staging``."""
+    live = read_table_files(path).live_paths
+    return bool(live) and all(f.startswith(f"{staging.name}/") for f in live)
 
 
 def _rows(lake: Path, table: str) -> list[dict[str, object]]:
@@ -60,6 +67,9 @@ def test_a_copy_replaces_the_table_in_one_commit_and_meets_the_stream_at_its_poi
         sink.finish_copy(DOCS, target, point, "resync")
         assert DeltaTable(path).version() == before + 1, "one commit replaces the table"
         assert _rows(lake, "docs") == [{"id": 1, "body": "copied"}, {"id": 5, "body": "five"}]
+        staging = Path(target.path)
+        assert _adopted_from(path, staging), "the staged files are not written again"
+        assert not (staging / "_delta_log").exists(), "the staging table's log is removed"
         assert sink.copy_rewind_due()
 
         # Until the stream is rewound, changes stay dropped (commit order per table).
@@ -77,7 +87,6 @@ def test_a_copy_replaces_the_table_in_one_commit_and_meets_the_stream_at_its_poi
         )
         assert result.held_lsn is None
         assert _rows(lake, "docs") == [{"id": 1, "body": "copied"}, {"id": 5, "body": "after S"}]
-        assert not Path(target.path).exists(), "the staging table is removed"
     finally:
         sink.close()
 
@@ -107,5 +116,120 @@ def test_a_resync_message_is_recorded_as_a_request_once(spark_session: Any, tmp_
         # The same message replayed after a crash: the copy made after it satisfies it.
         sink.apply(batch(request))
         assert sink.copy_requests() == []
+    finally:
+        sink.close()
+
+
+def _copy(sink: DeltaSink, relation: Any, lsn: int, rows: pa.Table) -> str:
+    """Copy ``relation`` at ``lsn`` holding ``rows``, through the sink; the staging path."""
+    target = sink.begin_copy(relation, Lsn(lsn), datetime_to_pg_timestamp(commit_time(lsn)))
+    sink.append_bulk(target, rows, 1)
+    sink.finish_copy(relation, target, Lsn(lsn), "resync")
+    sink.discard_held()
+    return target.path
+
+
+def test_a_new_table_appears_with_its_whole_copy_in_its_first_version(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    sink = DeltaSink(spark_session, sink_settings(lake))
+    try:
+        sink.start_copies(["public.docs"], "new table")
+        staging = Path(_copy(sink, DOCS, 300, pa.table({"id": ["1", "2"], "body": ["a", "b"]})))
+        table = DeltaTable(table_path(str(lake), "public", "docs"))
+        assert table.version() == 0, "no version of the table holds less than the copy"
+        assert _adopted_from(table_path(str(lake), "public", "docs"), staging)
+        assert _rows(lake, "docs") == [{"id": 1, "body": "a"}, {"id": 2, "body": "b"}]
+        sink.apply(batch(update(DOCS, "2", "streamed", lsn=400)))
+        assert _rows(lake, "docs") == [{"id": 1, "body": "a"}, {"id": 2, "body": "streamed"}]
+    finally:
+        sink.close()
+
+
+def test_what_an_interrupted_copy_left_is_removed_by_the_next_copy_but_live_files_stay(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    sink = DeltaSink(spark_session, sink_settings(lake))
+    try:
+        sink.apply(batch(insert(DOCS, "1", "old", lsn=100)))
+        sink.start_copies(["public.docs"], "resync")
+        # A copy that stopped right after its commit: its log is still there.
+        adopted = Path(_copy(sink, DOCS, 300, pa.table({"id": ["1"], "body": ["copied"]})))
+        # A copy that stopped before its commit: a staging table no live file names.
+        sink.start_copies(["public.docs"], "resync")
+        abandoned = sink.begin_copy(DOCS, Lsn(350), datetime_to_pg_timestamp(commit_time(350)))
+        sink.append_bulk(abandoned, pa.table({"id": ["1"], "body": ["never landed"]}), 1)
+        sink.abandon_copy("public.docs", "resync")
+        (adopted / "_delta_log").mkdir()
+        assert Path(abandoned.path).exists()
+
+        sink.start_copies(["public.docs"], "resync")
+        target = sink.begin_copy(DOCS, Lsn(400), datetime_to_pg_timestamp(commit_time(400)))
+        assert not Path(abandoned.path).exists(), "the unfinished staging table is deleted"
+        assert not (adopted / "_delta_log").exists(), "the adopted one loses its log only"
+        assert _rows(lake, "docs") == [{"id": 1, "body": "copied"}], "live files stay"
+        sink.append_bulk(target, pa.table({"id": ["1"], "body": ["again"]}), 1)
+        sink.finish_copy(DOCS, target, Lsn(400), "resync")
+        assert _rows(lake, "docs") == [{"id": 1, "body": "again"}]
+    finally:
+        sink.close()
+
+
+def test_a_key_range_partitioned_table_adopts_its_partitioned_copy(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    sink = DeltaSink(
+        spark_session, sink_settings(lake, partition_by_key={"public.docs": {"width": 10}})
+    )
+    try:
+        sink.apply(batch(insert(DOCS, "1", "old", lsn=100)))
+        sink.start_copies(["public.docs"], "resync")
+        rows = pa.table({"id": ["1", "15", "27"], "body": ["a", "b", "c"]})
+        staging = Path(_copy(sink, DOCS, 300, rows))
+        path = table_path(str(lake), "public", "docs")
+        assert _adopted_from(path, staging)
+        assert len(read_table_files(path).live) == 3, "a file per key range, as copied"
+        assert [r["body"] for r in _rows(lake, "docs")] == ["a", "b", "c"]
+        sink.apply(batch(update(DOCS, "15", "streamed", lsn=400)))
+        assert [r["body"] for r in _rows(lake, "docs")] == ["a", "streamed", "c"]
+    finally:
+        sink.close()
+
+
+def test_a_table_with_a_column_the_copy_lacks_is_replaced_through_the_engine_and_keeps_it(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    wide = rel("public.docs", col("id", INT4, key=True), col("body"), col("gone"))
+    sink = DeltaSink(spark_session, sink_settings(lake))
+    try:
+        sink.apply(batch(insert(wide, "1", "old", "x", lsn=100)))
+        sink.start_copies(["public.docs"], "resync")
+        staging = Path(_copy(sink, DOCS, 300, pa.table({"id": ["1"], "body": ["copied"]})))
+        assert _rows(lake, "docs") == [{"id": 1, "body": "copied", "gone": None}]
+        assert not staging.exists(), "the engine rewrote the rows; the staging table is gone"
+    finally:
+        sink.close()
+
+
+def test_a_table_with_deletion_vectors_is_replaced_in_one_commit(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    sink = DeltaSink(spark_session, sink_settings(lake, deletion_vectors=["public.docs"]))
+    try:
+        sink.apply(batch(insert(DOCS, "1", "old", lsn=100), insert(DOCS, "2", "old", lsn=100)))
+        path = table_path(str(lake), "public", "docs")
+        before = DeltaTable(path).version()
+        sink.start_copies(["public.docs"], "resync")
+        _copy(sink, DOCS, 300, pa.table({"id": ["2", "3"], "body": ["b", "c"]}))
+        assert DeltaTable(path).version() == before + 1
+        assert _rows(lake, "docs") == [{"id": 2, "body": "b"}, {"id": 3, "body": "c"}]
+        sink.apply(batch(update(DOCS, "3", "streamed", lsn=400)))
+        assert _rows(lake, "docs") == [{"id": 2, "body": "b"}, {"id": 3, "body": "streamed"}]
+        assert DeltaTable(path).protocol().min_reader_version == 3, "still a deletion-vector table"
     finally:
         sink.close()
