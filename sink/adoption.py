@@ -27,7 +27,9 @@ The engine's overwrite (``DeltaSink.finish_copy``) stays the fallback, used when
 * delta-rs refuses the table (a writer feature it does not support, such as deletion
   vectors in deltalake 1.6.6); the refusal is remembered for the table;
 * the table's columns differ from the copy's (a column the source dropped stays in Delta:
-  the engine's overwrite merges the schemas, an adopting commit would drop it).
+  the engine's overwrite merges the schemas, an adopting commit would drop it), or its
+  partition columns do (``sink.partition_by_key`` set after the table was created: a
+  partition column's values are not in the files).
 
 Crash safety: the commit is one atomic log entry. A copy that stops before it leaves a
 staging directory no live file names; one that stops after it leaves a directory whose
@@ -84,19 +86,26 @@ class StagedFileAdopter:
             metadata = staged.metadata()
             if DeltaTable.is_deltatable(target):
                 table = DeltaTable(target)
+                partitions = list(table.metadata().partition_columns)
                 if _columns(table) != _columns(staged):
+                    reason = "its columns differ from the copy's"
+                elif partitions != list(metadata.partition_columns):
+                    reason = "its partition columns differ from the copy's"
+                else:
+                    table.create_write_transaction(
+                        adds,
+                        mode="overwrite",
+                        schema=table.schema(),
+                        partition_by=partitions or None,
+                    )
+                    reason = None
+                if reason is not None:
                     log.info(
                         "the copy replaces the table through the engine",
                         table_path=target,
-                        reason="its columns differ from the copy's",
+                        reason=reason,
                     )
                     return False
-                table.create_write_transaction(
-                    adds,
-                    mode="overwrite",
-                    schema=table.schema(),
-                    partition_by=list(table.metadata().partition_columns) or None,
-                )
             else:
                 from deltalake.transaction import (  # noqa: PLC0415
                     create_table_with_add_actions,

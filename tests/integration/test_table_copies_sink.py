@@ -18,7 +18,7 @@ import pytest
 from deltalake import DeltaTable
 
 from decoder import Lsn, datetime_to_pg_timestamp
-from sink import DeltaSink, table_path
+from sink import DeltaSink, SinkError, table_path
 from sink.copies import RESYNC_PREFIX, resync_message
 from sink.deltalog import read_table_files
 from tests.support.oracle import delta_rows
@@ -231,5 +231,30 @@ def test_a_table_with_deletion_vectors_is_replaced_in_one_commit(
         sink.apply(batch(update(DOCS, "3", "streamed", lsn=400)))
         assert _rows(lake, "docs") == [{"id": 2, "body": "b"}, {"id": 3, "body": "streamed"}]
         assert DeltaTable(path).protocol().min_reader_version == 3, "still a deletion-vector table"
+    finally:
+        sink.close()
+
+
+def test_a_table_partitioned_otherwise_than_its_copy_is_not_adopted_and_keeps_its_rows(
+    spark_session: Any, tmp_path: Path
+) -> None:
+    lake = tmp_path / "lake"
+    sink = DeltaSink(spark_session, sink_settings(lake))
+    try:
+        sink.apply(batch(insert(DOCS, "1", "old", lsn=100)))
+    finally:
+        sink.close()
+    # sink.partition_by_key set after the table was created: the copy is partitioned, and
+    # the table's files would lack the partition column's values.
+    sink = DeltaSink(
+        spark_session, sink_settings(lake, partition_by_key={"public.docs": {"width": 10}})
+    )
+    try:
+        sink.start_copies(["public.docs"], "resync")
+        target = sink.begin_copy(DOCS, Lsn(300), datetime_to_pg_timestamp(commit_time(300)))
+        sink.append_bulk(target, pa.table({"id": ["1", "15"], "body": ["a", "b"]}), 1)
+        with pytest.raises(SinkError, match="partition"):
+            sink.finish_copy(DOCS, target, Lsn(300), "resync")
+        assert _rows(lake, "docs") == [{"id": 1, "body": "old"}]
     finally:
         sink.close()
