@@ -57,8 +57,10 @@ log = structlog.get_logger("wal2delta.copy")
 
 RETRY_SECONDS: Final = 30.0
 """Wait before a failed copy is tried again."""
-LOOK_SECONDS: Final = 1.0
-"""How often the thread looks for requests when nothing wakes it."""
+LOOK_SECONDS: Final = 0.25
+"""How often the thread looks for requests when nothing wakes it (a request arrives as a
+message the sink records in a batch; the look is a read of the sink's memory, and it is up
+to this long of a copy's time: 0.5 s on average at 1 s, 7% of ``bench resync``'s copy)."""
 
 _copy_numbers = itertools.count(1)
 
