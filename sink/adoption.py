@@ -45,6 +45,7 @@ from typing import Any
 
 import structlog
 
+from decoder import cause_line
 from sink.base import SinkError, SinkRetryableError
 from sink.constants import STAGING_PREFIX
 from sink.deltalog import LogUnreadableError, read_table_files, table_filesystem
@@ -86,26 +87,16 @@ class StagedFileAdopter:
             metadata = staged.metadata()
             if DeltaTable.is_deltatable(target):
                 table = DeltaTable(target)
-                partitions = list(table.metadata().partition_columns)
-                if _columns(table) != _columns(staged):
-                    reason = "its columns differ from the copy's"
-                elif partitions != list(metadata.partition_columns):
-                    reason = "its partition columns differ from the copy's"
-                else:
-                    table.create_write_transaction(
-                        adds,
-                        mode="overwrite",
-                        schema=table.schema(),
-                        partition_by=partitions or None,
-                    )
-                    reason = None
-                if reason is not None:
-                    log.info(
-                        "the copy replaces the table through the engine",
-                        table_path=target,
-                        reason=reason,
-                    )
+                mismatch = _mismatch(table, staged)
+                if mismatch is not None:
+                    _through_engine(target, mismatch)
                     return False
+                table.create_write_transaction(
+                    adds,
+                    mode="overwrite",
+                    schema=table.schema(),
+                    partition_by=list(metadata.partition_columns) or None,
+                )
             else:
                 from deltalake.transaction import (  # noqa: PLC0415
                     create_table_with_add_actions,
@@ -130,46 +121,53 @@ class StagedFileAdopter:
             # was committed, and the engine can always replace the table.
             with self._lock:
                 self._refused.add(target)
-            log.info(
-                "the copy replaces the table through the engine",
-                table_path=target,
-                reason=engine_message(exc),
-            )
+            _through_engine(target, engine_message(exc))
             return False
         except LogUnreadableError as exc:
             raise SinkError(f"the staging table cannot be read while {action}: {exc}") from exc
-        _delete(f"{staging.rstrip('/')}/_delta_log", "the log of an adopted staging table")
+        remove_directory(f"{staging.rstrip('/')}/_delta_log", "the log of an adopted staging table")
         return True
 
 
-def remove_stale_staging(target: str, keep: str | None = None) -> None:
+def remove_stale_staging(target: str) -> None:
     """Delete what earlier copies of the table at ``target`` left (the module docstring):
     a staging directory no live file of the table names goes, one whose files are live
-    loses its log only. ``keep`` (a staging path) is left alone. Failures only warn."""
+    loses its log only. Failures only warn."""
+    from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
+    from pyarrow import fs as pa_fs  # noqa: PLC0415 - already loaded by deltalog
+
     try:
         filesystem, root = table_filesystem(target)
-        from pyarrow import fs as pa_fs  # noqa: PLC0415 - already loaded by deltalog
-
         entries = filesystem.get_file_info(pa_fs.FileSelector(root, allow_not_found=True))
         stale = [
             entry.base_name
             for entry in entries
-            if entry.type == pa_fs.FileType.Directory
-            and entry.base_name.startswith(STAGING_PREFIX)
-            and (keep is None or f"{target.rstrip('/')}/{entry.base_name}" != keep.rstrip("/"))
+            if entry.type == pa_fs.FileType.Directory and entry.base_name.startswith(STAGING_PREFIX)
         ]
         if not stale:
             return
-        live = read_table_files(target).live_paths if _has_log(target) else set()
+        live = read_table_files(target).live_paths if DeltaTable.is_deltatable(target) else set()
     except (OSError, LogUnreadableError) as exc:
         log.warning("old staging tables could not be listed", table_path=target, error=str(exc))
         return
     for name in stale:
         location = f"{target.rstrip('/')}/{name}"
         if any(path.startswith(f"{name}/") for path in live):
-            _delete(f"{location}/_delta_log", "the log of an adopted staging table")
+            remove_directory(f"{location}/_delta_log", "the log of an adopted staging table")
         else:
-            _delete(location, "a staging table no copy finished")
+            remove_directory(location, "a staging table no copy finished")
+
+
+def remove_directory(location: str, what: str) -> None:
+    """Delete the directory ``location`` (``what`` it is, for the warning) and all it holds;
+    a failure only warns: nothing reads it again, and a later copy uses a new one."""
+    try:
+        filesystem, path = table_filesystem(location)
+        filesystem.delete_dir(path)
+    except FileNotFoundError:
+        return
+    except Exception as exc:  # best effort; see the docstring
+        log.warning(f"{what} could not be removed", path=location, error=cause_line(exc))
 
 
 def _relative_directory(target: str, staging: str) -> str:
@@ -206,22 +204,19 @@ def _table_properties(configuration: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in configuration.items() if not k.startswith("delta.feature.")}
 
 
-def _columns(table: Any) -> list[tuple[str, str]]:
-    """The table's columns as (name, type) - nullability and metadata aside."""
-    return [(field.name, str(field.type)) for field in table.schema().fields]
+def _mismatch(table: Any, staged: Any) -> str | None:
+    """Why the table cannot adopt the staged files, or None: a column differs (name or type;
+    nullability and metadata aside), or a partition column does."""
+
+    def columns(delta: Any) -> list[tuple[str, str]]:
+        return [(field.name, str(field.type)) for field in delta.schema().fields]
+
+    if columns(table) != columns(staged):
+        return "its columns differ from the copy's"
+    if list(table.metadata().partition_columns) != list(staged.metadata().partition_columns):
+        return "its partition columns differ from the copy's"
+    return None
 
 
-def _has_log(target: str) -> bool:
-    from deltalake import DeltaTable  # noqa: PLC0415
-
-    return bool(DeltaTable.is_deltatable(target))
-
-
-def _delete(location: str, what: str) -> None:
-    try:
-        filesystem, path = table_filesystem(location)
-        filesystem.delete_dir(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:  # best effort: nothing reads it again
-        log.warning(f"{what} could not be removed", path=location, error=str(exc))
+def _through_engine(target: str, reason: str) -> None:
+    log.info("the copy replaces the table through the engine", table_path=target, reason=reason)

@@ -56,10 +56,9 @@ from decoder import (
     Relation,
     TypeDescription,
     ValueDecoder,
-    cause_line,
     pg_timestamp_to_datetime,
 )
-from sink.adoption import StagedFileAdopter, remove_stale_staging
+from sink.adoption import StagedFileAdopter, remove_directory, remove_stale_staging
 from sink.arrow import (
     ArrowColumn,
     metadata_columns,
@@ -73,7 +72,6 @@ from sink.compaction import Compactor
 from sink.constants import REJECTS_TABLE
 from sink.convert import column_converter
 from sink.copies import TableCopies
-from sink.deltalog import table_filesystem
 from sink.deltars import DeltaRsAppender
 from sink.evolution import (
     SourceCatalog,
@@ -529,7 +527,6 @@ class DeltaSink:
         name = relation.qualified_name
         path = table_path(self._settings.path, relation.schema_name, relation.relation_name)
         action = f"replacing {name} by its copy"
-        self._lake.forget(path)
         adopted = self._adopter is not None and self._adopter.adopt(path, target.path, action)
         if not adopted:
             spec = self._settings.key_buckets.get(name)
@@ -545,7 +542,7 @@ class DeltaSink:
         self._lake.forget(target.path)
         self._copies.finish(name, lsn, reason)
         if not adopted:
-            _remove_staging(target.path)
+            remove_directory(target.path, "a staging table the engine copied from")
 
     def _holds_rows(self, table: str, target: str) -> bool:
         """Whether the Delta table ``target`` has any row (soft-deleted ones too)."""
@@ -690,13 +687,3 @@ class DeltaSink:
 def _earliest(*lsns: Lsn | None) -> Lsn | None:
     """The smallest of the LSNs given, None when none is."""
     return min((lsn for lsn in lsns if lsn is not None), default=None)
-
-
-def _remove_staging(path: str) -> None:
-    """Delete a staging table's files once its copy replaced the table (failures only
-    warn: the directory is not read again, and a later copy uses a new one)."""
-    try:
-        filesystem, location = table_filesystem(path)
-        filesystem.delete_dir(location)
-    except Exception as exc:  # best effort; see the docstring
-        log.warning("a staging table could not be removed", path=path, error=cause_line(exc))

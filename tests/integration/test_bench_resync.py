@@ -9,53 +9,21 @@ time or speed is asserted.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
-from tests.support.harness import ROOT, child_environment
+from tests.support.benchmarks import run_benchmark
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 
 def test_the_resync_benchmark_copies_a_table_while_streaming_and_reports_rates_and_lag() -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "resync",
-            "--rows",
-            "20000",
-            "--table-rows",
-            "10000",
-            "--rows-per-file",
-            "5000",
-            "--key-bucket-width",
-            "5000",
-            "--rate",
-            "500",
-            "--per-transaction",
-            "100",
-            "--warmup-seconds",
-            "1",
-            "--before-seconds",
-            "2",
-            "--after-seconds",
-            "1",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=540,
-        check=False,
-        cwd=ROOT,
-        env=child_environment(),
+    report = run_benchmark(
+        "resync",
+        *("--rows", "20000", "--table-rows", "10000"),
+        *("--rows-per-file", "5000", "--key-bucket-width", "5000"),
+        *("--rate", "500", "--per-transaction", "100"),
+        *("--warmup-seconds", "1", "--before-seconds", "2", "--after-seconds", "1"),
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
     figures = {figure["name"]: figure for figure in report["figures"]}
     for name in (
         "initial snapshot",
