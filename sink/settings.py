@@ -123,7 +123,7 @@ class SinkSettings:
         compact_after_writes: compact a table's small files after this many writes to it
             (``compaction.py``); 0 never compacts.
         inline_sources: send every MERGE source through the Spark session, also to the
-            embedded engine, which otherwise reads it from a local Arrow file
+            embedded engine, which otherwise reads it from a local Parquet file
             (``sources.py``); for the tests that compare the two. No configuration sets
             it, so it is the one field with a default.
         column_types: qualified table name -> source column name -> what the column is

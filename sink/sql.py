@@ -11,8 +11,8 @@ DataFrame writer in ``delta.py`` (``render_added_columns_select`` is the query w
 it writes when new columns need values).
 
 The ``view`` argument of every renderer is a relation reference the lake port made
-(``tables.LakeTables.view``), used as it is: the embedded engine reads the Arrow file of
-the rows itself (``arrow.`/tmp/.../source.arrow```, no temporary view to register and
+(``tables.LakeTables.view``), used as it is: the embedded engine reads the Parquet file of
+the rows itself (``parquet.`/tmp/.../1.parquet```, no temporary view to register and
 drop), other engines a quoted temporary view.
 
 The source of a MERGE is such a relation holding one row per ``PlannedRow``: the step's

@@ -9,7 +9,7 @@ unless it exists (an empty DataFrame written with save mode ``ignore``: Sail rej
 ``CREATE TABLE delta.`path```), caches each table's columns after the first look
 (``TableState``), adds missing columns (``mergeSchema``, a metadata-only commit), checks a
 table's key-range partitioning against the configuration, and runs statements over
-temporary views of Arrow tables (read from a local Arrow file by the embedded engine,
+temporary views of Arrow tables (read from a local Parquet file by the embedded engine,
 ``sources.py``; sent inline through the session otherwise).
 """
 
@@ -32,7 +32,7 @@ from sink.base import SinkDataError
 from sink.evolution import delta_type_name
 from sink.plan import NO_POSITION, PlanColumn, Position
 from sink.settings import KeyBuckets
-from sink.sources import SourceFiles
+from sink.sources import FILE_FORMAT, SourceFiles
 from sink.spark import engine_errors
 from sink.sql import MetadataColumns, quote, render_any_row, render_newest_position
 from sink.typemap import BIGINT
@@ -195,14 +195,14 @@ class LakeTables:
     def view(self, table: pa.Table, columns: Sequence[ArrowColumn]) -> Iterator[str]:
         """A relation reference to ``table``, usable in SQL for the duration of the block.
 
-        The embedded engine reads the table's Arrow file itself (``arrow.`path```,
+        The embedded engine reads the table's file itself (``parquet.`path```,
         ``sources.py``); otherwise the table is sent inline and registered as a temporary
         view, dropped at the end.
         """
         path = self._source_file(table, columns)
         if path is not None:
             try:
-                yield f"arrow.{quote(str(path))}"
+                yield f"{FILE_FORMAT}.{quote(str(path))}"
             finally:
                 if self._files is not None:
                     self._files.remove(path)

@@ -786,7 +786,7 @@ def test_every_type_of_the_mapping_round_trips_exactly(
     binary: bool,
     inline: bool,
 ) -> None:
-    # The embedded engine reads MERGE sources from Arrow files (sink/sources.py), any other
+    # The embedded engine reads MERGE sources from Parquet files (sink/sources.py), any other
     # engine gets them inline: both must give the same exact values.
     files_written: list[pa.Table] = []
     write = SourceFiles.write

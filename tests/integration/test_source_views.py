@@ -1,4 +1,4 @@
-"""A MERGE source's view on the embedded engine: read from a local Arrow file
+"""A MERGE source's view on the embedded engine: read from a local Parquet file
 (``sink/sources.py``) or sent inline, it has the types of the sink's columns, and leaves
 no file behind."""
 
@@ -37,7 +37,7 @@ def test_a_view_has_the_types_of_the_columns_and_leaves_no_file(
         rows = [tuple(r) for r in spark_session.sql(f"SELECT * FROM {name} ORDER BY id").collect()]
         if files is not None:
             assert files.directory is not None
-            assert len(list(files.directory.glob("*.arrow"))) == 1
+            assert len(list(files.directory.glob("*.parquet"))) == 1
     assert schema == "struct<id:bigint,note:string>"
     assert rows == [(1, "ü"), (2, None)]
     if files is not None:

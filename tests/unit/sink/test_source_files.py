@@ -1,4 +1,4 @@
-"""Arrow IPC files the embedded engine reads MERGE sources from (``sink/sources.py``): one
+"""Parquet files the embedded engine reads MERGE sources from (``sink/sources.py``): one
 file per view, gone after it; a private directory, removed on close, and directories
 left by a dead process removed by the next one. The engine reading them is covered by
 ``tests/integration/test_delta_sink.py`` (every type, inline and from a file)."""
@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from sink.sources import DIRECTORY_PREFIX, LOCK_NAME, SourceFiles, remove_abandoned
@@ -29,7 +30,7 @@ def test_a_file_holds_the_table_until_it_is_removed(tmp_path: Path) -> None:
     files = SourceFiles(tmp_path)
     path = files.write(TABLE)
     assert path.parent == files.directory
-    assert pa.ipc.open_file(str(path)).read_all().equals(TABLE)
+    assert pq.read_table(path).equals(TABLE)
     other = files.write(TABLE)
     assert other != path  # every view gets its own file
     files.remove(path)
@@ -78,7 +79,7 @@ def test_a_live_owners_directory_is_kept_and_an_unlocked_one_removed(tmp_path: P
     abandoned = tmp_path / f"{DIRECTORY_PREFIX}gone"
     abandoned.mkdir()
     (abandoned / LOCK_NAME).touch()
-    (abandoned / "7.arrow").write_bytes(b"left behind")
+    (abandoned / "7.parquet").write_bytes(b"left behind")
     unrelated = tmp_path / "something-else"
     unrelated.mkdir()
     assert remove_abandoned(tmp_path) == [abandoned]
@@ -147,6 +148,6 @@ def test_an_owner_never_closed_removes_its_files_when_collected_or_at_exit(
 
     returncode, left = _child_writing_a_file(tmp_path, "sys.exit(0)")
     assert returncode == 0
-    assert left.name.endswith(".arrow")
+    assert left.name.endswith(".parquet")
     assert not left.parent.exists()
     assert list(tmp_path.iterdir()) == []
