@@ -123,11 +123,11 @@ class CopyLagSink(LagSink):
         finally:
             self.upkeep.append((time.time(), time.perf_counter() - started))
 
-    def settle(self) -> None:
-        """The wrapped sink's upkeep when idle, timed."""
+    def settle(self) -> bool:
+        """The wrapped sink's upkeep when idle, timed; whether some is still due."""
         started = time.perf_counter()
         try:
-            self.inner.settle()
+            return self.inner.settle()
         finally:
             self.upkeep.append((time.time(), time.perf_counter() - started))
 

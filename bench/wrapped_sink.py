@@ -25,9 +25,9 @@ class WrapsDeltaSink:
         """The wrapped sink's upkeep after a batch."""
         self.inner.after_apply()
 
-    def settle(self) -> None:
-        """The wrapped sink's upkeep when idle."""
-        self.inner.settle()
+    def settle(self) -> bool:
+        """The wrapped sink's upkeep when idle; whether some is still due."""
+        return self.inner.settle()
 
     def held_deadline(self) -> float | None:
         """When the wrapped sink's held-back changes are due."""

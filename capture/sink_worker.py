@@ -30,7 +30,9 @@ A sink that defers upkeep (``DeferringSink``: ``DeltaSink`` compacts tables, and
 commit-log records with the next batch's intent) gets ``after_apply`` right after each
 applied batch is reported - so its transactions are acknowledged and their lag ends before
 the upkeep - and ``settle`` once the worker has waited ``settle_after`` seconds without a
-batch. A batch offered meanwhile waits for either: the worker is not idle.
+batch. A batch offered meanwhile waits for either: the worker is not idle. Both do a
+bounded piece of upkeep (``DeltaSink``: about a second); while ``settle`` says more is
+due, the worker settles again as long as no batch is waiting.
 """
 
 from __future__ import annotations
@@ -99,6 +101,8 @@ class SinkWorker:
         self._inbox_changed = threading.Condition()
         self._idle = False
         """The worker waits for a batch (guarded by ``_inbox_changed``)."""
+        self._offers = 0
+        """``offer`` calls waiting for room (guarded by ``_inbox_changed``)."""
         self._outbox: queue.Queue[AppliedBatch | FailedBatch] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="wal2delta-sink", daemon=True)
         self._in_flight = 0
@@ -153,7 +157,11 @@ class SinkWorker:
         with self._busy_lock:
             self._busy += 1
         with self._inbox_changed:
-            if not self._inbox_changed.wait_for(self._has_room, timeout=max(timeout, 0.0)):
+            self._offers += 1
+            room = self._inbox_changed.wait_for(self._has_room, timeout=max(timeout, 0.0))
+            self._offers -= 1
+            if not room:
+                self._inbox_changed.notify_all()  # a worker waiting for this offer goes on
                 with self._busy_lock:
                     self._busy -= 1
                 return False
@@ -230,6 +238,10 @@ class SinkWorker:
                 self._inbox_changed.notify_all()
                 self._wake()
                 self._inbox_changed.wait_for(self._has_work, timeout=self._idle_timeout(idle_since))
+                if self._offers and not self._has_work():
+                    # An offer was waiting for this idle moment: its batch goes before any
+                    # upkeep (the condition's lock alone would not let it in first).
+                    self._inbox_changed.wait_for(self._offer_done, timeout=_PICK_UP_WAIT_SECONDS)
                 self._idle = False  # also while settling: an offered batch waits for it
                 if self._stopping.is_set():
                     return None
@@ -273,19 +285,25 @@ class SinkWorker:
     def _has_work(self) -> bool:
         return bool(self._inbox) or self._stopping.is_set()
 
+    def _offer_done(self) -> bool:
+        return self._has_work() or not self._offers
+
     def _settle(self) -> None:
         self._unsettled = False
         if self._deferring is not None and not self._failed:
-            self._upkeep(self._deferring.settle)
+            # Still due: settle again at once unless a batch came meanwhile (``_next_batch``).
+            self._unsettled = self._upkeep(self._deferring.settle) is True
 
-    def _upkeep(self, work: Callable[[], None]) -> None:
-        """Run the sink's upkeep; the worker counts as busy meanwhile (``busy``)."""
+    def _upkeep(self, work: Callable[[], object]) -> object:
+        """Run the sink's upkeep and return what it returns (None when it failed); the
+        worker counts as busy meanwhile (``busy``)."""
         with self._busy_lock:
             self._busy += 1
         try:
-            work()
+            return work()
         except Exception as exc:  # the sink logs its own failures; this is a last resort
             log.warning("sink upkeep failed", error=f"{type(exc).__name__}: {exc}")
+            return None
         finally:
             self._done()
 

@@ -112,8 +112,10 @@ class DeferringSink(Protocol):
         """Upkeep due after the batch just applied; failures are logged, never raised."""
         ...
 
-    def settle(self) -> None:
-        """Upkeep deferred until the sink is idle; failures are logged, never raised."""
+    def settle(self) -> bool:
+        """Upkeep deferred until the sink is idle, in a bounded piece; failures are logged,
+        never raised. Returns whether some is still due: the worker calls again while it
+        stays idle, so a batch that comes meanwhile waits for one piece at most."""
         ...
 
 

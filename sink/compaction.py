@@ -30,7 +30,12 @@ which took 12 s for 3M rows against the engine's 2 s, and grew the daemon by 300
 
 ``wrote`` only counts and notes the tables that are due; ``compact_due`` compacts or purges
 them, then vacuums the tables whose retention turn has come (``retention.py``, with
-``sink.retention``; without it the daemon never deletes a file).
+``sink.retention``; without it the daemon never deletes a file). After a batch it works
+for at most ``UPKEEP_BUDGET_SECONDS`` and leaves the rest for the next batch or the next
+idle moment: tables written together come due together (200 tables written by every batch
+are due in the same batch every ``after_writes`` batches, and every table of a lake is due
+for its first vacuum after a start), and done in one go their upkeep would delay the next
+batch - and the lag of every table - by seconds to minutes.
 The sink worker calls it (through ``DeltaSink.after_apply``) after it has reported the batch
 durable, so upkeep never delays the batch that made it due, and never races the engine's
 MERGE on the same table (the worker applies one batch at a time). A failed compaction,
@@ -56,6 +61,11 @@ from sink.tables import LakeTables
 
 log = structlog.get_logger("wal2delta.sink")
 
+
+UPKEEP_BUDGET_SECONDS: Final = 1.0
+"""How long the upkeep after a batch, or in one idle moment, may start new work (the
+module docstring): the most it delays the next batch, unless one compaction, purge or
+vacuum takes longer by itself."""
 
 PURGE_AT: Final = 0.01
 """The share of a deletion-vector table's stored rows marked deleted at which a compaction
@@ -118,15 +128,27 @@ class Compactor:
             self._writes[path] = 0
             self._due[path] = None
 
-    def compact_due(self) -> None:
+    def compact_due(self, budget_seconds: float | None = None) -> bool:
         """Compact or purge the tables that are due, then vacuum those whose turn has come
-        (failures only warn)."""
+        (failures only warn); return whether some upkeep is still due.
+
+        ``budget_seconds``: stop starting new work once this much time has passed; what is
+        left waits for the next call. One compaction and one vacuum run whatever the
+        budget (when due), so every call makes progress, and one may run past it (a purge
+        is one rewrite). None: everything due is done.
+        """
+        started = time.monotonic()
+        deadline = None if budget_seconds is None else started + budget_seconds
         while self._due:
             path = next(iter(self._due))
             del self._due[path]
             self._compact(path)
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        waiting = bool(self._due)
         if self._retention is not None:
-            self._retention.vacuum_due()
+            waiting = self._retention.vacuum_due(deadline) or waiting
+        return waiting
 
     def clear(self) -> None:
         """Forget the counts and what is due (a new process or a reset sink starts again)."""

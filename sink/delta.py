@@ -68,7 +68,7 @@ from sink.base import Batch, BatchResult, CopyTarget, SinkDataError, SinkError, 
 from sink.bookkeeping import Bookkeeping
 from sink.bulk import BulkTarget, frame_columns
 from sink.commits import CommitLog, commits_path
-from sink.compaction import Compactor
+from sink.compaction import UPKEEP_BUDGET_SECONDS, Compactor
 from sink.constants import REJECTS_TABLE
 from sink.convert import column_converter
 from sink.copies import TableCopies
@@ -196,7 +196,8 @@ class DeltaSink:
             SinkError: any other engine failure.
         """
         started = time.monotonic()
-        self._compactor.compact_due()  # a caller that never calls after_apply still compacts
+        # A caller that never calls after_apply still compacts.
+        self._compactor.compact_due(UPKEEP_BUDGET_SECONDS)
         # Small tables' changes may wait for a later batch (holdback.py); ``batch`` is
         # then what is applied now, without a durable_lsn while changes stay held.
         batch = self._held.admit(self._screened(batch), started)
@@ -246,22 +247,25 @@ class DeltaSink:
         )
 
     def after_apply(self) -> None:
-        """Compact the tables due after the batch just applied (``sink/compaction.py``).
+        """Compact the tables due after the batch just applied (``sink/compaction.py``),
+        for at most ``UPKEEP_BUDGET_SECONDS``; the rest waits for the next batch or
+        ``settle``.
 
         Called by the sink worker once the batch is reported durable (``DeferringSink``);
         ``apply`` does it first otherwise. A failure only logs a warning.
         """
-        self._compactor.compact_due()
+        self._compactor.compact_due(UPKEEP_BUDGET_SECONDS)
 
-    def settle(self) -> None:
-        """Do what ``apply`` deferred: compactions still due, and the records waiting for
-        the next batch's intent.
+    def settle(self) -> bool:
+        """Do what ``apply`` deferred: the records waiting for the next batch's intent,
+        then the compactions and vacuums still due, for at most ``UPKEEP_BUDGET_SECONDS``;
+        return whether some are still due (the worker settles again while it stays idle).
 
         Called by the sink worker once it has been idle for a moment (``DeferringSink``). A
         failure only logs a warning: the records wait for the next append.
         """
-        self._compactor.compact_due()
         self._write_deferred_records()
+        return self._compactor.compact_due(UPKEEP_BUDGET_SECONDS)
 
     def _screened(self, batch: Batch) -> Batch:
         """``batch`` without the changes of tables being copied while streaming, or those a

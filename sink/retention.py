@@ -29,7 +29,9 @@ version's ``file_uris``), and a file is only deleted inside the table's director
 
 Each table the sink writes is vacuumed when this process first writes it and then every
 ``max(R / 4, 1 hour)`` (``vacuum_interval``), from the sink worker between batches
-(``Compactor.compact_due``), so a vacuum never races the engine's writes to the table.
+(``Compactor.compact_due``, within its time budget: tables due at once - every table of a
+lake after a start - are spread over the next batches), so a vacuum never races the
+engine's writes to the table.
 A vacuum that fails only logs a warning and is tried at the next interval. No commit is
 written: the log is left as it is (delta-rs's own vacuum would add two commits).
 """
@@ -152,27 +154,36 @@ class Retention:
         for path in paths:
             self._next.setdefault(path, now)
 
-    def vacuum_due(self) -> None:
-        """Vacuum the tables that are due (failures only warn)."""
+    def vacuum_due(self, deadline: float | None = None) -> bool:
+        """Vacuum the tables that are due (failures only warn); return whether some wait.
+
+        ``deadline`` (a ``time.monotonic`` reading): once it has passed, the tables not yet
+        vacuumed wait for the next call; one is vacuumed whatever the deadline, so every
+        call makes progress (``Compactor.compact_due``).
+        """
         now = self._clock()
         due = [path for path, at in self._next.items() if at <= now]
         if not due:
-            return
-        for path in due:
-            self._next[path] = now + self._every
+            return False
         cutoff = datetime.fromtimestamp(now - self._retention, UTC)
         try:
             kept = retained_versions(read_commit_records(self._root), cutoff)
         except FileNotFoundError:
             kept = {}  # no commit log: no cut to keep
         except Exception as exc:
+            for path in due:
+                self._next[path] = now + self._every
             log.warning(
                 "reading the commit log for a vacuum failed; the vacuum waits for its next turn",
                 error=f"{type(exc).__name__}: {engine_message(exc)}",
             )
-            return
-        for path in due:
+            return False
+        for done, path in enumerate(due):
+            if done and deadline is not None and time.monotonic() >= deadline:
+                return True
+            self._next[path] = now + self._every
             self._vacuum(path, cutoff, kept.get(path, set()))
+        return False
 
     def clear(self) -> None:
         """Forget the schedule (a new process vacuums each table when it first writes it)."""

@@ -150,3 +150,32 @@ def test_a_new_process_counts_the_commits_since_the_last_compaction(tmp_path: Pa
     compactor.compact_due()
     assert DeltaTable(path).history(limit=1)[0]["operation"] == "WRITE"
     assert sorted(DeltaTable(path).to_pyarrow_table().column("id").to_pylist()) == [0, 1, 2, 3, 9]
+
+
+def test_a_budget_spreads_the_tables_due_together_over_calls(tmp_path: Path) -> None:
+    paths = [str(tmp_path / f"t{n}") for n in range(3)]
+    for path in paths:
+        for n in range(2):
+            write_deltalake(path, pa.table({"id": [n]}), mode="append")
+    compactor = Compactor(2)
+    compactor.wrote(paths)  # all three due together
+
+    def compacted() -> list[bool]:
+        return [DeltaTable(p).history(limit=1)[0]["operation"] == "OPTIMIZE" for p in paths]
+
+    # A spent budget still compacts one table a call, in the order they came due.
+    assert compactor.compact_due(budget_seconds=0.0) is True
+    assert compacted() == [True, False, False]
+    assert compactor.compact_due(budget_seconds=0.0) is True
+    assert compacted() == [True, True, False]
+    assert compactor.compact_due(budget_seconds=0.0) is False
+    assert compacted() == [True, True, True]
+    assert compactor.compact_due(budget_seconds=0.0) is False  # nothing left
+    # Without a budget, everything due is done in one call.
+    for path in paths:
+        write_deltalake(path, pa.table({"id": [9]}), mode="append")
+    compactor.wrote(paths)
+    compactor.wrote(paths)
+    assert compactor.compact_due() is False
+    assert compacted() == [True, True, True]
+    assert [len(DeltaTable(p).file_uris()) for p in paths] == [1, 1, 1]

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, QueryBuilder
+from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
 from daemon.cut import CutError, choose_cut
 from decoder import Lsn, RowChange
@@ -174,3 +174,26 @@ def test_the_sink_vacuums_each_table_it_writes_when_retention_is_set(
     assert _rows(tags) == {1: "t1", 2: "t2", 3: "t3", 4: "t4", 9: "t9"}
     assert vacuum_interval(1.0) == 3600
     assert vacuum_interval(7 * 86400) == 7 * 86400 / 4
+
+
+def test_a_deadline_spreads_the_vacuums_due_together_over_calls(tmp_path: Path) -> None:
+    paths = [str(tmp_path / f"t{n}") for n in range(3)]
+    for path in paths:
+        write_deltalake(path, pa.table({"id": [1]}))
+        write_deltalake(path, pa.table({"id": [2]}), mode="overwrite")
+    time.sleep(0.2)
+    retention = Retention(0.1, str(tmp_path), every=3600)
+    retention.wrote(paths)  # all three due together
+
+    def stored() -> list[int]:
+        return [len(list(Path(p).glob("*.parquet"))) for p in paths]
+
+    assert stored() == [2, 2, 2]
+    past = time.monotonic() - 1
+    # A passed deadline still vacuums one table a call, in the order they came due.
+    assert retention.vacuum_due(past) is True
+    assert stored() == [1, 2, 2]
+    assert retention.vacuum_due(past) is True
+    assert retention.vacuum_due(past) is False
+    assert stored() == [1, 1, 1]
+    assert retention.vacuum_due(past) is False  # each waits for its next turn now

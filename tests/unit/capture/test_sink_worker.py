@@ -160,14 +160,16 @@ def test_max_pending_cannot_be_negative() -> None:
 
 class _DeferringSink:
     """Records applies, upkeep after them and settles; ``settle`` blocks while ``hold`` is
-    clear."""
+    clear, and says more is due for its first ``pieces - 1`` calls after each batch."""
 
-    def __init__(self, *, fail: bool = False) -> None:
+    def __init__(self, *, fail: bool = False, pieces: int = 1) -> None:
         self.events: list[str] = []
         self.settling = threading.Event()
         self.hold = threading.Event()
         self.hold.set()
         self.fail = fail
+        self.pieces = pieces
+        self._left = pieces
 
     def apply(self, batch: Batch) -> BatchResult:
         self.events.append("apply")
@@ -175,13 +177,16 @@ class _DeferringSink:
 
     def after_apply(self) -> None:
         self.events.append("after")
+        self._left = self.pieces
 
-    def settle(self) -> None:
+    def settle(self) -> bool:
         self.events.append("settle")
         self.settling.set()
         self.hold.wait()
         if self.fail:
             raise RuntimeError("the commit log is unreachable")
+        self._left -= 1
+        return self._left > 0
 
     def close(self) -> None:
         pass
@@ -216,6 +221,41 @@ def test_a_batch_offered_while_the_sink_settles_waits_for_it() -> None:
     assert not worker.offer(_batch(), timeout=0.2), "handed over while the sink settled"
     sink.hold.set()
     assert worker.offer(_batch(), timeout=5)
+    reports = [worker.wait_report(5), worker.wait_report(5)]
+    assert all(isinstance(report, AppliedBatch) for report in reports)
+    assert sink.events[:4] == ["apply", "after", "settle", "apply"]
+    assert worker.stop(timeout=10)
+
+
+@pytest.mark.timeout(30)
+def test_upkeep_still_due_is_settled_piece_by_piece_while_idle() -> None:
+    sink = _DeferringSink(pieces=3)
+    worker = SinkWorker(sink, settle_after=0.05)
+    assert worker.offer(_batch(), timeout=5)
+    assert isinstance(worker.wait_report(5), AppliedBatch)
+    deadline = time.monotonic() + 5
+    while sink.events.count("settle") < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # no fourth piece: the third said nothing is left
+    assert sink.events == ["apply", "after", "settle", "settle", "settle"]
+    assert worker.stop(timeout=10)
+
+
+@pytest.mark.timeout(30)
+def test_a_batch_offered_between_pieces_of_upkeep_goes_first() -> None:
+    sink = _DeferringSink(pieces=100)
+    sink.hold.clear()
+    worker = SinkWorker(sink, settle_after=0.05)
+    assert worker.offer(_batch(), timeout=5)
+    assert sink.settling.wait(5)
+    offered: list[bool] = []
+    offering = threading.Thread(target=lambda: offered.append(worker.offer(_batch(), 5)))
+    offering.start()
+    time.sleep(0.2)
+    assert not offered, "handed over while the sink settled"
+    sink.hold.set()  # this piece ends; the next one waits behind the batch
+    offering.join(5)
+    assert offered == [True]
     reports = [worker.wait_report(5), worker.wait_report(5)]
     assert all(isinstance(report, AppliedBatch) for report in reports)
     assert sink.events[:4] == ["apply", "after", "settle", "apply"]
