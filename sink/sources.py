@@ -18,7 +18,8 @@ carries the row count, and Sail plans the MERGE's hash join from it, building on
 source and probing with the target; an Arrow IPC file gives no row count, and Sail built
 the hash table from the whole target instead (a 10k-change MERGE into 10M rows took 1.7x
 as long). Writing Parquet costs a few milliseconds more per 100k rows. A remote engine
-(``connect``) cannot read the daemon's disk: it keeps the inline path. So does a sink whose
+(``connect``) cannot read the daemon's disk: it keeps the inline path, and so does classic
+Spark, whose local relation is never run here (``sink/spark.py``). So does a sink whose
 file could not be written (no writable temporary directory, a full disk): it logs a
 warning once and sends every later source inline (``tables.py``).
 
