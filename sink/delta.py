@@ -531,19 +531,22 @@ class DeltaSink:
         name = relation.qualified_name
         path = table_path(self._settings.path, relation.schema_name, relation.relation_name)
         action = f"replacing {name} by its copy"
-        adopted = self._adopter is not None and self._adopter.adopt(path, target.path, action)
-        if not adopted:
-            spec = self._settings.key_buckets.get(name)
-            partitions = (self._meta.key_bucket,) if spec is not None else ()
-            with engine_errors(action):
-                self._lake.overwrite(
-                    path,
-                    render_select_all(target=delta_table(target.path)),
-                    merge_schema=True,
-                    partitions=partitions,
-                )
-        self._lake.forget(path)
-        self._lake.forget(target.path)
+        try:
+            adopted = self._adopter is not None and self._adopter.adopt(path, target.path, action)
+            if not adopted:
+                spec = self._settings.key_buckets.get(name)
+                partitions = (self._meta.key_bucket,) if spec is not None else ()
+                with engine_errors(action):
+                    self._lake.overwrite(
+                        path,
+                        render_select_all(target=delta_table(target.path)),
+                        merge_schema=True,
+                        partitions=partitions,
+                    )
+        finally:
+            # Also after a failure: an engine error may come after the commit it reports.
+            self._lake.forget(path)
+            self._lake.forget(target.path)
         self._copies.finish(name, lsn, reason)
         if not adopted:
             remove_directory(target.path, "a staging table the engine copied from")
