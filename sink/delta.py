@@ -39,6 +39,7 @@ own snapshot state.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -124,7 +125,10 @@ class DeltaSink:
     """Applies batches to Delta tables at ``settings.path`` through ``spark``.
 
     The session belongs to the caller (``create_spark_session``); ``close`` does not stop
-    it. One sink instance is used by one thread at a time (the sink worker).
+    it. The sink worker applies batches and runs upkeep; the online copier's thread copies
+    tables at the same time (``start_copies``, ``begin_copy``, ``append_bulk``,
+    ``finish_copy``). What writes the tables themselves - a batch, upkeep, a copy that
+    starts or replaces its table - takes turns (``_table_writes``).
 
     ``catalog`` (optional) reads the source catalog: fast defaults of added columns, the
     evidence that tells a renamed last column from a dropped one, primary keys for
@@ -174,6 +178,13 @@ class DeltaSink:
         self._held = HeldChanges(settings.table_min_rows, settings.table_max_age)
         self._copies = TableCopies(self._lake, settings.path)
         self._adopter = StagedFileAdopter() if settings.bulk_writer != "spark" else None
+        self._table_writes = threading.RLock()
+        """Held by ``apply``, the upkeep, ``start_copies`` and ``finish_copy``. A copy that
+        starts waits for the batch in flight: the batch was screened before the copy
+        started, and its MERGE - reading the table before the copy's commit, committing
+        after it - would fail on the conflict (Sail merges without retries). A table is
+        never compacted while its copy replaces it. Staging tables are written outside it,
+        so a copy runs while batches are applied."""
         self._pool: ThreadPoolExecutor | None = None
         """Threads that apply several tables of a batch at once; made on first need."""
         self._follower = RelationFollower(
@@ -195,6 +206,10 @@ class DeltaSink:
                 conflicted; replaying the batch is safe.
             SinkError: any other engine failure.
         """
+        with self._table_writes:
+            return self._apply(batch)
+
+    def _apply(self, batch: Batch) -> BatchResult:
         started = time.monotonic()
         # A caller that never calls after_apply still compacts.
         self._compactor.compact_due(UPKEEP_BUDGET_SECONDS)
@@ -254,7 +269,8 @@ class DeltaSink:
         Called by the sink worker once the batch is reported durable (``DeferringSink``);
         ``apply`` does it first otherwise. A failure only logs a warning.
         """
-        self._compactor.compact_due(UPKEEP_BUDGET_SECONDS)
+        with self._table_writes:
+            self._compactor.compact_due(UPKEEP_BUDGET_SECONDS)
 
     def settle(self) -> bool:
         """Do what ``apply`` deferred: the records waiting for the next batch's intent,
@@ -264,8 +280,9 @@ class DeltaSink:
         Called by the sink worker once it has been idle for a moment (``DeferringSink``). A
         failure only logs a warning: the records wait for the next append.
         """
-        self._write_deferred_records()
-        return self._compactor.compact_due(UPKEEP_BUDGET_SECONDS)
+        with self._table_writes:
+            self._write_deferred_records()
+            return self._compactor.compact_due(UPKEEP_BUDGET_SECONDS)
 
     def _screened(self, batch: Batch) -> Batch:
         """``batch`` without the changes of tables being copied while streaming, or those a
@@ -452,8 +469,10 @@ class DeltaSink:
         return [(r.table, r.reason) for r in self._copies.to_copy()]
 
     def start_copies(self, tables: Sequence[str], reason: str) -> None:
-        """Drop the changes of ``tables`` from now on: their copies begin."""
-        self._copies.start(tables, reason)
+        """Drop the changes of ``tables`` from now on: their copies begin. Waits for the
+        batch being applied, if any (``_table_writes``)."""
+        with self._table_writes:
+            self._copies.start(tables, reason)
 
     def finish_empty_copy(self, table: str, lsn: Lsn, reason: str) -> None:
         """A requested table is not published at ``lsn``: nothing to copy; done."""
@@ -527,6 +546,12 @@ class DeltaSink:
                 its old content).
         """
         assert isinstance(target, BulkTarget), "a target begin_copy handed out"
+        with self._table_writes:
+            self._replace_by_copy(relation, target, lsn, reason)
+
+    def _replace_by_copy(
+        self, relation: Relation, target: BulkTarget, lsn: Lsn, reason: str
+    ) -> None:
         self._bookkeeping.flush_column_origins()
         name = relation.qualified_name
         path = table_path(self._settings.path, relation.schema_name, relation.relation_name)

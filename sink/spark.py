@@ -303,7 +303,11 @@ _RETRYABLE_GRPC_CODES: Final = frozenset(
 # Delta's optimistic-concurrency failures (ConcurrentAppendException and friends, delta-rs's
 # CommitConflictError variants) mean another writer committed first; applying the batch
 # again is the documented remedy. Only these exact names count: a generic word such as
-# "concurrent" could come from a row value quoted in a data error.
+# "concurrent" could come from a row value quoted in a data error. Sail's transaction errors
+# carry no class name: a conflict, or a MERGE (committed without retries) finding the table
+# changed since it read it, says "Failed to commit transaction: ..."
+# (sail-delta-lake, ``TransactionError::CommitConflict`` and ``MaxCommitAttempts``), a lost
+# race for a version "Tried committing existing table version: N".
 _RETRYABLE_MARKERS: Final = (
     "ConcurrentAppend",
     "ConcurrentDeleteRead",
@@ -314,6 +318,8 @@ _RETRYABLE_MARKERS: Final = (
     "ProtocolChangedException",
     "CommitConflict",
     "VersionAlreadyExists",
+    "Failed to commit transaction: ",
+    "Tried committing existing table version: ",
 )
 _DATA_ERROR_CLASSES: Final = frozenset(
     {

@@ -9,6 +9,7 @@ applied after it. The copy replaces the table in one commit.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,51 @@ def test_a_copy_replaces_the_table_in_one_commit_and_meets_the_stream_at_its_poi
     try:
         sink.apply(batch(update(DOCS, "1", "replayed before S", lsn=250)))
         assert _rows(lake, "docs")[0] == {"id": 1, "body": "copied"}
+    finally:
+        sink.close()
+
+
+def test_a_copy_that_starts_waits_for_the_batch_being_applied(
+    spark_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch in flight was screened before the copy started: its MERGE reads the table
+    before the copy's commit. Were the copy to replace the table meanwhile, the MERGE's
+    commit would conflict with it (Sail merges without retries: "Failed to commit
+    transaction: 0", seen in the online-copy crash harness)."""
+    lake = tmp_path / "lake"
+    sink = DeltaSink(spark_session, sink_settings(lake))
+    try:
+        sink.apply(batch(insert(DOCS, "1", "old", lsn=100)))
+        merging, release = threading.Event(), threading.Event()
+        apply_tables = sink._apply_tables
+
+        def held_at_the_merge(tables: Any) -> Any:
+            merging.set()
+            assert release.wait(60)
+            return apply_tables(tables)
+
+        monkeypatch.setattr(sink, "_apply_tables", held_at_the_merge)
+        applying = threading.Thread(
+            target=sink.apply, args=(batch(update(DOCS, "1", "in flight", lsn=200)),)
+        )
+        applying.start()
+        assert merging.wait(60)
+        starting = threading.Thread(target=sink.start_copies, args=(["public.docs"], "resync"))
+        starting.start()
+        starting.join(0.5)
+        assert starting.is_alive(), "the copy starts only once the batch is applied"
+        release.set()
+        applying.join(60)
+        starting.join(60)
+        assert not applying.is_alive()
+        assert not starting.is_alive()
+        assert _rows(lake, "docs") == [{"id": 1, "body": "in flight"}]
+        monkeypatch.undo()
+
+        result = sink.apply(batch(update(DOCS, "1", "dropped", lsn=300)))
+        assert result.held_lsn == 300, "changes after the start are dropped"
+        _copy(sink, DOCS, 400, pa.table({"id": ["1"], "body": ["copied"]}))
+        assert _rows(lake, "docs") == [{"id": 1, "body": "copied"}]
     finally:
         sink.close()
 

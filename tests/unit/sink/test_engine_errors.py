@@ -54,11 +54,22 @@ def test_connection_errors_from_the_client_are_retryable() -> None:
     assert isinstance(classify_engine_error(ConnectionResetError(), "x"), SinkRetryableError)
 
 
-def test_delta_concurrent_commit_conflicts_are_retryable() -> None:
-    exc = FakeGrpcError(
-        "io.delta.exceptions.ConcurrentAppendException: Files were added", StatusCode.UNKNOWN
-    )
-    assert isinstance(classify_engine_error(exc, "x"), SinkRetryableError)
+@pytest.mark.parametrize(
+    "message",
+    [
+        "io.delta.exceptions.ConcurrentAppendException: Files were added",
+        # Sail: a MERGE finding the table committed to since it read it (seen in the
+        # online-copy crash harness), a conflict, a lost race for a version.
+        "Failed to commit transaction: 0",
+        "Failed to commit transaction: Commit failed: a concurrent transaction deleted data",
+        "Tried committing existing table version: 7",
+    ],
+)
+def test_delta_concurrent_commit_conflicts_are_retryable(message: str) -> None:
+    exc = FakeGrpcError(message, StatusCode.UNKNOWN)
+    error = classify_engine_error(exc, "merging into a.b")
+    assert isinstance(error, SinkRetryableError)
+    assert "a concurrent commit conflicted while merging into a.b" in str(error)
 
 
 def test_a_row_value_that_says_concurrent_does_not_make_an_error_retryable() -> None:
