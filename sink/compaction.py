@@ -38,7 +38,8 @@ for its first vacuum after a start), and done in one go their upkeep would delay
 batch - and the lag of every table - by seconds to minutes.
 The sink worker calls it (through ``DeltaSink.after_apply``) after it has reported the batch
 durable, so upkeep never delays the batch that made it due, and never races the engine's
-MERGE on the same table (the worker applies one batch at a time). A failed compaction,
+MERGE on the same table (the worker applies one batch at a time) nor an online copy that
+replaces the table (``DeltaSink`` takes turns with the copier's thread). A failed compaction,
 purge or vacuum only logs a warning (the batch is already durable); a compaction or purge
 is tried again after the next ``after_writes`` writes, a vacuum at its next turn.
 """

@@ -179,12 +179,14 @@ class DeltaSink:
         self._copies = TableCopies(self._lake, settings.path)
         self._adopter = StagedFileAdopter() if settings.bulk_writer != "spark" else None
         self._table_writes = threading.RLock()
-        """Held by ``apply``, the upkeep, ``start_copies`` and ``finish_copy``. A copy that
-        starts waits for the batch in flight: the batch was screened before the copy
-        started, and its MERGE - reading the table before the copy's commit, committing
-        after it - would fail on the conflict (Sail merges without retries). A table is
-        never compacted while its copy replaces it. Staging tables are written outside it,
-        so a copy runs while batches are applied."""
+        """Held by ``apply``, the upkeep, ``start_copies``, ``begin_copy`` and
+        ``finish_copy``. A copy that starts waits for the batch in flight: the batch was
+        screened before the copy started, and its MERGE - reading the table before the
+        copy's commit, committing after it - would fail on the conflict (Sail merges
+        without retries). A table is never compacted while its copy replaces it, and the
+        relation follower's pending records are never flushed or forgotten by the other
+        thread. The rows of a copy are appended to its staging table outside it, so a copy
+        runs while batches are applied."""
         self._pool: ThreadPoolExecutor | None = None
         """Threads that apply several tables of a batch at once; made on first need."""
         self._follower = RelationFollower(
@@ -523,10 +525,11 @@ class DeltaSink:
         staging = staging_path(
             self._settings.path, relation.schema_name, relation.relation_name, lsn
         )
-        remove_stale_staging(
-            table_path(self._settings.path, relation.schema_name, relation.relation_name)
-        )
-        target = self._bulk_target(relation, lsn, commit_time, staging)
+        with self._table_writes:  # the relation follower's records are the batches' too
+            remove_stale_staging(
+                table_path(self._settings.path, relation.schema_name, relation.relation_name)
+            )
+            target = self._bulk_target(relation, lsn, commit_time, staging)
         if target is None:
             raise SinkDataError(
                 f"{relation.qualified_name} cannot be copied while streaming: its rows "
