@@ -13,6 +13,7 @@ from capture.errors import (
     EXIT_OK,
     EXIT_SLOT_IN_USE,
     CaptureError,
+    LakeAheadOfServerError,
     PublicationError,
     ReplicationConnectionLostError,
     ServerCapabilityError,
@@ -48,6 +49,7 @@ from capture.startup import (
 )
 from capture.stream import ReplicationStream
 from capture.tablecopy import OnlineCopier
+from capture.timeline import TimelineCheck, check_lake_timeline
 
 __all__ = [
     "EXIT_CONFIG",
@@ -63,6 +65,7 @@ __all__ = [
     "FailedBatch",
     "FeedbackPolicy",
     "FlushTracker",
+    "LakeAheadOfServerError",
     "Metrics",
     "OnlineCopier",
     "PostgresCatalog",
@@ -87,6 +90,8 @@ __all__ = [
     "SourceMonitor",
     "SourceRefusedError",
     "StreamRewindError",
+    "TimelineCheck",
+    "check_lake_timeline",
     "current_wal_lsn",
     "drop_undecodable_slot",
     "ensure_snapshot",

@@ -41,7 +41,9 @@ class Batcher:
         max_rows_ceiling: int | None = None,
         max_bytes: int | None = None,
         close_when_idle: bool = False,
+        timeline: int | None = None,
     ) -> None:
+        """``timeline``: the server's timeline, recorded with every batch (``Batch.timeline``)."""
         if max_rows < 1:
             raise ValueError("max_rows must be at least 1")
         self.max_rows = max_rows
@@ -49,6 +51,7 @@ class Batcher:
         self.max_bytes = max_bytes
         self.max_age = max_age
         self.close_when_idle = close_when_idle
+        self.timeline = timeline
         self._changes: list[Change] = []
         self._bytes = 0
         self._durable_lsn: Lsn | None = None
@@ -149,6 +152,7 @@ class Batcher:
             durable_lsn=self._durable_lsn,
             transaction_count=self._transactions,
             last_commit_time=self._last_commit_time,
+            timeline=self.timeline,
         )
         self._changes = []
         self._bytes = 0

@@ -71,6 +71,13 @@ class SlotNotFoundError(CaptureError):
     """The slot does not exist and the configuration does not allow creating it."""
 
 
+class LakeAheadOfServerError(CaptureError):
+    """The lake holds changes the server never had: it was written from a timeline that
+    ended, on this server's history, before them (a failover to a standby that had not
+    received them; ``capture/timeline.py``). Terminal unless ``snapshot.on_slot_loss:
+    resync``, which copies every table again instead."""
+
+
 class SlotUndecodableError(CaptureError):
     """The server's logical decoding fails on this slot's WAL, the same way every time.
 

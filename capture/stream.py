@@ -75,6 +75,17 @@ class ReplicationStream:
         assert row is not None
         return str(row[0]), int(str(row[1])), str(row[2])
 
+    def timeline_history(self, timeline: int) -> str:
+        """The history file of ``timeline`` (``TIMELINE_HISTORY``): a line per ancestor
+        timeline with the LSN where it ended (``capture.timeline``)."""
+        with map_psycopg_errors("TIMELINE_HISTORY"):
+            row = self._conn.execute(f"TIMELINE_HISTORY {int(timeline)}").fetchone()
+        assert row is not None
+        content = row[1]
+        if isinstance(content, bytes | bytearray | memoryview):
+            return bytes(content).decode("utf-8", errors="replace")
+        return str(content)
+
     def create_slot_with_snapshot(
         self,
         slot: str,

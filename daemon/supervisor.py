@@ -52,6 +52,7 @@ from capture import (
     CaptureSettings,
     FeedbackPolicy,
     FlushTracker,
+    LakeAheadOfServerError,
     Metrics,
     OnlineCopier,
     ReconnectSettings,
@@ -66,6 +67,7 @@ from capture import (
     SourceMonitor,
     SourceRefusedError,
     StreamRewindError,
+    check_lake_timeline,
     drop_undecodable_slot,
     ensure_snapshot,
     prepare_source,
@@ -81,7 +83,7 @@ from decoder import (
     Wal2DeltaError,
     spilling_buffers,
 )
-from sink import HoldingSink, OnlineCopySink, Sink, SnapshotMarkerStore
+from sink import HoldingSink, OnlineCopySink, Sink, SnapshotMarkerStore, TimelineStore
 
 log = structlog.get_logger("wal2delta.supervisor")
 
@@ -141,6 +143,8 @@ class Supervisor:
         self._spool_is_temporary = False
         self._fatal: Wal2DeltaError | None = None
         self._copier: OnlineCopier | None = None
+        self._timeline: int | None = None
+        """The server timeline the last session found the lake consistent with."""
 
     def fail(self, error: Wal2DeltaError) -> None:
         """Stop the session with ``error`` (called from other threads, e.g. the monitor)."""
@@ -328,6 +332,23 @@ class Supervisor:
         self._resume_flush = Lsn(session.tracker.acknowledged)
         self._session = None
 
+    def _check_timeline(self, stream: ReplicationStream) -> int:
+        """The server's timeline; a lake ahead of it (a failover to a standby that lacked
+        changes the lake holds, ``capture/timeline.py``) stops the daemon, or with
+        ``snapshot.on_slot_loss: resync`` has every table copied again."""
+        store = self.sink if isinstance(self.sink, TimelineStore) else None
+        check = check_lake_timeline(stream, self.settings, store, checked=self._timeline)
+        if check.fork is not None:
+            assert store is not None
+            self.metrics.record_error(
+                "capture", LakeAheadOfServerError(check.fork.describe()), time.time()
+            )
+            if isinstance(self.sink, OnlineCopySink):
+                self.sink.request_copies(check.tables_to_copy, "lake ahead of server")
+            store.accept_timeline(check.timeline)
+        self._timeline = check.timeline
+        return check.timeline
+
     def _markers(self) -> SnapshotMarkerStore | None:
         return self.sink if isinstance(self.sink, SnapshotMarkerStore) else None
 
@@ -343,6 +364,7 @@ class Supervisor:
         ).set(1)
         stream = ReplicationStream.open(settings.conninfo, connect_timeout=settings.connect_timeout)
         try:
+            timeline = self._check_timeline(stream)
             if settings.initial_snapshot:
                 consistent_point = ensure_snapshot(settings, stream, info, self.sink, self.metrics)
                 if consistent_point is not None:
@@ -377,6 +399,7 @@ class Supervisor:
                     max_rows_ceiling=batch.max_rows_ceiling,
                     max_bytes=batch.max_bytes,
                     close_when_idle=batch.close_when_idle,
+                    timeline=timeline,
                 ),
                 worker=self._worker,
                 metrics=self.metrics,

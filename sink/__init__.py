@@ -31,6 +31,8 @@ from sink.base import (
     SnapshotMarker,
     SnapshotMarkerStore,
     SnapshotStatus,
+    TimelineStore,
+    WrittenTimeline,
 )
 from sink.bulk import RANGE_ORDINAL_STRIDE, BulkTarget
 from sink.commits import (
@@ -104,7 +106,9 @@ __all__ = [
     "SourceCatalog",
     "SparkSettings",
     "TableCopy",
+    "TimelineStore",
     "ValueForm",
+    "WrittenTimeline",
     "column_map",
     "commits_path",
     "consistent_boundaries",

@@ -41,6 +41,9 @@ class Batch:
             batches (``sink.table_min_rows``), and hold nothing back from this one: the
             sink worker sends such a batch, empty, when held changes reach their age
             limit while no batch comes, and the session before it ends.
+        timeline: the server's timeline the changes were streamed on (``IDENTIFY_SYSTEM``),
+            recorded with the batch so a later failover can tell whether the lake holds
+            changes the promoted server never had; None when not known.
     """
 
     changes: tuple[Change, ...]
@@ -48,6 +51,7 @@ class Batch:
     transaction_count: int
     last_commit_time: PgTimestamp | None
     release_held: bool = False
+    timeline: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +168,28 @@ class SnapshotMarkerStore(Protocol):
 
     def save_snapshot_marker(self, marker: SnapshotMarker) -> None:
         """Record ``marker``, replacing any earlier record of its slot."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenTimeline:
+    """The newest server timeline the lake's batches were streamed on, and the newest commit
+    LSN any batch streamed on it may have written (``CommitLog.written_timeline``)."""
+
+    timeline: int
+    high_lsn: Lsn
+
+
+@runtime_checkable
+class TimelineStore(Protocol):
+    """A sink that records the server timeline of every batch next to the data it writes."""
+
+    def written_timeline(self) -> WrittenTimeline | None:
+        """The newest timeline recorded, with its highest LSN; None when none is."""
+        ...
+
+    def accept_timeline(self, timeline: int) -> None:
+        """Record that the lake follows ``timeline`` from now on, without a batch."""
         ...
 
 

@@ -49,10 +49,10 @@ import structlog
 
 from decoder import Lsn, cause_line, pg_timestamp_to_datetime
 from sink.arrow import ArrowColumn, arrow_table
-from sink.base import Batch, SinkRetryableError
+from sink.base import Batch, SinkRetryableError, WrittenTimeline
 from sink.constants import COMMITS_TABLE
 from sink.spark import engine_errors
-from sink.sql import delta_table, render_max
+from sink.sql import delta_table, render_max, render_newest_timeline
 from sink.tables import LakeTables
 from sink.typemap import BIGINT, STRING, TIMESTAMP
 
@@ -71,6 +71,7 @@ COMMIT_COLUMNS: Final = (
     ArrowColumn("version", BIGINT.spark_sql, BIGINT.arrow),
     ArrowColumn("recorded_at", TIMESTAMP.spark_sql, TIMESTAMP.arrow),
     ArrowColumn("high_lsn", BIGINT.spark_sql, BIGINT.arrow),
+    ArrowColumn("timeline", BIGINT.spark_sql, BIGINT.arrow),
 )
 
 
@@ -82,7 +83,15 @@ again when written (about 5 ms)."""
 
 
 CommitRow = tuple[
-    int, Lsn | None, datetime | None, str | None, str | None, int | None, datetime, Lsn | None
+    int,
+    Lsn | None,
+    datetime | None,
+    str | None,
+    str | None,
+    int | None,
+    datetime,
+    Lsn | None,
+    int | None,
 ]
 """One row of the commit log, in the order of ``COMMIT_COLUMNS``."""
 
@@ -153,7 +162,17 @@ class CommitLog:
         if high is None:
             return
         number = self._next_number()
-        intent: CommitRow = (number, None, None, None, None, None, datetime.now(UTC), high)
+        intent: CommitRow = (
+            number,
+            None,
+            None,
+            None,
+            None,
+            None,
+            datetime.now(UTC),
+            high,
+            batch.timeline,
+        )
         self._append_rows([*self._unwritten, intent])
         self._unwritten.clear()
         self._last_batch = number
@@ -212,6 +231,7 @@ class CommitLog:
                 self._version(name, path),
                 now,
                 high,
+                batch.timeline,
             )
             for name, path in written.items()
         ]
@@ -222,7 +242,57 @@ class CommitLog:
         columns = [list(column) for column in zip(*rows, strict=True)]
         arrow = arrow_table(COMMITS_TABLE, COMMIT_COLUMNS, columns)
         with engine_errors("recording batches in the commit log"):
-            self._lake.append(self._path, arrow, COMMIT_COLUMNS)
+            # A lake written before the timeline was recorded gets the column now.
+            self._lake.append(self._path, arrow, COMMIT_COLUMNS, merge_schema=True)
+
+    def written_timeline(self) -> WrittenTimeline | None:
+        """The newest server timeline recorded, and the newest commit LSN a batch streamed
+        on it may have written (its intents' ``high_lsn``); None when no record has one.
+
+        Raises:
+            SinkError: the commit log could not be read.
+        """
+        from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
+
+        if self._lake.state(self._path) is None and not DeltaTable.is_deltatable(self._path):
+            return None  # a new lake: nothing written yet
+        with engine_errors("reading the commit log"):
+            state = self._lake.load(self._path, COMMITS_TABLE, COMMIT_COLUMNS)
+            if "timeline" not in state.columns:
+                return None  # written before timelines were recorded
+            rows = self._lake.rows(
+                render_newest_timeline(
+                    timeline="timeline", lsn="high_lsn", target=delta_table(self._path)
+                )
+            )
+        if not rows or rows[0]["timeline"] is None or rows[0]["high"] is None:
+            return None
+        return WrittenTimeline(int(rows[0]["timeline"]), Lsn(int(rows[0]["high"])))
+
+    def accept_timeline(self, timeline: int) -> None:
+        """Record, as the intent of a batch that writes nothing, that the lake follows
+        ``timeline`` from now on. Its ``high_lsn`` is NULL: the changes the lake holds from
+        an older timeline are no frontier on this one (and the older intents still keep a
+        cut from being claimed before the stream passes them, ``consistent_boundaries``).
+
+        Raises:
+            SinkError: the record could not be written.
+        """
+        number = self._next_number()
+        marker: CommitRow = (
+            number,
+            None,
+            None,
+            None,
+            None,
+            None,
+            datetime.now(UTC),
+            None,
+            timeline,
+        )
+        self._append_rows([*self._unwritten, marker])
+        self._unwritten.clear()
+        self._last_batch = number
 
     def _newest_batch(self) -> int:
         with engine_errors("reading the commit log"):

@@ -44,7 +44,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -65,7 +65,15 @@ from sink.arrow import (
     metadata_columns,
     plan_column,
 )
-from sink.base import Batch, BatchResult, CopyTarget, SinkDataError, SinkError, SnapshotMarker
+from sink.base import (
+    Batch,
+    BatchResult,
+    CopyTarget,
+    SinkDataError,
+    SinkError,
+    SnapshotMarker,
+    WrittenTimeline,
+)
 from sink.bookkeeping import Bookkeeping
 from sink.bulk import BulkTarget, frame_columns
 from sink.commits import CommitLog, commits_path
@@ -292,12 +300,10 @@ class DeltaSink:
         changes = self._copies.screen(batch.changes)
         if len(changes) == len(batch.changes) and self._copies.held_lsn is None:
             return batch
-        return Batch(
-            tuple(changes),
+        return replace(
+            batch,
+            changes=tuple(changes),
             durable_lsn=batch.durable_lsn if self._copies.held_lsn is None else None,
-            transaction_count=batch.transaction_count,
-            last_commit_time=batch.last_commit_time,
-            release_held=batch.release_held,
         )
 
     def held_deadline(self) -> float | None:
@@ -459,6 +465,19 @@ class DeltaSink:
             on_unrepresentable=self._settings.unrepresentable_policy(name),
             decoder=self._decoder,
         )
+
+    # --- timelines (base.TimelineStore) ----------------------------------------------------
+
+    def written_timeline(self) -> WrittenTimeline | None:
+        """The newest server timeline the lake's batches were streamed on, and the newest
+        commit LSN they may have written (``CommitLog.written_timeline``)."""
+        with self._table_writes:
+            return self._commits.written_timeline()
+
+    def accept_timeline(self, timeline: int) -> None:
+        """Record that the lake follows ``timeline`` from now on (``CommitLog``)."""
+        with self._table_writes:
+            self._commits.accept_timeline(timeline)
 
     # --- online copies (copies.py, base.OnlineCopySink) -----------------------------------
 

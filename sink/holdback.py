@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import replace
 
 from decoder import Change, Lsn, RowChange, TruncateChange
 from sink.base import Batch
@@ -95,11 +96,11 @@ class HeldChanges:
             changes = self._hold_small_tables(changes, since, now)
         if not self._held and not held:
             return batch
-        return Batch(
-            tuple(changes),
+        return replace(
+            batch,
+            changes=tuple(changes),
             durable_lsn=None if self._held else batch.durable_lsn,
-            transaction_count=batch.transaction_count,
-            last_commit_time=batch.last_commit_time,
+            release_held=False,
         )
 
     def _hold_small_tables(

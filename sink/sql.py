@@ -664,6 +664,17 @@ def render_max(column: str, *, target: str) -> str:
     return f"SELECT max({quote(column)}) AS m FROM {target}"
 
 
+def render_newest_timeline(*, timeline: str, lsn: str, target: str) -> str:
+    """The largest ``timeline`` (column ``timeline``) and the largest ``lsn`` among the rows
+    of that timeline (column ``high``); no row when no row has a timeline
+    (``CommitLog.written_timeline``)."""
+    t, high = quote(timeline), quote(lsn)
+    return (
+        f"SELECT {t} AS timeline, max({high}) AS high FROM {target} "
+        f"WHERE {t} = (SELECT max({t}) FROM {target}) GROUP BY {t}"
+    )
+
+
 def render_live_rows(*, target: str) -> str:
     """Every live row of a table, every column in table order: the source of the rewrite
     that purges its deletion vectors (``compaction.py``; the engine applies them as it

@@ -17,6 +17,7 @@ no overwrite, truncate or delete (docs/decisions/0107-failover-slots.md).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 import shutil
@@ -33,7 +34,7 @@ from deltalake import DeltaTable
 
 from capture import slot_state
 from devtools.pgserver import LocalPostgres, free_tcp_port
-from sink import table_path
+from sink import read_commit_records, table_path
 from tests.conftest import TEST_SERVER_SETTINGS, server_dir
 from tests.support.harness import log_events, start_daemon, table_mismatches, wait_until
 
@@ -48,12 +49,13 @@ AFTER_FAILOVER = {"MERGE", "OPTIMIZE"}
 included) and the daemon's compaction, which changes no data."""
 
 
-@pytest.fixture
-def clusters() -> Iterator[tuple[LocalPostgres, LocalPostgres]]:
-    """A PostgreSQL 18 primary and its streaming standby, which synchronizes failover slots."""
+@contextlib.contextmanager
+def _primary_and_standby(*, synchronized: bool) -> Iterator[tuple[LocalPostgres, LocalPostgres]]:
+    """A PostgreSQL 18 primary and its streaming standby, which synchronizes failover slots;
+    ``synchronized``: the primary's ``synchronized_standby_slots`` names the standby's."""
+    extra = {"synchronized_standby_slots": STANDBY_SLOT} if synchronized else {}
     primary = LocalPostgres(
-        server_dir("failover-primary"),
-        settings={**TEST_SERVER_SETTINGS, "synchronized_standby_slots": STANDBY_SLOT},
+        server_dir("failover-primary"), settings={**TEST_SERVER_SETTINGS, **extra}
     )
     standby = LocalPostgres(
         server_dir("failover-standby"),
@@ -77,7 +79,23 @@ def clusters() -> Iterator[tuple[LocalPostgres, LocalPostgres]]:
             shutil.rmtree(server.data_dir.parent, ignore_errors=True)
 
 
-def _write_config(path: Path, dsn: str, lake: Path, metrics_port: int) -> None:
+@pytest.fixture
+def clusters() -> Iterator[tuple[LocalPostgres, LocalPostgres]]:
+    """The primary waits for the standby before it sends wal2delta a change."""
+    with _primary_and_standby(synchronized=True) as servers:
+        yield servers
+
+
+@pytest.fixture
+def unsynchronized_clusters() -> Iterator[tuple[LocalPostgres, LocalPostgres]]:
+    """The primary sends wal2delta changes its standby may not have."""
+    with _primary_and_standby(synchronized=False) as servers:
+        yield servers
+
+
+def _write_config(
+    path: Path, dsn: str, lake: Path, metrics_port: int, *, on_slot_loss: str = "stop"
+) -> None:
     path.write_text(
         yaml.safe_dump(
             {
@@ -90,7 +108,7 @@ def _write_config(path: Path, dsn: str, lake: Path, metrics_port: int) -> None:
                     "status_interval": "300ms",
                     "reconnect": {"initial_delay": "200ms", "max_delay": "1s"},
                 },
-                "snapshot": {"mode": "initial"},
+                "snapshot": {"mode": "initial", "on_slot_loss": on_slot_loss},
                 "sink": {"path": str(lake), "batch": {"max_rows": 2000, "max_age": "200ms"}},
                 "metrics": {"enabled": True, "host": "127.0.0.1", "port": metrics_port},
                 "logging": {"format": "json", "level": "info"},
@@ -253,3 +271,91 @@ def test_a_promoted_standby_continues_from_the_synchronized_slot_and_copies_noth
         operations = {str(commit["operation"]) for commit in after}
         assert "MERGE" in operations, (name, after)
         assert operations <= AFTER_FAILOVER, (name, after)
+    # Every batch recorded the timeline it was streamed on; the standby had every change
+    # the lake holds, so the lake was not found ahead of it.
+    timelines = {r["timeline"] for r in read_commit_records(str(lake)) if r["high_lsn"] is not None}
+    assert timelines == {1, 2}
+    assert "the lake is ahead of the promoted server; every table is copied again" not in names
+
+
+def test_a_lake_ahead_of_the_promoted_standby_stops_the_daemon_or_is_copied_again(
+    unsynchronized_clusters: tuple[LocalPostgres, LocalPostgres], tmp_path: Path
+) -> None:
+    """Without ``synchronized_standby_slots`` the daemon writes changes the standby never
+    receives; after the promotion the new timeline writes other transactions at the same
+    positions (``capture/timeline.py``). With ``on_slot_loss: stop`` the daemon stops and
+    says why; with ``resync`` it copies every table again and ends equal to the promoted
+    server."""
+    primary, standby = unsynchronized_clusters
+    dsn = (
+        f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} user=postgres "
+        "dbname=postgres target_session_attrs=read-write"
+    )
+    _create_tables(primary.dsn())
+    lake, config, log = tmp_path / "lake", tmp_path / "source.yaml", tmp_path / "daemon.log"
+    _write_config(config, dsn, lake, free_tcp_port())
+    daemon = start_daemon(config, log)
+    try:
+        rounds = itertools.count(1)
+        _workload(primary.dsn(), rounds, 20)
+        wait_until(lambda: _lake_matches(primary.dsn(), lake, daemon, log), 180, "the lake")
+
+        def kept() -> bool:
+            _workload(primary.dsn(), rounds, 1)
+            return _standby_keeps_the_slot(standby)
+
+        wait_until(kept, 90, "the standby to keep a copy of the failover slot")
+        wait_until(lambda: _lake_matches(primary.dsn(), lake, daemon, log), 60, "the lake")
+
+        # The standby stops receiving; the daemon writes what it will never have.
+        standby.stop()
+        _workload(primary.dsn(), rounds, 30)
+        wait_until(
+            lambda: _lake_matches(primary.dsn(), lake, daemon, log),
+            60,
+            "the changes the standby lacks in Delta",
+        )
+        primary.stop("immediate")
+        standby.start()
+        standby.promote()
+        # The new timeline: other transactions at the positions of the lost ones, touching
+        # the same rows (round numbers go on, so its rows differ from the lost ones).
+        _workload(standby.dsn(), rounds, 40)
+        assert daemon.wait(120) == 1, log.read_text()[-3000:]
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(30)
+    stopped = [e for e in log_events(log.read_text()) if e.get("event") == "stopped by error"]
+    assert stopped, log.read_text()[-3000:]
+    error = str(stopped[-1]["error"])
+    assert stopped[-1]["error_type"] == "LakeAheadOfServerError", error
+    assert "streamed on timeline 1, which ended at" in error, error
+    assert "Set snapshot.on_slot_loss: resync" in error, error
+    assert table_mismatches(standby.dsn(), lake, TABLES), "the lake still holds the lost rows"
+
+    _write_config(config, dsn, lake, free_tcp_port(), on_slot_loss="resync")
+    daemon = start_daemon(config, log)
+    try:
+        wait_until(
+            lambda: _lake_matches(standby.dsn(), lake, daemon, log),
+            180,
+            "every table copied again from the promoted server",
+        )
+        _workload(standby.dsn(), rounds, 20)
+        wait_until(
+            lambda: _lake_matches(standby.dsn(), lake, daemon, log),
+            120,
+            "the stream to go on after the copies",
+        )
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(90) == 0, log.read_text()[-3000:]
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(30)
+    names = [event.get("event") for event in log_events(log.read_text())]
+    assert "the lake is ahead of the promoted server; every table is copied again" in names
+    assert names.count("tables copied while streaming") >= 1
+    records = read_commit_records(str(lake))
+    assert max(int(str(r["timeline"])) for r in records if r["timeline"] is not None) == 2
