@@ -673,9 +673,11 @@ class SnapshotConfig(_Section):
         default="stop",
         description=(
             "A slot that is missing, invalidated (`max_slot_wal_keep_size`) or that the "
-            "server cannot decode: `stop` stops the daemon (exit 1) naming it; `resync` "
-            "creates a new slot and copies every table again while streaming, each Delta "
-            "table switching from its old content to the copy in one commit."
+            "server cannot decode, or a lake that holds changes a promoted server never "
+            "received (a failover without `synchronized_standby_slots`): `stop` stops the "
+            "daemon (exit 1) naming it; `resync` creates a new slot (keeps the slot, for a "
+            "lake ahead of the server) and copies every table again while streaming, each "
+            "Delta table switching from its old content to the copy in one commit."
         ),
     )
     new_tables_interval: Duration = Field(
