@@ -118,8 +118,11 @@ def find_lake_fork(
         ends = [switch.ended_at for switch in history if switch.timeline == written.timeline]
         if ends:
             ended_at = ends[0]
-            if written.high_lsn <= ended_at:
-                return None  # everything the lake holds is shared history
+            # ``high_lsn`` is where a commit record starts. The new timeline begins at the
+            # end of the last whole record the standby had, so a commit that starts before
+            # that point is shared history, and one that starts at it or later is lost.
+            if written.high_lsn < ended_at:
+                return None
     return LakeFork(written.timeline, written.high_lsn, server_timeline, ended_at)
 
 

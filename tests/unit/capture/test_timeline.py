@@ -38,11 +38,13 @@ HISTORY = parse_timeline_history(HISTORY_3)
     [
         # The lake follows the server's timeline: nothing to compare.
         (WrittenTimeline(3, Lsn(0x9000000)), 3, None),
-        # Written on an ancestor, all of it before the ancestor ended: shared history.
-        (WrittenTimeline(1, Lsn(0x3000158)), 3, None),
+        # Written on an ancestor, every commit record starting before the ancestor ended:
+        # shared history.
+        (WrittenTimeline(1, Lsn(0x3000157)), 3, None),
         (WrittenTimeline(2, Lsn(0x4000000)), 3, None),
-        # Written on an ancestor past the point where it ended: the promoted server never
-        # received those transactions.
+        # A commit record starting at or after the point where the ancestor ended: the
+        # promoted server never received that transaction.
+        (WrittenTimeline(1, Lsn(0x3000158)), 3, LakeFork(1, Lsn(0x3000158), 3, Lsn(0x3000158))),
         (WrittenTimeline(1, Lsn(0x3000159)), 3, LakeFork(1, Lsn(0x3000159), 3, Lsn(0x3000158))),
         (WrittenTimeline(2, Lsn(0x6000000)), 3, LakeFork(2, Lsn(0x6000000), 3, Lsn(0x5000A10))),
         # A timeline that is not an ancestor: a server from another branch (an old primary
