@@ -482,6 +482,11 @@ def _view_has(conn: Conn, column: str) -> bool:
     return row is not None
 
 
+def published_table_names(conn: Conn, publications: Sequence[str]) -> tuple[str, ...]:
+    """``schema.table`` of every table the publications publish (``read_published_tables``)."""
+    return tuple(f"{t.schema}.{t.name}" for t in read_published_tables(conn, publications))
+
+
 def read_published_tables(
     conn: Conn, publications: Sequence[str], *, check_column_lists: bool = True
 ) -> list[PublishedTable]:

@@ -14,6 +14,8 @@ decode the slot (``SlotUndecodableError``).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
@@ -35,7 +37,7 @@ from capture.slots import (
     drop_slot,
     ensure_publication,
     ensure_slot,
-    read_published_tables,
+    published_table_names,
     server_version,
     slot_state,
     wal_sender_timeout_seconds,
@@ -64,6 +66,24 @@ class SourceInfo:
     table, to be copied again while streaming."""
 
 
+@contextmanager
+def admin_connection(
+    settings: CaptureSettings, action: str
+) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    """An autocommit SQL connection to the source (``wal2delta-admin``); its errors are
+    mapped as ``action`` (``map_psycopg_errors``)."""
+    with (
+        map_psycopg_errors(action),
+        psycopg.connect(
+            settings.conninfo,
+            autocommit=True,
+            connect_timeout=max(1, round(settings.connect_timeout)),
+            application_name="wal2delta-admin",
+        ) as conn,
+    ):
+        yield conn
+
+
 def prepare_source(
     settings: CaptureSettings, markers: SnapshotMarkerStore | None = None
 ) -> SourceInfo:
@@ -74,15 +94,7 @@ def prepare_source(
     existed before but is gone now is an error: recreating it silently would skip every
     change made in between.
     """
-    with (
-        map_psycopg_errors("connecting to the source"),
-        psycopg.connect(
-            settings.conninfo,
-            autocommit=True,
-            connect_timeout=max(1, round(settings.connect_timeout)),
-            application_name="wal2delta-admin",
-        ) as conn,
-    ):
+    with admin_connection(settings, "connecting to the source") as conn:
         check_server(conn)
         version = server_version(conn)
         failover = want_failover(settings.failover, version)
@@ -169,9 +181,7 @@ def _replace_lost_slot(
         two_phase=settings.request.two_phase,
         failover=want_failover(settings.failover, server_version(conn)),
     )
-    tables = tuple(
-        f"{t.schema}.{t.name}" for t in read_published_tables(conn, settings.publications)
-    )
+    tables = published_table_names(conn, settings.publications)
     log.error(
         "replication slot lost; a new one streams and every table is copied again",
         slot=slot,

@@ -30,12 +30,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import psycopg
 import structlog
 
-from capture.errors import LakeAheadOfServerError, map_psycopg_errors
+from capture.errors import LakeAheadOfServerError
 from capture.settings import CaptureSettings
-from capture.slots import read_published_tables
+from capture.slots import published_table_names
+from capture.startup import admin_connection
 from capture.stream import ReplicationStream
 from decoder import Lsn, format_lsn, parse_lsn
 from sink import TimelineStore, WrittenTimeline
@@ -176,17 +176,8 @@ def check_lake_timeline(
             "streaming, or copy them again by hand (docs/operations.md, Failover); "
             "synchronized_standby_slots on the primary prevents this."
         )
-    with (
-        map_psycopg_errors("reading the published tables"),
-        psycopg.connect(
-            settings.conninfo,
-            autocommit=True,
-            connect_timeout=max(1, round(settings.connect_timeout)),
-            application_name="wal2delta-admin",
-        ) as conn,
-    ):
-        published = read_published_tables(conn, settings.publications)
-    tables = tuple(f"{t.schema}.{t.name}" for t in published)
+    with admin_connection(settings, "reading the published tables") as conn:
+        tables = published_table_names(conn, settings.publications)
     log.error(
         "the lake is ahead of the promoted server; every table is copied again",
         fork=fork.describe(),

@@ -161,6 +161,12 @@ class CommitLog:
         high = _high_lsn(batch)
         if high is None:
             return
+        number = self._write_intent(high, batch.timeline)
+        self._intent = (batch, number, high)
+
+    def _write_intent(self, high: Lsn | None, timeline: int | None) -> int:
+        """Append the intent row of the next batch number, with the records still
+        waiting; return the number."""
         number = self._next_number()
         intent: CommitRow = (
             number,
@@ -171,12 +177,12 @@ class CommitLog:
             None,
             datetime.now(UTC),
             high,
-            batch.timeline,
+            timeline,
         )
         self._append_rows([*self._unwritten, intent])
         self._unwritten.clear()
         self._last_batch = number
-        self._intent = (batch, number, high)
+        return number
 
     def flush(self) -> None:
         """Append the records that wait for the next intent.
@@ -278,21 +284,7 @@ class CommitLog:
         Raises:
             SinkError: the record could not be written.
         """
-        number = self._next_number()
-        marker: CommitRow = (
-            number,
-            None,
-            None,
-            None,
-            None,
-            None,
-            datetime.now(UTC),
-            None,
-            timeline,
-        )
-        self._append_rows([*self._unwritten, marker])
-        self._unwritten.clear()
-        self._last_batch = number
+        self._write_intent(None, timeline)
 
     def _newest_batch(self) -> int:
         with engine_errors("reading the commit log"):

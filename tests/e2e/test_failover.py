@@ -155,6 +155,25 @@ def _workload(dsn: str, rounds: Iterator[int], transactions: int) -> None:
                 conn.execute("DELETE FROM failover.accounts WHERE id = %s", (n * 7,))
 
 
+def _both_hosts(primary: LocalPostgres, standby: LocalPostgres) -> str:
+    """The daemon's DSN: both servers, whichever accepts writes."""
+    return (
+        f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} user=postgres "
+        "dbname=postgres target_session_attrs=read-write"
+    )
+
+
+def _wait_until_the_standby_keeps_the_slot(
+    primary: LocalPostgres, standby: LocalPostgres, rounds: Iterator[int]
+) -> None:
+    def kept() -> bool:
+        # The standby keeps its copy once the primary's slot has moved on; keep it moving.
+        _workload(primary.dsn(), rounds, 1)
+        return _standby_keeps_the_slot(standby)
+
+    wait_until(kept, 90, "the standby to keep a copy of the failover slot")
+
+
 def _standby_keeps_the_slot(standby: LocalPostgres) -> bool:
     with psycopg.connect(standby.dsn(), autocommit=True) as conn:
         row = conn.execute(
@@ -197,10 +216,7 @@ def test_a_promoted_standby_continues_from_the_synchronized_slot_and_copies_noth
     clusters: tuple[LocalPostgres, LocalPostgres], tmp_path: Path
 ) -> None:
     primary, standby = clusters
-    dsn = (
-        f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} user=postgres "
-        "dbname=postgres target_session_attrs=read-write"
-    )
+    dsn = _both_hosts(primary, standby)
     _create_tables(primary.dsn())
     lake, config, log = tmp_path / "lake", tmp_path / "source.yaml", tmp_path / "daemon.log"
     metrics_port = free_tcp_port()
@@ -215,12 +231,7 @@ def test_a_promoted_standby_continues_from_the_synchronized_slot_and_copies_noth
             "the snapshot and the first changes in Delta",
         )
 
-        def kept() -> bool:
-            # The standby keeps its copy once the primary's slot has moved on; keep it moving.
-            _workload(primary.dsn(), rounds, 1)
-            return _standby_keeps_the_slot(standby)
-
-        wait_until(kept, 90, "the standby to keep a copy of the failover slot")
+        _wait_until_the_standby_keeps_the_slot(primary, standby, rounds)
 
         def reported() -> bool:
             text = _metrics(metrics_port)
@@ -287,10 +298,7 @@ def test_a_lake_ahead_of_the_promoted_standby_stops_the_daemon_or_is_copied_agai
     says why; with ``resync`` it copies every table again and ends equal to the promoted
     server."""
     primary, standby = unsynchronized_clusters
-    dsn = (
-        f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} user=postgres "
-        "dbname=postgres target_session_attrs=read-write"
-    )
+    dsn = _both_hosts(primary, standby)
     _create_tables(primary.dsn())
     lake, config, log = tmp_path / "lake", tmp_path / "source.yaml", tmp_path / "daemon.log"
     _write_config(config, dsn, lake, free_tcp_port())
@@ -300,11 +308,7 @@ def test_a_lake_ahead_of_the_promoted_standby_stops_the_daemon_or_is_copied_agai
         _workload(primary.dsn(), rounds, 20)
         wait_until(lambda: _lake_matches(primary.dsn(), lake, daemon, log), 180, "the lake")
 
-        def kept() -> bool:
-            _workload(primary.dsn(), rounds, 1)
-            return _standby_keeps_the_slot(standby)
-
-        wait_until(kept, 90, "the standby to keep a copy of the failover slot")
+        _wait_until_the_standby_keeps_the_slot(primary, standby, rounds)
         wait_until(lambda: _lake_matches(primary.dsn(), lake, daemon, log), 60, "the lake")
 
         # The standby stops receiving; the daemon writes what it will never have.
