@@ -23,6 +23,12 @@ past the LSN where its timeline ended. The daemon then stops with
 ``LakeAheadOfServerError`` - or, with ``snapshot.on_slot_loss: resync``, copies every table
 again while streaming (each copy replaces its table with the promoted server's rows) and
 records that the lake follows the new timeline (``TimelineStore.accept_timeline``).
+
+A lake whose batches recorded no timeline (written before timelines were recorded) can only
+be judged by position (``unknown_fork``): when every change it holds precedes the server's
+first switch point it cannot be ahead; otherwise it might be, on whichever timeline it was
+streamed, and the daemon says so in a warning and goes on - stopping would hit every such
+lake on a server that was ever promoted. Its next batch records the timeline.
 """
 
 from __future__ import annotations
@@ -111,6 +117,8 @@ def find_lake_fork(
 
     ``history``: the switches of the server's timeline (empty for timeline 1).
     """
+    if written.timeline is None or written.high_lsn is None:
+        return None  # no timeline to compare (``unknown_fork``), or nothing written on it
     if written.timeline == server_timeline:
         return None
     ended_at: Lsn | None = None
@@ -124,6 +132,18 @@ def find_lake_fork(
             if written.high_lsn < ended_at:
                 return None
     return LakeFork(written.timeline, written.high_lsn, server_timeline, ended_at)
+
+
+def unknown_fork(written: WrittenTimeline, history: Sequence[TimelineSwitch]) -> Lsn | None:
+    """For a lake whose batches recorded no timeline (written before timelines were
+    recorded): the first switch point of the server's history when the lake holds a change
+    at or past it - it may then be ahead, on whichever timeline it was streamed; None when
+    every change it holds precedes every switch, so it cannot be.
+    """
+    if written.timeline is not None or written.high_lsn is None or not history:
+        return None
+    first = min(switch.ended_at for switch in history)
+    return first if written.high_lsn >= first else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,9 +182,29 @@ def check_lake_timeline(
     if store is None or timeline == checked:
         return TimelineCheck(timeline)
     written = store.written_timeline()
-    if written is None or written.timeline == timeline:
+    if written is None or written.timeline == timeline or written.high_lsn is None:
         return TimelineCheck(timeline)
     history = parse_timeline_history(stream.timeline_history(timeline)) if timeline > 1 else []
+    switched_at = unknown_fork(written, history)
+    if switched_at is not None and written.high_lsn is not None:
+        # Stopping (or copying every table) here would hit every lake written before this
+        # check on a server that was ever promoted; the next batch records the timeline.
+        log.warning(
+            "whether the lake is ahead of the server cannot be told",
+            cause=(
+                f"the lake's batches recorded no timeline (they were written before "
+                f"timelines were recorded), it holds changes up to "
+                f"{format_lsn(written.high_lsn)}, and the server (timeline "
+                f"{timeline}) switched timelines at {format_lsn(switched_at)}"
+            ),
+            consequence=(
+                "if a failover without synchronized_standby_slots happened while the "
+                "daemon streamed, the tables may hold changes the server never received: "
+                "copy them again (wal2delta resync); from the next batch on, the timeline "
+                "is recorded and checked"
+            ),
+        )
+        return TimelineCheck(timeline)
     fork = find_lake_fork(written, timeline, history)
     if fork is None:
         return TimelineCheck(timeline)

@@ -174,10 +174,17 @@ class SnapshotMarkerStore(Protocol):
 @dataclass(frozen=True, slots=True)
 class WrittenTimeline:
     """The newest server timeline the lake's batches were streamed on, and the newest commit
-    LSN any batch streamed on it may have written (``CommitLog.written_timeline``)."""
+    LSN any batch streamed on it may have written (``CommitLog.written_timeline``).
 
-    timeline: int
-    high_lsn: Lsn
+    Attributes:
+        timeline: None when no batch recorded one (a lake written before timelines were
+            recorded); ``high_lsn`` is then the newest commit LSN of any batch.
+        high_lsn: None when nothing was written on ``timeline`` since the lake accepted it
+            (``TimelineStore.accept_timeline``).
+    """
+
+    timeline: int | None
+    high_lsn: Lsn | None
 
 
 @runtime_checkable
@@ -185,7 +192,8 @@ class TimelineStore(Protocol):
     """A sink that records the server timeline of every batch next to the data it writes."""
 
     def written_timeline(self) -> WrittenTimeline | None:
-        """The newest timeline recorded, with its highest LSN; None when none is."""
+        """The newest timeline recorded, with its highest LSN; None for a lake that holds
+        no batch."""
         ...
 
     def accept_timeline(self, timeline: int) -> None:

@@ -253,7 +253,10 @@ class CommitLog:
 
     def written_timeline(self) -> WrittenTimeline | None:
         """The newest server timeline recorded, and the newest commit LSN a batch streamed
-        on it may have written (its intents' ``high_lsn``); None when no record has one.
+        on it may have written (its intents' ``high_lsn``; None when the lake accepted the
+        timeline and wrote nothing since). When no record has a timeline (a commit log
+        written before timelines were recorded, ``timeline`` None) the newest ``high_lsn``
+        of any batch; None for a lake that holds no batch.
 
         Raises:
             SinkError: the commit log could not be read.
@@ -262,18 +265,23 @@ class CommitLog:
 
         if self._lake.state(self._path) is None and not DeltaTable.is_deltatable(self._path):
             return None  # a new lake: nothing written yet
+        target = delta_table(self._path)
         with engine_errors("reading the commit log"):
             state = self._lake.load(self._path, COMMITS_TABLE, COMMIT_COLUMNS)
-            if "timeline" not in state.columns:
-                return None  # written before timelines were recorded
-            rows = self._lake.rows(
-                render_newest_timeline(
-                    timeline="timeline", lsn="high_lsn", target=delta_table(self._path)
+            if "timeline" in state.columns:
+                rows = self._lake.rows(
+                    render_newest_timeline(timeline="timeline", lsn="high_lsn", target=target)
                 )
-            )
-        if not rows or rows[0]["timeline"] is None or rows[0]["high"] is None:
+                if rows and rows[0]["timeline"] is not None:
+                    high = rows[0]["high"]
+                    return WrittenTimeline(
+                        int(rows[0]["timeline"]), None if high is None else Lsn(int(high))
+                    )
+            # Written before timelines were recorded: only the positions tell.
+            rows = self._lake.rows(render_max("high_lsn", target=target))
+        if not rows or rows[0]["m"] is None:
             return None
-        return WrittenTimeline(int(rows[0]["timeline"]), Lsn(int(rows[0]["high"])))
+        return WrittenTimeline(None, Lsn(int(rows[0]["m"])))
 
     def accept_timeline(self, timeline: int) -> None:
         """Record, as the intent of a batch that writes nothing, that the lake follows

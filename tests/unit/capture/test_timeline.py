@@ -4,11 +4,26 @@ rules."""
 
 from __future__ import annotations
 
-import pytest
+from typing import cast
 
-from capture.timeline import LakeFork, TimelineSwitch, find_lake_fork, parse_timeline_history
+import pytest
+from structlog.testing import capture_logs
+
+from capture.errors import LakeAheadOfServerError
+from capture.stream import ReplicationStream
+from capture.timeline import (
+    LakeFork,
+    TimelineCheck,
+    TimelineSwitch,
+    check_lake_timeline,
+    find_lake_fork,
+    parse_timeline_history,
+    unknown_fork,
+)
+from daemon.wiring import capture_settings as wired_capture_settings
 from decoder import Lsn
 from sink import WrittenTimeline
+from tests.support.settings import sink_config
 
 # The history of timeline 3 as timeline.c's writeTimeLineHistory writes it (an ancestor's
 # lines copied, a blank line, the new line); PostgreSQL 18 pads the LSN's low half.
@@ -50,6 +65,11 @@ HISTORY = parse_timeline_history(HISTORY_3)
         # A timeline that is not an ancestor: a server from another branch (an old primary
         # back in service, a restore).
         (WrittenTimeline(4, Lsn(0x100)), 3, LakeFork(4, Lsn(0x100), 3, None)),
+        # Accepted (every table copied again on timeline 2), nothing written since: the
+        # changes the lake holds from timeline 1 are no frontier.
+        (WrittenTimeline(2, None), 3, None),
+        # No timeline recorded: positions alone cannot tell (``unknown_fork``).
+        (WrittenTimeline(None, Lsn(0x9000000)), 3, None),
     ],
 )
 def test_the_lake_is_ahead_only_past_the_end_of_its_timeline(
@@ -67,3 +87,77 @@ def test_a_fork_says_where_the_timeline_ended_and_what_it_means() -> None:
     )
     other = LakeFork(4, Lsn(0x100), 3, None)
     assert "not in the history of the server's timeline 3" in other.describe()
+
+
+@pytest.mark.parametrize(
+    ("written", "history", "switched_at"),
+    [
+        # Every change the lake holds precedes the first switch: shared history whatever
+        # timeline it was streamed on.
+        (WrittenTimeline(None, Lsn(0x3000157)), HISTORY, None),
+        # At or past the first switch: streamed on timeline 1 it is ahead, on 2 or 3 it is
+        # not - nothing recorded tells which.
+        (WrittenTimeline(None, Lsn(0x3000158)), HISTORY, Lsn(0x3000158)),
+        (WrittenTimeline(None, Lsn(0x9000000)), HISTORY, Lsn(0x3000158)),
+        # The server never switched: nothing to be ahead of.
+        (WrittenTimeline(None, Lsn(0x9000000)), [], None),
+        # A recorded timeline is find_lake_fork's to judge.
+        (WrittenTimeline(1, Lsn(0x9000000)), HISTORY, None),
+    ],
+)
+def test_a_lake_without_recorded_timelines_is_judged_by_its_positions(
+    written: WrittenTimeline, history: list[TimelineSwitch], switched_at: Lsn | None
+) -> None:
+    assert unknown_fork(written, history) == switched_at
+
+
+class _Server:
+    """What ``check_lake_timeline`` asks of a replication connection: a server promoted
+    twice (timeline 3, ``HISTORY_3``)."""
+
+    def identify_system(self) -> tuple[str, int, Lsn]:
+        return "7000000000000000000", 3, Lsn(0x9000000)
+
+    def timeline_history(self, timeline: int) -> str:
+        assert timeline == 3
+        return HISTORY_3
+
+
+class _Lake:
+    def __init__(self, written: WrittenTimeline) -> None:
+        self.written = written
+
+    def written_timeline(self) -> WrittenTimeline:
+        return self.written
+
+    def accept_timeline(self, timeline: int) -> None:
+        raise AssertionError("nothing is accepted without a copy")
+
+
+def _check(written: WrittenTimeline) -> TimelineCheck:
+    settings = wired_capture_settings(sink_config("unused"))
+    assert settings.on_slot_loss == "stop"
+    server = cast(ReplicationStream, _Server())
+    return check_lake_timeline(server, settings, _Lake(written))
+
+
+def test_a_lake_without_recorded_timelines_past_a_switch_is_a_warning_not_a_stop() -> None:
+    with capture_logs() as logs:
+        check = _check(WrittenTimeline(None, Lsn(0x9000000)))
+    assert check == TimelineCheck(3)
+    (warning,) = [entry for entry in logs if entry["log_level"] == "warning"]
+    assert warning["event"] == "whether the lake is ahead of the server cannot be told"
+    assert "changes up to 0/9000000" in warning["cause"]
+    assert "switched timelines at 0/3000158" in warning["cause"]
+    assert "wal2delta resync" in warning["consequence"]
+
+
+def test_a_lake_without_recorded_timelines_before_every_switch_passes_silently() -> None:
+    with capture_logs() as logs:
+        assert _check(WrittenTimeline(None, Lsn(0x3000000))) == TimelineCheck(3)
+    assert logs == []
+
+
+def test_a_lake_ahead_on_a_recorded_timeline_stops_the_daemon() -> None:
+    with pytest.raises(LakeAheadOfServerError, match="streamed on timeline 1, which ended"):
+        _check(WrittenTimeline(1, Lsn(0x3000200)))
