@@ -733,10 +733,6 @@ class DeltaSink:
             self._lake.add_columns(path, plan.qualified_name, state, missing)
         return path, state
 
-    # --- steps -----------------------------------------------------------------------------
-
-    # --- messages --------------------------------------------------------------------------
-
 
 def _earliest(*lsns: Lsn | None) -> Lsn | None:
     """The smallest of the LSNs given, None when none is."""
