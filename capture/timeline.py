@@ -191,11 +191,12 @@ def check_lake_timeline(
         # check on a server that was ever promoted; the next batch records the timeline.
         log.warning(
             "whether the lake is ahead of the server cannot be told",
-            cause=(
-                f"the lake's batches recorded no timeline (they were written before "
-                f"timelines were recorded), it holds changes up to "
-                f"{format_lsn(written.high_lsn)}, and the server (timeline "
-                f"{timeline}) switched timelines at {format_lsn(switched_at)}"
+            lake_lsn=format_lsn(written.high_lsn),
+            server_timeline=timeline,
+            first_switch_lsn=format_lsn(switched_at),
+            reason=(
+                "the lake's batches recorded no timeline (written before timelines were "
+                "recorded) and it holds changes at or past the server's first timeline switch"
             ),
             consequence=(
                 "if a failover without synchronized_standby_slots happened while the "
