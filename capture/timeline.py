@@ -186,7 +186,7 @@ def check_lake_timeline(
         return TimelineCheck(timeline)
     history = parse_timeline_history(stream.timeline_history(timeline)) if timeline > 1 else []
     switched_at = unknown_fork(written, history)
-    if switched_at is not None and written.high_lsn is not None:
+    if switched_at is not None:
         # Stopping (or copying every table) here would hit every lake written before this
         # check on a server that was ever promoted; the next batch records the timeline.
         log.warning(
