@@ -62,7 +62,7 @@ class SourceMonitor:
 
     def __init__(
         self,
-        conninfo: str,
+        conninfo: str | Callable[[], str],
         slot: str,
         metrics: Metrics,
         *,
@@ -95,8 +95,9 @@ class SourceMonitor:
         while not self._stop.is_set():
             try:
                 if conn is None or conn.closed:
+                    conninfo = self._conninfo() if callable(self._conninfo) else self._conninfo
                     conn = psycopg.connect(
-                        self._conninfo, autocommit=True, application_name="wal2delta-monitor"
+                        conninfo, autocommit=True, application_name="wal2delta-monitor"
                     )
                 self._tick(conn)
                 since_heartbeat += self._interval
@@ -107,7 +108,7 @@ class SourceMonitor:
                 ):
                     conn.execute(self._heartbeat_statement.encode())
                     since_heartbeat = 0.0
-            except psycopg.Error as exc:
+            except (psycopg.Error, ValueError) as exc:  # ValueError: an unreadable password
                 log.warning("source monitor failed; retrying", error_type=type(exc).__name__)
                 if conn is not None:
                     conn.close()

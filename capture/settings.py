@@ -9,7 +9,8 @@ seconds, sizes bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
@@ -82,7 +83,10 @@ class CaptureSettings:
     """Everything the replication layer needs to stream one source database.
 
     Attributes:
-        conninfo: libpq connection string, password included (never logged).
+        resolve_conninfo: returns the libpq connection string, password included, as it is
+            now; read through ``conninfo`` by every new connection, so a rotated password
+            file is used from the next connection on. Kept out of ``repr`` and equality,
+            so the settings can be logged and shown in a traceback.
         slot: the logical replication slot.
         publications: the publication names, as a subscription's ``publication_names``.
         tables: the tables a created publication publishes (``create_publication``).
@@ -106,7 +110,7 @@ class CaptureSettings:
             publications (with ``initial_snapshot``).
     """
 
-    conninfo: str
+    resolve_conninfo: Callable[[], str] = field(repr=False, compare=False)
     slot: str
     publications: tuple[str, ...]
     tables: tuple[PublishedTable, ...]
@@ -125,3 +129,13 @@ class CaptureSettings:
     failover: Literal["auto", "true", "false"]
     on_slot_loss: Literal["stop", "resync"]
     new_tables_interval: float
+
+    @property
+    def conninfo(self) -> str:
+        """The connection string for a new connection, resolved now (password included:
+        never log it).
+
+        Raises:
+            ValueError: the password can no longer be read (``config.ConfigError``).
+        """
+        return self.resolve_conninfo()

@@ -3,6 +3,12 @@
 Configured once at start-up. Standard-library loggers (psycopg, py4j, pyspark, grpc) are
 routed through ``ProcessorFormatter`` so every line has the same shape. Row values, DSNs
 and secrets are never logged; LSNs are logged in PostgreSQL's ``X/X`` form.
+
+Tracebacks carry no local variables, in either format. A frame's locals are where a
+secret hides (a connection string with its password, a settings object): structlog's
+``dict_tracebacks`` renders every frame's locals by default, and its console renderer
+would too if rich were installed. ``JSON_TRACEBACKS`` and ``CONSOLE_TRACEBACKS`` say
+``show_locals=False`` / a plain traceback explicitly, whatever is installed.
 """
 
 from __future__ import annotations
@@ -22,6 +28,16 @@ LogFormat = Literal["auto", "json", "console"]
 
 # env_logger levels of the embedded Spark engine (Sail is Rust), for each of ours.
 _ENGINE_LEVELS = {"debug": "debug", "info": "info", "warning": "warn", "error": "error"}
+
+JSON_TRACEBACKS: structlog.typing.Processor = structlog.processors.ExceptionRenderer(
+    structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+)
+"""``exc_info`` as a structured ``exception`` field: frames with file, line and function,
+never their local variables (``structlog.processors.dict_tracebacks`` shows them)."""
+
+CONSOLE_TRACEBACKS: structlog.typing.ExceptionRenderer = structlog.dev.plain_traceback
+"""The console's tracebacks: the standard library's, without locals (structlog's default
+is rich's traceback with ``show_locals=True`` when rich is installed)."""
 
 
 def uses_json(fmt: LogFormat) -> bool:
@@ -46,10 +62,12 @@ def configure_logging(fmt: LogFormat = "auto", level: str = "info") -> None:
     ]
     renderer: structlog.typing.Processor
     if use_json:
-        shared.append(structlog.processors.dict_tracebacks)
+        shared.append(JSON_TRACEBACKS)
         renderer = structlog.processors.JSONRenderer()
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(), exception_formatter=CONSOLE_TRACEBACKS
+        )
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),

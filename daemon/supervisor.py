@@ -174,7 +174,7 @@ class Supervisor:
         source = self.config.source
         heartbeat = source.heartbeat
         monitor = SourceMonitor(
-            self.settings.conninfo,
+            self.settings.resolve_conninfo,  # a rotated password file on each reconnect
             self.settings.slot,
             self.metrics,
             interval=min(10.0, self.settings.status_interval),

@@ -36,13 +36,14 @@ from sink import KeyBuckets, MetadataColumns, SinkSettings, SnapshotMarkerStore,
 def capture_settings(config: AppConfig) -> CaptureSettings:
     """Translate the source, snapshot, batch, spool and shutdown sections for ``capture``.
 
-    The connection string (password included, re-read from a password file) is resolved
-    now, once per supervisor.
+    The connection string (password included) is resolved again by every new connection
+    (``CaptureSettings.conninfo``): a rotated ``source.password_file`` is read by the next
+    session, monitor or copy connection without a restart.
     """
     source = config.source
     batch = config.sink.batch
     return CaptureSettings(
-        conninfo=with_text_form_settings(source.conninfo()),
+        resolve_conninfo=lambda: with_text_form_settings(source.conninfo()),
         slot=source.slot,
         publications=tuple(source.publication),
         tables=tuple(published_tables(config)),
