@@ -4,11 +4,14 @@ The server authenticates the daemon's role with SCRAM (a ``pg_hba.conf`` line ah
 test cluster's ``trust`` lines); the daemon reads ``source.password_file``. The password
 is changed on the server and in the file, the walsender is terminated, and the daemon's
 next session connects with the new password and goes on streaming. The failing source
-of ``wal2delta run`` prints no password either.
+of ``wal2delta run`` prints no password either, nor does the traceback of a replication
+connection that fails inside ``capture`` (psycopg's frames hold the connection string).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import shutil
 import threading
 from collections.abc import Iterator
@@ -16,10 +19,15 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import structlog
 from psycopg import sql
 
+from capture import ReplicationStream
+from config import parse_config
+from daemon.logging import configure_logging
 from daemon.supervisor import Supervisor
-from daemon.wiring import prepare_configured_source
+from daemon.wiring import capture_settings, prepare_configured_source
+from decoder import Wal2DeltaError
 from devtools.pgserver import LocalPostgres, free_tcp_port
 from tests.conftest import TEST_SERVER_SETTINGS, server_dir
 from tests.support.configs import make_config
@@ -169,3 +177,47 @@ logging: {{format: json, level: debug}}
     output = result.stdout + result.stderr
     assert "stopped by error" in output, output[-3000:]
     assert password not in output
+
+
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    structlog.reset_defaults()
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_a_failed_replication_connect_logs_its_traceback_without_the_password(
+    restored_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    password = "traceback-Secret-Never-Logged-9"
+    config = parse_config(
+        {
+            "source": {
+                "dsn": f"host=127.0.0.1 port={free_tcp_port()} dbname=app user=wal2delta",
+                "password": password,
+                "slot": "wal2delta_app",
+                "publication": "wal2delta_app",
+                "create_publication": False,
+            },
+            "sink": {"path": "/tmp/unused-lake"},
+        },
+        environ={},
+    )
+    settings = capture_settings(config)
+    configure_logging("json", "debug")
+    try:
+        ReplicationStream.open(settings.conninfo, connect_timeout=2)
+    except Wal2DeltaError as exc:
+        structlog.get_logger("wal2delta.test").exception("replication failed")
+        control = structlog.processors.dict_tracebacks(None, "error", {"exc_info": exc})
+    output = capsys.readouterr()
+    [event] = [json.loads(line) for line in output.err.splitlines() if line.startswith("{")]
+    frames = [frame for chained in event["exception"] for frame in chained["frames"]]
+    assert any(frame["name"] == "open" for frame in frames)  # capture/stream.py
+    assert any("psycopg" in frame["filename"] for frame in frames)
+    assert password not in output.out + output.err
+    # structlog's own default would have printed it from psycopg's frame locals.
+    assert password in json.dumps(control, default=str)
