@@ -15,6 +15,7 @@ from capture.errors import (
     CaptureError,
     LakeAheadOfServerError,
     PublicationError,
+    ReceiveTimeoutError,
     ReplicationConnectionLostError,
     ServerCapabilityError,
     SlotInUseError,
@@ -31,11 +32,13 @@ from capture.monitor import SlotSample, SourceMonitor, sample_slot
 from capture.negotiation import ReplicationRequest, negotiate, start_replication_options
 from capture.session import ServiceState, Session
 from capture.settings import (
+    CONNECTION_DEFAULTS,
     TEXT_FORM_SETTINGS,
     BatchSettings,
     CaptureSettings,
     ReconnectSettings,
     SnapshotTuning,
+    with_connection_defaults,
     with_text_form_settings,
 )
 from capture.sink_worker import AppliedBatch, FailedBatch, SinkWorker
@@ -56,6 +59,7 @@ __all__ = [
     "EXIT_FATAL",
     "EXIT_OK",
     "EXIT_SLOT_IN_USE",
+    "CONNECTION_DEFAULTS",
     "TEXT_FORM_SETTINGS",
     "AppliedBatch",
     "BatchSettings",
@@ -71,6 +75,7 @@ __all__ = [
     "PostgresCatalog",
     "PublicationError",
     "PublishedTable",
+    "ReceiveTimeoutError",
     "ReconnectSettings",
     "ReplicationConnectionLostError",
     "ReplicationRequest",
@@ -102,5 +107,6 @@ __all__ = [
     "sample_slot",
     "slot_state",
     "start_replication_options",
+    "with_connection_defaults",
     "with_text_form_settings",
 ]

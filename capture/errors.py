@@ -34,6 +34,22 @@ class ReplicationConnectionLostError(CaptureError):
     retryable: ClassVar[bool] = True
 
 
+class ReceiveTimeoutError(ReplicationConnectionLostError):
+    """The server sent nothing for ``source.receive_timeout``, a ping included: the network
+    went silent (or the server hung) with the connection still open, so it is ended and a
+    new one made, as PostgreSQL's apply worker does after ``wal_receiver_timeout``.
+
+    Attributes:
+        walsender_pid: the server process of the abandoned connection. Until the server
+            notices the silence itself (``wal_sender_timeout``) it still holds the slot;
+            the next session may end that process (``capture.startup.release_own_walsender``).
+    """
+
+    def __init__(self, message: str, *, walsender_pid: int | None) -> None:
+        super().__init__(message)
+        self.walsender_pid = walsender_pid
+
+
 class StreamRewindError(CaptureError):
     """A table copied while streaming landed: the session ends, and a new one starts at
     once from the acknowledged position, so the changes dropped during the copy come

@@ -11,7 +11,20 @@ One loop owns the replication connection. Each turn it
    keeps answering the server instead of reading);
 3. collects "batch durable up to end LSN X" reports and moves the flush position;
 4. sends a standby status update when ``FeedbackPolicy`` says one is due;
-5. sleeps on the socket until the next deadline.
+5. checks that the server is still there (below);
+6. sleeps on the socket until the next deadline.
+
+Liveness, as PostgreSQL's apply worker keeps it (worker.c ``LogicalRepApplyLoop``): a
+network that goes silent - a dropped NAT or firewall entry, a hung peer - leaves the
+connection open and carrying nothing, with no FIN or RST to end it, and without a deadline
+of its own the loop would wait for ever. Every frame from the server (a keepalive too)
+restarts the clock. After half of ``receive_timeout`` without one the session sends a
+status update with a reply requested (a "ping", which a live walsender answers with a
+keepalive at once); after the whole of it the session abandons the connection and raises
+``ReceiveTimeoutError``, which the supervisor retries like any lost connection. Data the
+loop has not read yet because it was busy (waiting on the sink) counts as heard: only a
+socket with nothing in it is silence. The loop's waits are at most a second, so the check
+runs on time.
 
 The session is the one owner of the acknowledgement state. The flush position sent to the
 server never passes a change that is not durable in Delta (docs/architecture.md,
@@ -42,7 +55,7 @@ import structlog
 from prometheus_client import Counter
 
 from capture.batcher import Batcher
-from capture.errors import ReplicationConnectionLostError
+from capture.errors import ReceiveTimeoutError, ReplicationConnectionLostError
 from capture.feedback import FeedbackPolicy, FlushTracker
 from capture.metrics import Metrics
 from capture.sink_worker import AppliedBatch, FailedBatch, SinkWorker
@@ -136,6 +149,7 @@ class Session:
         stop_event: threading.Event,
         fatal: Callable[[], Wal2DeltaError | None],
         shutdown_grace: float,
+        receive_timeout: float,
         endpos: Lsn | None = None,
         clock: Callable[[], float] = time.monotonic,
         frame_tap: Callable[[int, bytes], None] | None = None,
@@ -154,6 +168,11 @@ class Session:
         self._fatal = fatal
         self.shutdown_grace = shutdown_grace
         self.shutdown_deadline: float | None = None
+        self.receive_timeout = receive_timeout
+        """Seconds without a frame from the server before the connection is given up (a
+        ping at half of it); 0: never (``source.receive_timeout``)."""
+        self._last_received = clock()
+        self._ping_sent = False
         self.endpos = endpos
         self.clock = clock
         self.frame_tap = frame_tap
@@ -192,7 +211,11 @@ class Session:
             if self.batcher.due(now, backlog=self._sink_busy()):
                 self._hand_off(self.batcher.take())
             self._send_feedback_if_due(now)
-            if not frames:
+            if frames:
+                self._last_received = now
+                self._ping_sent = False
+            else:
+                self._check_liveness(now)
                 self._publish_metrics(now)  # never idle with counts unpublished
                 self._wait(self._sleep_time(clock()), bulk=self._flowing)
             self._flowing = bool(frames)
@@ -228,6 +251,8 @@ class Session:
         instead of a few).
         """
         deadlines = [self.policy.next_deadline(), now + 1.0]
+        if self.receive_timeout > 0:
+            deadlines.append(self._liveness_deadline())
         batch_deadline = self.batcher.next_deadline()
         if batch_deadline is not None and not self._sink_busy():
             deadlines.append(batch_deadline)
@@ -537,7 +562,9 @@ class Session:
         deadline = self.shutdown_deadline
         while not self.worker.offer(batch, timeout=0.2):
             self._collect_reports()
-            self._send_feedback_if_due(self.clock())
+            now = self.clock()
+            self._send_feedback_if_due(now)
+            self._check_liveness(now)
             if deadline is not None and time.monotonic() > deadline:
                 return
         self._collect_reports()
@@ -546,6 +573,51 @@ class Session:
         assert self.worker is not None
         for report in self.worker.reports():
             self.account(report)
+
+    # ------------------------------------------------------------------ liveness
+
+    def _liveness_deadline(self) -> float:
+        """When ``_check_liveness`` next has something to do: ping, or give up."""
+        timeout = self.receive_timeout
+        return self._last_received + (timeout if self._ping_sent else timeout / 2)
+
+    def _check_liveness(self, now: float) -> None:
+        """Ping the server after half of ``receive_timeout`` without a frame; give the
+        connection up after the whole of it (module docstring, "Liveness").
+
+        Raises:
+            ReceiveTimeoutError: nothing came from the server for ``receive_timeout``.
+        """
+        timeout = self.receive_timeout
+        if timeout <= 0:
+            return
+        silent = now - self._last_received
+        if silent < timeout / 2:
+            return
+        if self.stream.pending_input():
+            # Sent while the loop was busy and did not read: the server is there.
+            self._last_received = now
+            self._ping_sent = False
+            return
+        if silent >= timeout:
+            self.stream.abandon()
+            pid = self.stream.backend_pid
+            log.warning(
+                "terminating the replication connection due to timeout",
+                receive_timeout_seconds=timeout,
+                silent_seconds=round(silent, 1),
+                walsender_pid=pid,
+                consequence="reconnecting; the server sends again what was not acknowledged",
+            )
+            raise ReceiveTimeoutError(
+                f"no message from the server for {silent:.1f} s "
+                f"(source.receive_timeout {timeout:g} s): the network or the server went "
+                "silent; terminating the replication connection",
+                walsender_pid=pid,
+            )
+        if not self._ping_sent:
+            self._ping_sent = True
+            self._send_status(reason="ping", reply_requested=True)
 
     # ------------------------------------------------------------------ feedback
 
@@ -571,7 +643,8 @@ class Session:
             reply_requested=reply_requested,
         )
         with contextlib.suppress(ReplicationConnectionLostError):
-            self.stream.send(payload)
+            # Bounded, so a peer that stopped reading cannot hold the loop (liveness).
+            self.stream.send(payload, timeout=self.receive_timeout or None)
         self.policy.sent(now, positions.flush)
         self.metrics.status_updates.labels(reason=reason).inc()
         self.metrics.written_lsn.set(positions.write)

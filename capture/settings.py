@@ -41,6 +41,36 @@ def with_text_form_settings(conninfo: str) -> str:
     return make_conninfo("", **params)
 
 
+CONNECTION_DEFAULTS: Final = {
+    "keepalives": "1",
+    "keepalives_idle": "20",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "60000",
+}
+"""libpq parameters of every connection to the source unless its DSN names them: TCP
+keepalives after 20 s of quiet, three probes 10 s apart, so an idle connection whose peer
+vanished (a dropped NAT or firewall entry, a powered-off host) fails within about 50 s
+instead of the kernel's two hours; and ``tcp_user_timeout`` (milliseconds), so data sent
+into a dead peer fails within a minute instead of after some fifteen minutes of
+retransmissions. They cannot catch a peer whose kernel still acknowledges but whose
+process sends nothing; the replication loop's own ``receive_timeout`` does."""
+
+
+def with_connection_defaults(conninfo: str, *, connect_timeout: float) -> str:
+    """``conninfo`` with ``CONNECTION_DEFAULTS`` and ``connect_timeout`` (seconds, whole,
+    at least 1) added where it does not name them itself: a value in the DSN wins.
+
+    Works alike for key/value strings and ``postgresql://`` URIs (the result is key/value).
+    """
+    params = conninfo_to_dict(conninfo)
+    defaults = {**CONNECTION_DEFAULTS, "connect_timeout": str(max(1, round(connect_timeout)))}
+    for name, value in defaults.items():
+        if params.get(name) in (None, ""):
+            params[name] = value
+    return make_conninfo("", **params)
+
+
 @dataclass(frozen=True, slots=True)
 class BatchSettings:
     """When the open batch is handed to the sink (``capture.batcher``)."""
@@ -95,6 +125,8 @@ class CaptureSettings:
         create_slot: create the slot when it does not exist.
         request: the protocol options asked for (negotiated with the server version).
         connect_timeout: seconds to wait for a connection.
+        receive_timeout: seconds without any message from the server after which the
+            session ends the replication connection (a ping at half of it); 0 never.
         status_interval: seconds between standby status updates.
         initial_snapshot: copy the tables in the slot's exported snapshot first.
         snapshot: how the snapshot copies (parallelism, chunk size).
@@ -119,6 +151,7 @@ class CaptureSettings:
     create_slot: bool
     request: ReplicationRequest
     connect_timeout: float
+    receive_timeout: float
     status_interval: float
     initial_snapshot: bool
     batch: BatchSettings

@@ -9,6 +9,14 @@ created so, and an existing slot's flag is changed to match on a replication con
 unless the sink's markers say this slot's snapshot completed (``capture.snapshot``).
 ``drop_undecodable_slot`` clears the way for a new slot and snapshot when the server cannot
 decode the slot (``SlotUndecodableError``).
+
+After a receive timeout (``ReceiveTimeoutError``: the network went silent) the walsender of
+the abandoned connection may still hold the slot, until the server's own
+``wal_sender_timeout`` ends it, and the slot would look used by another consumer.
+``prepare_source`` then ends that one process - the exact PID the abandoned connection had,
+and only while it is a ``wal2delta`` walsender holding our slot (``release_own_walsender``;
+docs/decisions/0113-receive-timeout.md). Any other holder is still a second consumer,
+refused as before (``SlotInUseError``, exit code 3).
 """
 
 from __future__ import annotations
@@ -17,12 +25,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Final
 
 import psycopg
 import structlog
 
 from capture.errors import (
     CaptureError,
+    ReplicationConnectionLostError,
     SlotInvalidatedError,
     SlotNotFoundError,
     SlotUndecodableError,
@@ -84,10 +94,80 @@ def admin_connection(
         yield conn
 
 
+RELEASE_TIMEOUT: Final = 10.0
+"""Seconds ``release_own_walsender`` waits for the ended walsender to let the slot go."""
+
+OWN_WALSENDER_NAME: Final = "wal2delta"
+"""The ``application_name`` of the replication connection (``ReplicationStream.open``)."""
+
+
+def release_own_walsender(
+    conn: psycopg.Connection[tuple[object, ...]],
+    slot: str,
+    walsender_pid: int,
+    *,
+    timeout: float = RELEASE_TIMEOUT,
+) -> None:
+    """End ``walsender_pid`` - the server process of a replication connection this daemon
+    gave up on (``ReceiveTimeoutError``) - if it still holds ``slot``.
+
+    Nothing happens unless the slot is active for exactly that PID and the process is a
+    walsender named ``wal2delta``: a slot held by anything else is left to ``ensure_slot``,
+    which refuses a second consumer. ``pg_terminate_backend`` needs the same role as the
+    walsender (ours) or ``pg_signal_backend``.
+
+    Raises:
+        ReplicationConnectionLostError: the process could not be ended, or still holds the
+            slot after ``timeout`` seconds (retryable: the server's ``wal_sender_timeout``
+            ends it in the end, and then the slot is free).
+    """
+    state = slot_state(conn, slot)
+    if state is None or state.active_pid != walsender_pid:
+        return
+    row = conn.execute(
+        "SELECT application_name, backend_type FROM pg_stat_activity WHERE pid = %s",
+        (walsender_pid,),
+    ).fetchone()
+    if row is None or row[0] != OWN_WALSENDER_NAME or row[1] != "walsender":
+        return
+    log.warning(
+        "ending the walsender of the abandoned replication connection",
+        slot=slot,
+        walsender_pid=walsender_pid,
+        reason="it still holds the slot after the receive timeout",
+    )
+    try:
+        conn.execute("SELECT pg_terminate_backend(%s)", (walsender_pid,))
+    except psycopg.Error as exc:
+        raise ReplicationConnectionLostError(
+            f"replication slot {slot!r} is still held by PID {walsender_pid}, the walsender "
+            f"of the connection given up after the receive timeout, which could not be "
+            f"ended ({exc.diag.message_primary or type(exc).__name__}); the server ends it "
+            "after its wal_sender_timeout"
+        ) from exc
+    deadline = time.monotonic() + timeout
+    while state is not None and state.active_pid == walsender_pid:
+        if time.monotonic() >= deadline:
+            raise ReplicationConnectionLostError(
+                f"replication slot {slot!r} is still held by PID {walsender_pid}, the "
+                f"walsender of the connection given up after the receive timeout, "
+                f"{timeout:g} s after it was told to end"
+            )
+        time.sleep(0.1)
+        state = slot_state(conn, slot)
+
+
 def prepare_source(
-    settings: CaptureSettings, markers: SnapshotMarkerStore | None = None
+    settings: CaptureSettings,
+    markers: SnapshotMarkerStore | None = None,
+    *,
+    abandoned_walsender: int | None = None,
 ) -> SourceInfo:
     """Check the server, create or update publication and slot, negotiate the protocol.
+
+    ``abandoned_walsender``: the server process of the replication connection the last
+    session gave up on (``ReceiveTimeoutError``), ended when it still holds the slot
+    (``release_own_walsender``).
 
     With an initial snapshot a missing slot is left for the snapshot to create (it needs
     the replication connection to export its snapshot). A slot that the sink's markers say
@@ -107,6 +187,8 @@ def prepare_source(
             via_partition_root=settings.publish_via_partition_root,
         )
         slot = settings.slot
+        if abandoned_walsender is not None:
+            release_own_walsender(conn, slot, abandoned_walsender)
         existing = slot_state(conn, slot)
         marker = markers.load_snapshot_marker(slot) if markers is not None else None
         lost_tables: tuple[str, ...] = ()

@@ -54,6 +54,7 @@ class ReplicationStream:
         self._started = False
         self._low_water = 1
         self._low_water_settable = True
+        self._abandoned = False
 
     @classmethod
     def open(cls, conninfo: str, *, connect_timeout: float) -> ReplicationStream:
@@ -183,16 +184,30 @@ class ReplicationStream:
             return primary.decode(errors="replace")
         return result.error_message.decode(errors="replace").strip() or None
 
-    def send(self, payload: bytes) -> None:
-        """Send one CopyData message and flush it."""
+    def send(self, payload: bytes, *, timeout: float | None = None) -> None:
+        """Send one CopyData message and flush it, within ``timeout`` seconds (None: for as
+        long as it takes; a peer that stopped reading would hold it for ever).
+
+        Raises:
+            ReplicationConnectionLostError: the link broke, or the socket took nothing
+                for ``timeout`` seconds.
+        """
         pgconn = self._pgconn
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while pgconn.put_copy_data(payload) == 0:
-                select.select([], [pgconn.socket], [], 1.0)
+                self._wait_writable(deadline)
             while pgconn.flush() == 1:
-                select.select([], [pgconn.socket], [], 1.0)
+                self._wait_writable(deadline)
         except psycopg.OperationalError as exc:
             raise ReplicationConnectionLostError("could not send to the server") from exc
+
+    def _wait_writable(self, deadline: float | None) -> None:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise ReplicationConnectionLostError(
+                "could not send to the server: its connection took nothing in time"
+            )
+        select.select([], [self._pgconn.socket], [], 1.0)
 
     def wait_readable(
         self, timeout: float, also: Sequence[int] = (), *, bulk: bool = False
@@ -208,6 +223,22 @@ class ReplicationStream:
         self._set_low_water(BULK_LOW_WATER if bulk else 1)
         readable, _, _ = select.select([self._pgconn.socket, *also], [], [], timeout)
         return bool(readable)
+
+    @property
+    def backend_pid(self) -> int:
+        """The walsender serving this connection (``ReceiveTimeoutError.walsender_pid``)."""
+        return self._conn.info.backend_pid
+
+    def pending_input(self) -> bool:
+        """Whether the server sent something not read yet (the socket is readable now);
+        tells a quiet server from a loop that was busy and did not read."""
+        self._set_low_water(1)  # a keepalive counts, however small
+        readable, _, _ = select.select([self._pgconn.socket], [], [], 0)
+        return bool(readable)
+
+    def abandon(self) -> None:
+        """The server stopped answering: ``close`` will not wait for its CopyDone."""
+        self._abandoned = True
 
     def _set_low_water(self, size: int) -> None:
         """Set the socket's ``SO_RCVLOWAT`` (only when it changes: a system call)."""
@@ -238,7 +269,7 @@ class ReplicationStream:
         final status update - before it answers with its own CopyDone, so waiting for that
         answer means the acknowledged position is recorded in the slot when we return.
         """
-        if self._started and not self._conn.closed:
+        if self._started and not self._abandoned and not self._conn.closed:
             with contextlib.suppress(psycopg.Error, ReplicationConnectionLostError):
                 self._set_low_water(1)  # the server's CopyDone is a few bytes
                 self._pgconn.put_copy_end()

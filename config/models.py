@@ -516,6 +516,15 @@ class SourceConfig(_Section):
         default=timedelta(seconds=10),
         description="Timeout for establishing a connection to the source.",
     )
+    receive_timeout: NonNegativeDuration = Field(
+        default=timedelta(seconds=60),
+        description=(
+            "End the replication connection and reconnect when the server sent nothing for "
+            "this long, as a subscriber's `wal_receiver_timeout` does; after half of it the "
+            "daemon asks the server for a reply. Catches a network that went silent (a "
+            "dropped NAT or firewall entry, a hung peer). 0 disables."
+        ),
+    )
     reconnect: ReconnectConfig = Field(
         default_factory=ReconnectConfig,
         description="Backoff after the replication connection is lost.",

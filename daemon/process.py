@@ -20,7 +20,7 @@ from config import AppConfig, ConfigError, redact_dsn
 from daemon.gc_tuning import collector_paced_by_time
 from daemon.health import HealthServer, loop_alive_check, readiness_check
 from daemon.supervisor import Supervisor
-from daemon.wiring import sink_settings, spark_settings
+from daemon.wiring import sink_settings, source_conninfo, spark_settings
 from decoder import DECODER_KERNEL, Lsn, Wal2DeltaError
 
 log = structlog.get_logger("wal2delta.process")
@@ -69,7 +69,7 @@ def run_service(
     spark = create_spark_session(spark_settings(config))
     # The sink asks the source catalog about fast defaults, renames and primary keys;
     # the callable re-reads a password file on every (re)connect.
-    catalog = PostgresCatalog(config.source.conninfo)
+    catalog = PostgresCatalog(lambda: source_conninfo(config))
     sink = DeltaSink(spark, sink_settings(config), catalog=catalog)
     service = Supervisor(config, sink, metrics=metrics, endpos=endpos, stop_event=stop)
     health: HealthServer | None = None

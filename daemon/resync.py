@@ -20,6 +20,7 @@ import psycopg
 
 from capture import with_text_form_settings
 from config import AppConfig, parse_table_name
+from daemon.wiring import source_conninfo
 from decoder import Lsn, parse_lsn
 from sink import RESYNC_PREFIX, read_copy_records, resync_message
 
@@ -42,7 +43,7 @@ def request_resync(config: AppConfig, tables: Sequence[str]) -> ResyncRequest:
         psycopg.Error: the source could not be reached or refused.
     """
     names = tuple(_qualified(name) for name in tables)
-    conninfo = with_text_form_settings(config.source.conninfo())
+    conninfo = with_text_form_settings(source_conninfo(config))
     with psycopg.connect(conninfo, application_name="wal2delta-resync") as conn:
         published = {
             f"{row[0]}.{row[1]}"

@@ -14,6 +14,7 @@ import psycopg
 from psycopg import sql
 
 from config import AppConfig, parse_table_name
+from daemon.wiring import source_conninfo
 from sink import NUMERIC_OID, ColumnTypeError, delta_type
 
 _COLUMNS = """
@@ -36,7 +37,7 @@ def source_problems(config: AppConfig, *, connect_timeout: float = 5.0) -> list[
         return []
     problems: list[str] = []
     with psycopg.connect(
-        config.source.conninfo(), autocommit=True, connect_timeout=max(1, round(connect_timeout))
+        source_conninfo(config), autocommit=True, connect_timeout=max(1, round(connect_timeout))
     ) as conn:
         for path, name in named:
             schema, table = parse_table_name(name)

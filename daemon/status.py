@@ -30,6 +30,7 @@ from psycopg import sql
 
 from capture import read_published_tables, sample_slot
 from config import AppConfig
+from daemon.wiring import source_conninfo
 from decoder import format_lsn
 from sink import (
     ColumnNamePolicy,
@@ -140,7 +141,7 @@ def collect_status(config: AppConfig) -> Status:
     root = str(config.sink.path)
     policy = config.sink.column_names
     table_status = []
-    with psycopg.connect(source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(source_conninfo(config), autocommit=True) as conn:
         sample = sample_slot(conn, source.slot)
         for published in read_published_tables(conn, source.publication, check_column_lists=False):
             schema, name = published.schema, published.name

@@ -55,6 +55,7 @@ from capture import (
     LakeAheadOfServerError,
     Metrics,
     OnlineCopier,
+    ReceiveTimeoutError,
     ReconnectSettings,
     ReplicationConnectionLostError,
     ReplicationStream,
@@ -145,6 +146,9 @@ class Supervisor:
         self._copier: OnlineCopier | None = None
         self._timeline: int | None = None
         """The server timeline the last session found the lake consistent with."""
+        self._abandoned_walsender: int | None = None
+        """The walsender of a connection given up after a receive timeout, which may still
+        hold the slot (``capture.release_own_walsender``)."""
 
     def fail(self, error: Wal2DeltaError) -> None:
         """Stop the session with ``error`` (called from other threads, e.g. the monitor)."""
@@ -229,6 +233,8 @@ class Supervisor:
                 except Wal2DeltaError as exc:
                     if not exc.retryable:
                         raise
+                    if isinstance(exc, ReceiveTimeoutError):
+                        self._abandoned_walsender = exc.walsender_pid
                     self.state.connected = False
                     self.state.not_streaming = str(exc)
                     self.metrics.record_not_streaming(_reason(exc))
@@ -354,7 +360,10 @@ class Supervisor:
 
     def _run_session(self) -> None:
         settings = self.settings
-        info: SourceInfo = prepare_source(settings, self._markers())
+        info: SourceInfo = prepare_source(
+            settings, self._markers(), abandoned_walsender=self._abandoned_walsender
+        )
+        self._abandoned_walsender = None
         options = info.options
         self.metrics.build_info.labels(
             version=package_version(),
@@ -407,6 +416,7 @@ class Supervisor:
                 stop_event=self.stop_event,
                 fatal=self._interruption,
                 shutdown_grace=settings.shutdown_grace,
+                receive_timeout=settings.receive_timeout,
                 endpos=self.endpos,
                 clock=self.clock,
                 frame_tap=self.frame_tap,
@@ -443,6 +453,8 @@ def _reason(exc: Wal2DeltaError) -> str:
     """A bounded label for why the daemon is not streaming."""
     if isinstance(exc, SourceRefusedError):
         return exc.reason
+    if isinstance(exc, ReceiveTimeoutError):
+        return "receive_timeout"
     if isinstance(exc, ReplicationConnectionLostError):
         return "connection_lost"
     return type(exc).__name__

@@ -21,6 +21,7 @@ from capture import (
     SnapshotTuning,
     SourceInfo,
     prepare_source,
+    with_connection_defaults,
     with_text_form_settings,
 )
 from config import (
@@ -43,7 +44,7 @@ def capture_settings(config: AppConfig) -> CaptureSettings:
     source = config.source
     batch = config.sink.batch
     return CaptureSettings(
-        resolve_conninfo=lambda: with_text_form_settings(source.conninfo()),
+        resolve_conninfo=lambda: with_text_form_settings(source_conninfo(config)),
         slot=source.slot,
         publications=tuple(source.publication),
         tables=tuple(published_tables(config)),
@@ -59,6 +60,7 @@ def capture_settings(config: AppConfig) -> CaptureSettings:
             origin=source.origin,
         ),
         connect_timeout=source.connect_timeout.total_seconds(),
+        receive_timeout=source.receive_timeout.total_seconds(),
         status_interval=source.status_interval.total_seconds(),
         initial_snapshot=config.snapshot.mode == "initial",
         snapshot=SnapshotTuning(
@@ -78,6 +80,17 @@ def capture_settings(config: AppConfig) -> CaptureSettings:
         failover=source.failover,
         on_slot_loss=config.snapshot.on_slot_loss,
         new_tables_interval=config.snapshot.new_tables_interval.total_seconds(),
+    )
+
+
+def source_conninfo(config: AppConfig) -> str:
+    """The source's connection string for any connection the daemon opens: the password
+    merged in (a password file read now) and the libpq defaults of
+    ``capture.with_connection_defaults`` - TCP keepalives, ``tcp_user_timeout`` and
+    ``source.connect_timeout`` - where the DSN does not name them. Never log it."""
+    source = config.source
+    return with_connection_defaults(
+        source.conninfo(), connect_timeout=source.connect_timeout.total_seconds()
     )
 
 

@@ -47,7 +47,7 @@ from daemon.verify.sql import (
     spark_rows_query,
     spark_summary_query,
 )
-from daemon.wiring import spark_settings
+from daemon.wiring import source_conninfo, spark_settings
 from decoder import Lsn, format_lsn, parse_lsn
 from sink import create_spark_session, stop_spark_session, table_path
 
@@ -346,7 +346,7 @@ def verify_source(
     own_session = spark is None
     session = spark if spark is not None else create_spark_session(spark_settings(config))
     # Text forms printed as the daemon's connections print them (TimeZone UTC, ...).
-    conninfo = with_text_form_settings(config.source.conninfo())
+    conninfo = with_text_form_settings(source_conninfo(config))
     try:
         with (
             psycopg.connect(conninfo, autocommit=True) as slot_conn,

@@ -42,6 +42,7 @@ def _session(worker: SinkWorker, batcher: Batcher, now: float) -> Session:
     session = object.__new__(Session)
     session.worker = worker
     session.batcher = batcher
+    session.receive_timeout = 0.0
     session.policy = FeedbackPolicy(status_interval=10.0, wal_sender_timeout=60.0)
     session.policy.sent(now, 0)
     return session
