@@ -47,6 +47,13 @@ def test_every_yaml_file_parses(path: Path) -> None:
     assert documents
 
 
+def test_every_overlay_is_rendered_by_these_tests() -> None:
+    """A new overlay is held to the same checks (ServiceAccount, NetworkPolicy, budget...)."""
+    overlays = {path.parent for path in (DEPLOY / "overlays").glob("*/kustomization.yaml")}
+    assert overlays
+    assert overlays <= set(KUSTOMIZATIONS.values())
+
+
 def deployments(name: str) -> list[dict[str, Any]]:
     return of_kind(render(name), "Deployment")
 
