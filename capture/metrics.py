@@ -118,6 +118,11 @@ class Metrics:
     )
     reconnects = _counter("Reconnection attempts to PostgreSQL.")
     spilled_bytes = _gauge("Bytes of open transactions spilled to disk.")
+    spool_errors = _counter(
+        "Spill file failures, by reason: no_space, quota, io_error, max_bytes "
+        "(spool.max_bytes reached), other.",
+        ("reason",),
+    )
     open_streamed_transactions = _gauge(
         "Streamed transactions received but not yet committed or aborted."
     )

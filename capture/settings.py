@@ -133,6 +133,8 @@ class CaptureSettings:
         batch: when batches close.
         spool_dir: where large transactions spill; None for a temporary directory.
         spool_memory_limit: bytes all open transactions may hold before spilling.
+        spool_max_bytes: bytes all spill files may hold together; None for no bound but
+            the volume's.
         shutdown_grace: seconds a stop request waits for committed work to be durable.
         failover: create the slot as a failover slot: ``auto`` (PostgreSQL 17 and newer),
             ``true`` or ``false`` (``source.failover``).
@@ -157,6 +159,7 @@ class CaptureSettings:
     batch: BatchSettings
     spool_dir: Path | None
     spool_memory_limit: int
+    spool_max_bytes: int | None
     shutdown_grace: float
     snapshot: SnapshotTuning
     failover: Literal["auto", "true", "false"]

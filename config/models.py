@@ -1109,6 +1109,16 @@ class SpoolConfig(_Section):
             "`64MiB`, `1GB` (SI, 1000-based), `512kB` or a number of bytes."
         ),
     )
+    max_bytes: ByteSize | None = Field(
+        default=None,
+        description=(
+            "Bytes all spill files may hold together; past it the daemon stops spooling "
+            "with a clear error and reconnects with backoff (nothing is acknowledged), "
+            "instead of filling the volume. Set it below the volume's size when the volume "
+            "is shared. null bounds the spool by the volume only (a full volume gives the "
+            "same error). Files left by an earlier process are removed at start."
+        ),
+    )
 
 
 class MetricsConfig(_Section):

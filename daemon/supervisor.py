@@ -36,8 +36,6 @@ applied by a rewound session.
 from __future__ import annotations
 
 import random
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -75,12 +73,14 @@ from capture import (
     start_replication_options,
 )
 from config import AppConfig
+from daemon.spool import SpoolDirectory, open_spool_directory
 from daemon.wiring import capture_settings, reconnect_settings
 from decoder import (
     DECODER_KERNEL,
     Assembler,
     CountingChangeBuffer,
     Lsn,
+    SpoolError,
     Wal2DeltaError,
     spilling_buffers,
 )
@@ -141,7 +141,7 @@ class Supervisor:
         self._session: Session | None = None
         self._worker: SinkWorker | None = None
         self._spool_dir: Path | None = None
-        self._spool_is_temporary = False
+        self._spool_directory: SpoolDirectory | None = None
         self._fatal: Wal2DeltaError | None = None
         self._copier: OnlineCopier | None = None
         self._timeline: int | None = None
@@ -155,14 +155,11 @@ class Supervisor:
         self._fatal = error
 
     def _spool(self) -> Path:
+        """The run's spool directory, made at the first session that replays; what dead
+        processes left there is removed then (``daemon.spool``)."""
         if self._spool_dir is None:
-            configured = self.settings.spool_dir
-            if configured is None:
-                self._spool_dir = Path(tempfile.mkdtemp(prefix="wal2delta-spool-"))
-                self._spool_is_temporary = True
-            else:
-                self._spool_dir = configured
-                self._spool_dir.mkdir(parents=True, exist_ok=True)
+            self._spool_directory = open_spool_directory(self.settings.spool_dir)
+            self._spool_dir = self._spool_directory.path
         return self._spool_dir
 
     def run(self) -> None:
@@ -239,6 +236,8 @@ class Supervisor:
                     self.state.not_streaming = str(exc)
                     self.metrics.record_not_streaming(_reason(exc))
                     self.metrics.record_error("capture", exc, time.time())
+                    if isinstance(exc, SpoolError):
+                        self.metrics.spool_errors.labels(reason=exc.reason).inc()
                     attempts += 1
                     if reconnect.max_attempts and attempts > reconnect.max_attempts:
                         raise
@@ -262,9 +261,10 @@ class Supervisor:
                 self._copier = None
             self._end_session()
             self._stop_worker()
-            if self._spool_is_temporary and self._spool_dir is not None:
+            if self._spool_directory is not None:
                 # Spilled transactions are only ever replayed within one run.
-                shutil.rmtree(self._spool_dir, ignore_errors=True)
+                self._spool_directory.close()
+                self._spool_directory = None
                 self._spool_dir = None
 
     def _interruption(self) -> Wal2DeltaError | None:
@@ -386,7 +386,11 @@ class Supervisor:
             assembler = Assembler(
                 options,
                 buffers=(
-                    spilling_buffers(self._spool(), settings.spool_memory_limit)
+                    spilling_buffers(
+                        self._spool(),
+                        settings.spool_memory_limit,
+                        max_bytes=settings.spool_max_bytes,
+                    )
                     if self.replay_changes
                     # Recording: every transaction is discarded, never replayed.
                     else CountingChangeBuffer

@@ -76,6 +76,9 @@ def capture_settings(config: AppConfig) -> CaptureSettings:
         ),
         spool_dir=Path(config.spool.dir) if config.spool.dir is not None else None,
         spool_memory_limit=int(config.spool.memory_limit),
+        spool_max_bytes=(
+            int(config.spool.max_bytes) if config.spool.max_bytes is not None else None
+        ),
         shutdown_grace=config.shutdown.grace_period.total_seconds(),
         failover=source.failover,
         on_slot_loss=config.snapshot.on_slot_loss,

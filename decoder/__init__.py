@@ -17,6 +17,7 @@ from decoder.errors import (
     DecodeError,
     MalformedMessageError,
     ProtocolSequenceError,
+    SpoolError,
     Wal2DeltaError,
     cause_line,
 )
@@ -82,6 +83,8 @@ from decoder.parser import parse_message
 from decoder.relations import RelationCache
 from decoder.replay import ChunkLimits, ReplayChunk
 from decoder.spill import (
+    SPOOL_FILE_PREFIX,
+    SPOOL_FILE_SUFFIX,
     ChangeBuffer,
     ChangeBufferFactory,
     CountingChangeBuffer,
@@ -123,6 +126,8 @@ __all__ = [
     "DECODER_KERNEL",
     "EVENTS",
     "PURE_PYTHON_ENV",
+    "SPOOL_FILE_PREFIX",
+    "SPOOL_FILE_SUFFIX",
     "TEXT_KEPT_TYPE_OIDS",
     "TRANSITIONS",
     "UNCHANGED_TOAST",
@@ -176,6 +181,7 @@ __all__ = [
     "RollbackPrepared",
     "RowChange",
     "RowOperation",
+    "SpoolError",
     "StreamAbort",
     "StreamAborted",
     "StreamCommit",

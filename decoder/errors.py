@@ -103,3 +103,43 @@ class MalformedMessageError(DecodeError):
 
 class ProtocolSequenceError(DecodeError):
     """A well-formed message that is illegal where it arrived (e.g. INSERT outside BEGIN)."""
+
+
+class SpoolError(Wal2DeltaError):
+    """A spill file could not be written, read or created, or the spool would pass its bound.
+
+    The volume is full (``ENOSPC``), a quota is reached (``EDQUOT``), the disk fails
+    (``EIO``) or ``spool.max_bytes`` would be passed. Nothing of the transaction being
+    spooled was acknowledged (it is not durable anywhere), so the server sends it again.
+    Retryable: space can come back (files removed, the volume grown online), and the
+    supervisor reconnects with backoff from the durable position.
+
+    Attributes:
+        directory: the spool directory.
+        needed_bytes: bytes the failed write (or read) needed.
+        free_bytes: bytes free to us in the directory's file system (``statvfs``), None
+            when that could not be asked.
+        reason: a bounded label: ``no_space``, ``quota``, ``io_error``, ``max_bytes`` or
+            ``other``.
+    """
+
+    retryable: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        message: str,
+        directory: str,
+        needed_bytes: int,
+        free_bytes: int | None,
+        reason: str,
+    ) -> None:
+        # Positional, so the default exception pickling (``self.args``) rebuilds it.
+        super().__init__(message, directory, needed_bytes, free_bytes, reason)
+        self.message = message
+        self.directory = directory
+        self.needed_bytes = needed_bytes
+        self.free_bytes = free_bytes
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.message

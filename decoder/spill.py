@@ -21,6 +21,20 @@ buffer is garbage-collected without being closed.
 
 A mark is an opaque integer, meaningful only to the buffer that returned it.
 
+Faults and bounds. Every ``OSError`` met while creating, writing or reading a spool file
+(``ENOSPC``, ``EDQUOT``, ``EIO``...) becomes a ``SpoolError`` naming the directory, the
+bytes needed, the bytes free there (``statvfs``) and what to do; a buffer that failed
+refuses any further write, so no record is silently dropped. The budget may also bound the
+bytes all its buffers hold on disk (``spool.max_bytes``): the record that would pass it
+raises the same error instead of filling the volume. The error is retryable; whoever
+feeds the assembler drops it, and the transaction comes again from the server.
+
+Spool files are named ``wal2delta-txn-*.spool`` and each is held under an exclusive
+``flock`` while its buffer lives. The lock dies with the process, however it ends (an OOM
+kill, ``SIGKILL``), so a later process can tell a left-over file from a live one (it gets
+the lock) and remove it (``daemon.spool``); a file removed by such a clean-up between its
+creation and its lock is detected here (no link left, or the lock taken) and made again.
+
 ``absorb_frames`` is the receive loop's bulk path: a ``FileChangeBuffer`` still in memory
 takes a run of row messages straight from their XLogData frames, in C (the kernel's
 ``absorb``), as ``append`` would take them one by one. A buffer that cannot (spilled, empty,
@@ -30,6 +44,8 @@ another kind, no kernel) answers None and the caller feeds the frames one by one
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import functools
 import os
 import struct
@@ -40,6 +56,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, Final, NamedTuple, Protocol
 
+from decoder.errors import SpoolError
 from decoder.native import COMPILED
 
 _LENGTH: Final = struct.Struct(">I")
@@ -51,6 +68,113 @@ _LENGTH: Final = struct.Struct(">I")
 # spilled open transaction has its own write block, outside ``spool.memory_limit``.
 _READ_BUFFER_BYTES: Final = 1024 * 1024
 _WRITE_BLOCK_BYTES: Final = 64 * 1024
+
+SPOOL_FILE_PREFIX: Final = "wal2delta-txn-"
+"""Every spool file's name starts so; a start-up clean-up removes only such files."""
+SPOOL_FILE_SUFFIX: Final = ".spool"
+"""Every spool file's name ends so."""
+_CREATE_ATTEMPTS: Final = 100
+
+_REASONS: Final = {errno.ENOSPC: "no_space", errno.EDQUOT: "quota", errno.EIO: "io_error"}
+
+SpoolFileOpener = Callable[[int], BinaryIO]
+"""Makes the file object of a new spool file from its descriptor (tests inject faults)."""
+
+
+def open_spool_file(fd: int) -> BinaryIO:
+    """The default ``SpoolFileOpener``: a buffered read-write file on the descriptor."""
+    return os.fdopen(fd, "w+b")
+
+
+def free_bytes(directory: Path) -> int | None:
+    """Bytes an unprivileged writer may still use in ``directory``'s file system, or None."""
+    try:
+        stats = os.statvfs(directory)
+    except OSError:
+        return None
+    return stats.f_bavail * stats.f_frsize
+
+
+_ADVICE: Final = (
+    "Nothing of the transaction being spooled was acknowledged: the daemon reconnects and "
+    "receives it again from the last durable position."
+)
+
+
+def spool_error(
+    directory: Path,
+    action: str,
+    needed_bytes: int,
+    held_bytes: int,
+    *,
+    cause: OSError | None = None,
+    limit_bytes: int | None = None,
+) -> SpoolError:
+    """The ``SpoolError`` for a failed ``action`` (``write 65536 bytes to``...) in ``directory``.
+
+    With ``cause`` the operating system refused; without it ``limit_bytes``
+    (``spool.max_bytes``) would have been passed.
+    """
+    free = free_bytes(directory)
+    free_text = "unknown" if free is None else f"{free} bytes"
+    if cause is None:
+        return SpoolError(
+            f"spool full: {needed_bytes} more bytes would take the spill files in "
+            f"{directory} to {held_bytes + needed_bytes} bytes, over spool.max_bytes "
+            f"({limit_bytes} bytes); free on the volume: {free_text}. {_ADVICE} Raise "
+            "spool.max_bytes (with a volume that large) for transactions this big.",
+            str(directory),
+            needed_bytes,
+            free,
+            "max_bytes",
+        )
+    code = errno.errorcode.get(cause.errno or 0, "no errno")
+    reason = _REASONS.get(cause.errno or 0, "other")
+    what = cause.strerror or str(cause)
+    hint = (
+        "Grow the volume or free space on it, point spool.dir at a larger one, or set "
+        "spool.max_bytes below the room the volume has."
+        if reason in ("no_space", "quota")
+        else "Check the volume (kernel log, permissions, mount state), or point spool.dir "
+        "at another one."
+    )
+    return SpoolError(
+        f"spool failed: cannot {action} a spill file in {directory}: {what} ({code}); "
+        f"{needed_bytes} bytes needed, free on the volume: {free_text}, spooled by open "
+        f"transactions (this write included): {held_bytes} bytes. {_ADVICE} {hint}",
+        str(directory),
+        needed_bytes,
+        free,
+        reason,
+    )
+
+
+def _create_spool_file(directory: Path, opener: SpoolFileOpener) -> tuple[BinaryIO, Path]:
+    """A new, empty spool file in ``directory``, locked for as long as it is open.
+
+    Raises:
+        OSError: the file could not be made (or kept) in ``attempts`` tries.
+    """
+    for _ in range(_CREATE_ATTEMPTS):
+        fd, name = tempfile.mkstemp(
+            prefix=SPOOL_FILE_PREFIX, suffix=SPOOL_FILE_SUFFIX, dir=directory
+        )
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            kept = os.fstat(fd).st_nlink > 0
+        except BlockingIOError:
+            kept = False  # a clean-up holds it to remove it
+        except BaseException:
+            os.close(fd)
+            raise
+        if kept:
+            try:
+                return opener(fd), Path(name)
+            except BaseException:
+                os.close(fd)
+                raise
+        os.close(fd)
+    raise OSError(errno.EAGAIN, f"{_CREATE_ATTEMPTS} new spool files were removed at once")
 
 
 class AbsorbedFrames(NamedTuple):
@@ -250,15 +374,25 @@ class CountingChangeBuffer:
 class MemoryBudget:
     """Bytes that the ``FileChangeBuffer``s sharing this budget may hold in memory in all.
 
+    It also counts the bytes they hold on disk, and may bound them.
+
     Args:
         limit_bytes: the bound (records plus 4 bytes each); 0 spills every record.
+        disk_limit_bytes: the bound of the bytes on disk (``spool.max_bytes``); None for
+            none but the volume's size.
     """
 
-    def __init__(self, limit_bytes: int) -> None:
+    def __init__(self, limit_bytes: int, disk_limit_bytes: int | None = None) -> None:
         if limit_bytes < 0:
             raise ValueError(f"memory_limit_bytes must not be negative, not {limit_bytes}")
+        if disk_limit_bytes is not None and disk_limit_bytes < 0:
+            raise ValueError(f"max_bytes must not be negative, not {disk_limit_bytes}")
         self.limit_bytes = limit_bytes
         self.used_bytes = 0
+        self.disk_limit = disk_limit_bytes
+        self.disk_limit_bytes = sys.maxsize if disk_limit_bytes is None else disk_limit_bytes
+        self.disk_bytes = 0
+        """Bytes the spilled buffers hold (written or staged to be written)."""
         self._holders: weakref.WeakSet[FileChangeBuffer] = weakref.WeakSet()
 
     def admit(self, buffer: FileChangeBuffer, size: int) -> bool:
@@ -300,13 +434,18 @@ class FileChangeBuffer:
             buffer spills; 0 spills from the first record. Ignored with ``budget``.
         budget: a budget shared with other buffers (``spilling_buffers``); without it
             the buffer has its own budget of ``memory_limit_bytes``.
+        open_file: makes the file object of the spool file from its descriptor.
 
     Marks are byte offsets in the logical length-prefixed stream, which is exactly the
     file's layout, so truncating a spilled buffer is a file truncation.
     """
 
     def __init__(
-        self, spool_dir: Path, memory_limit_bytes: int, budget: MemoryBudget | None = None
+        self,
+        spool_dir: Path,
+        memory_limit_bytes: int,
+        budget: MemoryBudget | None = None,
+        open_file: SpoolFileOpener = open_spool_file,
     ) -> None:
         if memory_limit_bytes < 0:
             raise ValueError(f"memory_limit_bytes must not be negative, not {memory_limit_bytes}")
@@ -319,6 +458,9 @@ class FileChangeBuffer:
         self._file_bytes = 0
         self._pending = bytearray()
         self._finalizer: weakref.finalize[[BinaryIO, Path], FileChangeBuffer] | None = None
+        self._open_file = open_file
+        self._failed: SpoolError | None = None
+        """The error that broke the spool file: every later use raises it again."""
 
     @property
     def path(self) -> Path | None:
@@ -346,6 +488,10 @@ class FileChangeBuffer:
                 self.spill()
         # Records are staged in a bytearray and written a block at a time: two buffered
         # file writes per record cost more than the rest of spooling it.
+        budget = self._budget
+        if budget.disk_bytes + size > budget.disk_limit_bytes:
+            raise self._over_limit(size)
+        budget.disk_bytes += size
         pending = self._pending
         pending += _LENGTH.pack(len(record))
         pending += record
@@ -373,30 +519,79 @@ class FileChangeBuffer:
         return absorbed
 
     def _write_pending(self) -> None:
-        """Write the staged records to the spool file."""
+        """Write the staged records to the spool file.
+
+        Raises:
+            SpoolError: the write failed (or an earlier one did).
+        """
         assert self._file is not None
-        self._file.write(self._pending)
+        if self._failed is not None:
+            raise self._failed
+        try:
+            self._file.write(self._pending)
+        except OSError as exc:
+            raise self._fail(
+                f"write {len(self._pending)} bytes to", len(self._pending), exc
+            ) from exc
         self._pending.clear()
 
+    def _flush(self) -> None:
+        """Write the staged records and the file object's own buffer out.
+
+        Raises:
+            SpoolError: the write failed (or an earlier one did).
+        """
+        assert self._file is not None
+        self._write_pending()
+        try:
+            self._file.flush()
+        except OSError as exc:
+            raise self._fail("flush the written records of", 0, exc) from exc
+
+    def _fail(self, action: str, needed: int, cause: OSError) -> SpoolError:
+        """Break the buffer with the ``SpoolError`` for ``cause``; the caller raises it."""
+        error = spool_error(self._spool_dir, action, needed, self._budget.disk_bytes, cause=cause)
+        self._failed = error
+        return error
+
+    def _over_limit(self, needed: int) -> SpoolError:
+        """The ``SpoolError`` for ``needed`` more bytes past the budget's disk bound."""
+        budget = self._budget
+        return spool_error(
+            self._spool_dir, "", needed, budget.disk_bytes, limit_bytes=budget.disk_limit
+        )
+
     def spill(self) -> None:
-        """Move the in-memory records to a new spool file (nothing when already spilled)."""
+        """Move the in-memory records to a new spool file (nothing when already spilled).
+
+        Raises:
+            SpoolError: the file could not be made or written, or holding the records on
+                disk would pass the budget's disk bound (the records then stay in memory).
+        """
         if self._file is not None:
             return
-        self._spool_dir.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix="wal2delta-txn-", suffix=".spool", dir=self._spool_dir)
-        file = os.fdopen(fd, "w+b")
-        path = Path(name)
+        budget = self._budget
+        if budget.disk_bytes + self._memory_bytes > budget.disk_limit_bytes:
+            raise self._over_limit(self._memory_bytes)
+        try:
+            self._spool_dir.mkdir(parents=True, exist_ok=True)
+            file, path = _create_spool_file(self._spool_dir, self._open_file)
+        except OSError as exc:
+            raise spool_error(
+                self._spool_dir, "create", self._memory_bytes, budget.disk_bytes, cause=exc
+            ) from exc
         self._file = file
         self._path = path
         self._finalizer = weakref.finalize(self, _remove_spool_file, file, path)
         for record in self._memory:
             self._pending += _LENGTH.pack(len(record))
             self._pending += record
-        self._write_pending()
         self._file_bytes = self._memory_bytes
-        self._budget.release(self._memory_bytes)
+        budget.disk_bytes += self._memory_bytes
+        budget.release(self._memory_bytes)
         self._memory = []
         self._memory_bytes = 0
+        self._write_pending()
 
     def mark(self) -> int:
         """Return the current logical length in bytes."""
@@ -420,10 +615,13 @@ class FileChangeBuffer:
             return
         # The file stays even if it shrinks below the limit: a transaction that got this
         # big once is likely to grow again, and the file is deleted at close anyway.
-        self._write_pending()
-        self._file.flush()
-        self._file.truncate(mark)
-        self._file.seek(mark)
+        self._flush()
+        try:
+            self._file.truncate(mark)
+            self._file.seek(mark)
+        except OSError as exc:
+            raise self._fail("truncate", 0, exc) from exc
+        self._budget.disk_bytes -= self._file_bytes - mark
         self._file_bytes = mark
 
     def __iter__(self) -> Iterator[bytes]:
@@ -432,13 +630,19 @@ class FileChangeBuffer:
             yield from self._memory
             return
         assert self._path is not None
-        self._write_pending()
-        self._file.flush()
-        unread = self._file_bytes
+        self._flush()
+        try:
+            yield from self._read_back(self._path, self._file_bytes)
+        except OSError as exc:
+            raise self._fail("read back", self._file_bytes, exc) from exc
+
+    @staticmethod
+    def _read_back(path: Path, unread: int) -> Iterator[bytes]:
+        """The records of the first ``unread`` bytes of the spool file at ``path``."""
         block = b""
         pos = 0
         unpack = _LENGTH.unpack_from
-        with open(self._path, "rb", buffering=0) as reader:
+        with open(path, "rb", buffering=0) as reader:
             while True:
                 available = len(block) - pos
                 if available >= _LENGTH.size:
@@ -455,7 +659,7 @@ class FileChangeBuffer:
                 want = min(unread, max(needed, _READ_BUFFER_BYTES))
                 chunk = reader.read(want) if want >= needed else b""
                 if want < needed or len(chunk) != want:
-                    raise OSError(f"spool file {self._path} is shorter than expected")
+                    raise OSError(errno.EIO, f"spool file {path} is shorter than expected")
                 unread -= want
                 block = block[pos:] + chunk
                 pos = 0
@@ -467,6 +671,7 @@ class FileChangeBuffer:
             self._finalizer = None
         self._file = None
         self._path = None
+        self._budget.disk_bytes -= self._file_bytes
         self._file_bytes = 0
         self._pending = bytearray()
         self._memory = []
@@ -479,6 +684,9 @@ class FileChangeBuffer:
         if getattr(self, "_memory_bytes", 0):
             self._budget.release(self._memory_bytes)
             self._memory_bytes = 0
+        if getattr(self, "_file_bytes", 0):
+            self._budget.disk_bytes -= self._file_bytes
+            self._file_bytes = 0
 
     @property
     def size_bytes(self) -> int:
@@ -491,14 +699,23 @@ class FileChangeBuffer:
         return self._file_bytes
 
 
-def spilling_buffers(spool_dir: Path, memory_limit_bytes: int) -> ChangeBufferFactory:
+def spilling_buffers(
+    spool_dir: Path,
+    memory_limit_bytes: int,
+    *,
+    max_bytes: int | None = None,
+    open_file: SpoolFileOpener = open_spool_file,
+) -> ChangeBufferFactory:
     """Return a factory of ``FileChangeBuffer``s sharing a spool directory and a budget.
 
     The limit bounds the memory of all the factory's buffers together: past it, the
-    buffer holding the most memory spills.
+    buffer holding the most memory spills. ``max_bytes`` bounds the bytes their spool files
+    hold together (None: the volume's size); past it they raise ``SpoolError``.
 
     Raises:
-        ValueError: the limit is negative.
+        ValueError: a limit is negative.
     """
-    budget = MemoryBudget(memory_limit_bytes)
-    return functools.partial(FileChangeBuffer, Path(spool_dir), memory_limit_bytes, budget)
+    budget = MemoryBudget(memory_limit_bytes, max_bytes)
+    return functools.partial(
+        FileChangeBuffer, Path(spool_dir), memory_limit_bytes, budget, open_file
+    )

@@ -28,6 +28,7 @@ from decoder import (
     MalformedMessageError,
     Oid,
     ProtocolOptions,
+    SpoolError,
     TupleData,
     Update,
     ValueDecoder,
@@ -234,7 +235,7 @@ def test_a_spilled_buffer_reads_back_records_of_any_size_across_its_blocks(tmp_p
     buffer.close()
 
 
-def test_a_spool_file_shorter_than_its_records_is_an_os_error(tmp_path):
+def test_a_spool_file_shorter_than_its_records_is_a_spool_error(tmp_path):
     buffer = FileChangeBuffer(tmp_path, 0)
     for record in BLOCK_RECORDS:
         buffer.append(record)
@@ -242,6 +243,7 @@ def test_a_spool_file_shorter_than_its_records_is_an_os_error(tmp_path):
     assert buffer.path is not None
     with buffer.path.open("r+b") as file:
         file.truncate(buffer.size_bytes - 5)
-    with pytest.raises(OSError, match="shorter than expected"):
+    with pytest.raises(SpoolError, match="shorter than expected") as failed:
         list(buffer)
+    assert failed.value.reason == "io_error"
     buffer.close()
