@@ -93,5 +93,12 @@ BENCHMARKS: Final = (
         "snapshot; lag of the streaming table (issue 32)",
         "bench.resync",
     ),
+    Benchmark(
+        10,
+        "startup",
+        "wall time of wal2delta --version, --help, check-config and status vs python -c pass "
+        "and the 0.3 s target (issue 38)",
+        "bench.startup",
+    ),
 )
 """Every benchmark of issue 6, in the issue's order, then those of later issues."""

@@ -5,6 +5,15 @@ Sub-commands: ``run`` (the daemon), ``check-config``, ``status``, ``verify``, ``
 ``decode``, ``demo``. Exit codes: 0 clean
 stop, 1 fatal error, 2 configuration error (or a server that cannot do what the
 configuration asks), 3 slot in use by another process (Kubernetes restarts with backoff).
+
+Start-up (docs/decisions/0119-*): this module imports the standard library only, and each
+command imports what it uses when it runs (the package roots load their modules on first
+use), so ``--version``, ``--help`` and the commands an operator runs during an incident
+(``check-config``, ``status``) never load the engine, the sink's writers or the cut. The
+plugin commands (``wal2delta.commands``) are loaded only when the command line may name
+one or lists the commands: top-level help, an unknown command. ``python -m bench
+startup`` measures the start-up; ``tests/unit/daemon/test_cli_imports.py`` pins what each
+command imports.
 """
 
 from __future__ import annotations
@@ -12,31 +21,19 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-import threading
-from collections.abc import Callable, Sequence
-from importlib.metadata import entry_points
-from pathlib import Path
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
-import psycopg
-import structlog
+if TYPE_CHECKING:
+    from config import AppConfig
+    from decoder import Lsn
 
-from capture import EXIT_CONFIG, EXIT_FATAL, EXIT_OK, CaptureError
-from config import AppConfig, ConfigError, load_config
-from daemon.logging import (
-    StderrAsJson,
-    configure_engine_logging,
-    configure_logging,
-    uses_json,
-)
-from daemon.process import install_stop_signals, run_service
-from daemon.source_check import source_problems
-from daemon.supervisor import Supervisor, package_version
-from decoder import Lsn, Wal2DeltaError, cause_line, parse_lsn
-
-log = structlog.get_logger("wal2delta.cli")
+    Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _lsn_argument(text: str) -> Lsn:
+    from decoder import parse_lsn  # noqa: PLC0415 - see the module docstring
+
     try:
         return parse_lsn(text)
     except ValueError as exc:
@@ -44,6 +41,8 @@ def _lsn_argument(text: str) -> Lsn:
 
 
 def _load_or_report(path: str) -> AppConfig | None:
+    from config import ConfigError, load_config  # noqa: PLC0415 - see the module docstring
+
     try:
         return load_config(path)
     except ConfigError as exc:
@@ -59,6 +58,8 @@ def _with_config(
 
     @functools.wraps(command)
     def run(args: argparse.Namespace) -> int:
+        from capture import EXIT_CONFIG  # noqa: PLC0415 - see the module docstring
+
         config = _load_or_report(args.config)
         return EXIT_CONFIG if config is None else command(args, config)
 
@@ -67,6 +68,14 @@ def _with_config(
 
 @_with_config
 def _cmd_run(args: argparse.Namespace, config: AppConfig) -> int:
+    from daemon.logging import (  # noqa: PLC0415 - see the module docstring
+        StderrAsJson,
+        configure_engine_logging,
+        configure_logging,
+        uses_json,
+    )
+    from daemon.process import run_service  # noqa: PLC0415
+
     configure_logging(config.logging.format, config.logging.level)
     configure_engine_logging(config.logging.level)
     routed = StderrAsJson() if uses_json(config.logging.format) else None
@@ -80,6 +89,12 @@ def _cmd_run(args: argparse.Namespace, config: AppConfig) -> int:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
+    import psycopg  # noqa: PLC0415 - see the module docstring
+
+    from capture import EXIT_CONFIG, EXIT_OK  # noqa: PLC0415
+    from daemon.source_check import source_problems  # noqa: PLC0415
+    from decoder import cause_line  # noqa: PLC0415
+
     if (args.config is None) == (args.config_option is None):
         print("check-config: name the configuration file once (FILE or -c FILE)", file=sys.stderr)
         return EXIT_CONFIG
@@ -114,6 +129,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
 @_with_config
 def _cmd_status(args: argparse.Namespace, config: AppConfig) -> int:
+    from capture import EXIT_OK  # noqa: PLC0415 - see the module docstring
     from daemon.status import collect_status, render_status  # noqa: PLC0415
 
     print(render_status(collect_status(config), as_json=args.json))
@@ -122,9 +138,12 @@ def _cmd_status(args: argparse.Namespace, config: AppConfig) -> int:
 
 @_with_config
 def _cmd_verify(args: argparse.Namespace, config: AppConfig) -> int:
-    import psycopg  # noqa: PLC0415
+    import psycopg  # noqa: PLC0415 - see the module docstring
 
+    from capture import EXIT_FATAL  # noqa: PLC0415
+    from daemon.logging import configure_engine_logging, configure_logging  # noqa: PLC0415
     from daemon.verify import render_report, verify_source  # noqa: PLC0415
+    from decoder import Wal2DeltaError  # noqa: PLC0415
 
     configure_logging(config.logging.format, "warning")
     configure_engine_logging("error")
@@ -140,6 +159,7 @@ def _cmd_verify(args: argparse.Namespace, config: AppConfig) -> int:
 
 @_with_config
 def _cmd_cut(args: argparse.Namespace, config: AppConfig) -> int:
+    from capture import EXIT_CONFIG, EXIT_FATAL, EXIT_OK  # noqa: PLC0415 - module docstring
     from daemon.cut import CutError, parse_point, render_cut, take_cut  # noqa: PLC0415
 
     try:
@@ -158,7 +178,11 @@ def _cmd_cut(args: argparse.Namespace, config: AppConfig) -> int:
 
 @_with_config
 def _cmd_resync(args: argparse.Namespace, config: AppConfig) -> int:
+    import psycopg  # noqa: PLC0415 - see the module docstring
+
+    from capture import EXIT_CONFIG, EXIT_FATAL, EXIT_OK  # noqa: PLC0415
     from daemon.resync import request_resync, wait_for_copies  # noqa: PLC0415
+    from decoder import cause_line  # noqa: PLC0415
 
     tables = [name for group in args.tables for name in group.split(",") if name]
     try:
@@ -186,8 +210,19 @@ def _cmd_resync(args: argparse.Namespace, config: AppConfig) -> int:
 
 @_with_config
 def _cmd_capture(args: argparse.Namespace, config: AppConfig) -> int:
-    from daemon.recording import RecordingSink, StreamRecorder  # noqa: PLC0415
+    import threading  # noqa: PLC0415 - see the module docstring
+    from pathlib import Path  # noqa: PLC0415
 
+    import structlog  # noqa: PLC0415
+
+    from capture import EXIT_FATAL, EXIT_OK, CaptureError  # noqa: PLC0415
+    from daemon.logging import configure_logging  # noqa: PLC0415
+    from daemon.process import install_stop_signals  # noqa: PLC0415
+    from daemon.recording import RecordingSink, StreamRecorder  # noqa: PLC0415
+    from daemon.supervisor import Supervisor  # noqa: PLC0415
+    from decoder import Wal2DeltaError  # noqa: PLC0415
+
+    log = structlog.get_logger("wal2delta.cli")
     configure_logging(config.logging.format, config.logging.level)
     recorder = StreamRecorder(Path(args.output))
     sink = RecordingSink(recorder)
@@ -214,6 +249,9 @@ def _cmd_capture(args: argparse.Namespace, config: AppConfig) -> int:
 
 
 def _cmd_decode(args: argparse.Namespace) -> int:
+    from pathlib import Path  # noqa: PLC0415 - see the module docstring
+
+    from capture import EXIT_FATAL, EXIT_OK  # noqa: PLC0415
     from daemon.recording import decode_recording, dump_json_lines  # noqa: PLC0415
     from decoder import DecodeError, ProtocolOptions, StreamingMode  # noqa: PLC0415
 
@@ -242,23 +280,76 @@ development tooling, and a runtime installed without the ``devtools`` extra has 
 """
 
 
-def _register_plugins(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _register_plugins(commands: Commands) -> None:
+    from importlib.metadata import entry_points  # noqa: PLC0415 - see the module docstring
+
     for entry in entry_points(group=PLUGIN_GROUP):
         try:
             register = entry.load()
         except ImportError as exc:
+            import structlog  # noqa: PLC0415
+
             # Installed without the extra its dependencies come with.
-            log.debug("command unavailable", command=entry.name, error=str(exc))
+            structlog.get_logger("wal2delta.cli").debug(
+                "command unavailable", command=entry.name, error=str(exc)
+            )
             continue
         register(commands)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _may_name_a_plugin(arguments: Sequence[str], builtin: Iterable[str]) -> bool:
+    """Whether parsing ``arguments`` may need the plugin commands: the command is not a
+    built-in one, or the parser will list the commands (help, an unknown option, no
+    command). ``--version`` before any of those needs none; neither does a built-in
+    command, whatever follows it (its own ``--help`` included)."""
+    for argument in arguments:
+        if argument == "--version":
+            return False
+        if argument.startswith("-"):
+            return True
+        return argument not in builtin
+    return True
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the installed version, read (``importlib.metadata``) only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="show program's version number and exit",
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from daemon.version import package_version  # noqa: PLC0415 - module docstring
+
+        print(f"wal2delta {package_version()}")
+        parser.exit()
+
+
+def build_parser(*, plugins: bool = True) -> argparse.ArgumentParser:
+    """The command line's parser, with the plugin commands unless ``plugins`` is false."""
+    parser, commands = _builtin_parser()
+    if plugins:
+        _register_plugins(commands)
+    return parser
+
+
+def _builtin_parser() -> tuple[argparse.ArgumentParser, Commands]:
     parser = argparse.ArgumentParser(
         prog="wal2delta",
         description="Stream PostgreSQL logical replication (pgoutput) into Delta Lake tables.",
     )
-    parser.add_argument("--version", action="version", version=f"wal2delta {package_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run the daemon for one source database")
@@ -340,14 +431,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=3600.0, help="seconds --wait waits (default 3600)"
     )
     resync.set_defaults(func=_cmd_resync)
-
-    _register_plugins(commands)
-    return parser
+    return parser, commands
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    parser, commands = _builtin_parser()
+    if _may_name_a_plugin(arguments, commands.choices):
+        _register_plugins(commands)
+    args = parser.parse_args(arguments)
     code: int = args.func(args)
     return code
 

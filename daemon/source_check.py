@@ -15,7 +15,6 @@ from psycopg import sql
 
 from config import AppConfig, parse_table_name
 from daemon.wiring import source_conninfo
-from sink import NUMERIC_OID, ColumnTypeError, delta_type
 
 _COLUMNS = """
 SELECT a.attname::text, a.atttypid::int, a.atttypmod
@@ -35,6 +34,10 @@ def source_problems(config: AppConfig, *, connect_timeout: float = 5.0) -> list[
     named = _named_tables(config)
     if not named:
         return []
+    # The type mapping imports pyarrow: only a configuration that names tables pays for it
+    # (docs/decisions/0119-*).
+    from sink import NUMERIC_OID, ColumnTypeError, delta_type  # noqa: PLC0415
+
     problems: list[str] = []
     with psycopg.connect(
         source_conninfo(config), autocommit=True, connect_timeout=max(1, round(connect_timeout))

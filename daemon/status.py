@@ -1,6 +1,11 @@
 """``wal2delta status``: the slot, its lag and retained WAL, and the Delta tables.
 
-Read-only: one normal connection to the source and delta-rs reads of the Delta logs.
+Read-only: one normal connection to the source and reads of the Delta logs. The version of
+a Delta table in a local lake is the newest commit file its ``_delta_log`` directory
+lists (``NNNNNNNNNNNNNNNNNNNN.json``, or a checkpoint), read without delta-rs; in an
+object store delta-rs reads it. ``status`` is a command an operator runs during an
+incident: it imports neither the engine nor delta-rs and Arrow for a local lake without
+online copies (docs/decisions/0119-*).
 
 On PostgreSQL 17 and newer it shows whether the slot is a failover slot and the state of
 each standby slot named in the source's ``synchronized_standby_slots``
@@ -21,6 +26,8 @@ publication, say) are listed too, named through the inverse mapping
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,10 +40,10 @@ from config import AppConfig
 from daemon.wiring import source_conninfo
 from decoder import format_lsn
 from sink import (
+    COPIES_TABLE,
     ColumnNamePolicy,
     column_map,
     delta_can_hold,
-    read_copy_records,
     table_of_path,
     table_path,
 )
@@ -115,6 +122,10 @@ class CopyStatus:
 
 def _copies(root: str) -> list[CopyStatus]:
     """The recorded online copies, not yet finished first."""
+    if _local(root) is not None and _delta_version(f"{root.rstrip('/')}/{COPIES_TABLE}") is None:
+        return []  # Without loading the copies' reader (delta-rs, Arrow and the sink's writer).
+    from sink import read_copy_records  # noqa: PLC0415
+
     copies = [
         CopyStatus(
             copy.table,
@@ -127,12 +138,35 @@ def _copies(root: str) -> list[CopyStatus]:
     return sorted(copies, key=lambda c: (c.state == "done", c.table))
 
 
-def _delta_version(path: str) -> int | None:
-    from deltalake import DeltaTable  # noqa: PLC0415 - only needed here
+_LOG_ENTRY = re.compile(r"(\d{20})\.(?:json|checkpoint(?:\.\d{10}\.\d{10})?\.parquet)")
+"""A commit (``N.json``) or a classic or multi-part checkpoint of version N in
+``_delta_log`` (Delta protocol, "Delta Log Entries"); writers' temporary files and the
+``_last_checkpoint`` hint do not match. Log clean-up removes only versions older than a
+checkpoint, so the newest version always has its commit file listed."""
 
-    if not DeltaTable.is_deltatable(path):
+
+def _local(path: str) -> Path | None:
+    """The directory of a local lake path (no URL scheme, or ``file://``); None for an
+    object store."""
+    local = path.removeprefix("file://")
+    return None if "://" in local else Path(local)
+
+
+def _delta_version(path: str) -> int | None:
+    """The newest version of the Delta table at ``path``; None while it has none."""
+    local = _local(path)
+    if local is None:
+        from deltalake import DeltaTable  # noqa: PLC0415 - only needed here
+
+        if not DeltaTable.is_deltatable(path):
+            return None
+        return int(DeltaTable(path).version())
+    try:
+        names = os.listdir(local / "_delta_log")
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    return int(DeltaTable(path).version())
+    versions = [int(match[1]) for name in names if (match := _LOG_ENTRY.fullmatch(name))]
+    return max(versions, default=None)
 
 
 def collect_status(config: AppConfig) -> Status:
@@ -210,11 +244,10 @@ def _other_delta_tables(root: str, published: set[str]) -> list[TableStatus] | N
 
     Only a local lake is listed (``root`` without a URL scheme, or ``file://``).
     """
-    local = root.removeprefix("file://")
-    if "://" in local:
+    base = _local(root)
+    if base is None:
         return None
     found = []
-    base = Path(local)
     for schema_dir in sorted(base.iterdir()) if base.is_dir() else []:
         for table_dir in sorted(schema_dir.iterdir()) if schema_dir.is_dir() else []:
             path = f"{root.rstrip('/')}/{schema_dir.name}/{table_dir.name}"

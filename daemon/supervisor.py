@@ -39,7 +39,6 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import structlog
@@ -74,6 +73,7 @@ from capture import (
 )
 from config import AppConfig
 from daemon.spool import SpoolDirectory, open_spool_directory
+from daemon.version import package_version
 from daemon.wiring import capture_settings, reconnect_settings
 from decoder import (
     DECODER_KERNEL,
@@ -462,11 +462,3 @@ def _reason(exc: Wal2DeltaError) -> str:
     if isinstance(exc, ReplicationConnectionLostError):
         return "connection_lost"
     return type(exc).__name__
-
-
-def package_version() -> str:
-    """The installed wal2delta version (``0+unknown`` when run from a bare checkout)."""
-    try:
-        return version("wal2delta")
-    except PackageNotFoundError:
-        return "0+unknown"

@@ -11,6 +11,7 @@ benchmarks that drive a layer directly build its settings with these functions t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from capture import (
     BatchSettings,
@@ -19,8 +20,6 @@ from capture import (
     ReconnectSettings,
     ReplicationRequest,
     SnapshotTuning,
-    SourceInfo,
-    prepare_source,
     with_connection_defaults,
     with_text_form_settings,
 )
@@ -32,6 +31,9 @@ from config import (
     parse_table_name,
 )
 from sink import KeyBuckets, MetadataColumns, SinkSettings, SnapshotMarkerStore, SparkSettings
+
+if TYPE_CHECKING:
+    from capture import SourceInfo
 
 
 def capture_settings(config: AppConfig) -> CaptureSettings:
@@ -101,6 +103,10 @@ def prepare_configured_source(
     config: AppConfig, markers: SnapshotMarkerStore | None = None
 ) -> SourceInfo:
     """``capture.prepare_source`` for a configuration: publication, slot, negotiation."""
+    # Imported here: capture's start-up imports the snapshot copier (Arrow, ADBC), which
+    # check-config and status, importing this module, never need (docs/decisions/0119-*).
+    from capture import prepare_source  # noqa: PLC0415
+
     return prepare_source(capture_settings(config), markers)
 
 

@@ -11,116 +11,120 @@ values of user types to their text form). ``fastbuild`` is the one place objects
 their constructor.
 """
 
-from decoder.assembler import Assembler
-from decoder.changes import Change, MessageChange, RowChange, RowOperation, TruncateChange
-from decoder.errors import (
-    DecodeError,
-    MalformedMessageError,
-    ProtocolSequenceError,
-    SpoolError,
-    Wal2DeltaError,
-    cause_line,
-)
-from decoder.fastbuild import fast_constructor
-from decoder.frames import (
-    XLOG_RECORD_HEADER,
-    PrimaryKeepalive,
-    XLogData,
-    encode_standby_status_update,
-    parse_copy_data,
-    read_xlog_data,
-    xlog_records,
-)
-from decoder.lsn import (
-    Lsn,
-    Oid,
-    PgTimestamp,
-    Xid,
-    datetime_to_pg_timestamp,
-    format_lsn,
-    parse_lsn,
-    pg_timestamp_to_datetime,
-)
-from decoder.messages import (
-    Begin,
-    BeginPrepare,
-    ColumnKind,
-    ColumnValue,
-    Commit,
-    CommitPrepared,
-    Delete,
-    Insert,
-    LogicalMessage,
-    Message,
-    Origin,
-    Prepare,
-    Relation,
-    RelationColumn,
-    RollbackPrepared,
-    StreamAbort,
-    StreamCommit,
-    StreamPrepare,
-    StreamStart,
-    StreamStop,
-    Truncate,
-    TupleData,
-    Type,
-    Update,
-    message_type_name,
-)
-from decoder.native import KERNEL as DECODER_KERNEL
-from decoder.native import PURE_PYTHON_ENV, load_kernel
-from decoder.options import ProtocolOptions, StreamingMode
-from decoder.outputs import (
-    AssemblerOutput,
-    CommittedTransaction,
-    NonTransactionalMessage,
-    StreamAborted,
-    TransactionPrepared,
-    TransactionRolledBack,
-)
-from decoder.parser import parse_message
-from decoder.relations import RelationCache
-from decoder.replay import ChunkLimits, ReplayChunk
-from decoder.spill import (
-    SPOOL_FILE_PREFIX,
-    SPOOL_FILE_SUFFIX,
-    ChangeBuffer,
-    ChangeBufferFactory,
-    CountingChangeBuffer,
-    FileChangeBuffer,
-    MemoryChangeBuffer,
-    spilling_buffers,
-)
-from decoder.textforms import (
-    Reader,
-    UnknownBinaryFormatError,
-    builtin_text_reader,
-    float8_text,
-    utc_offset,
-    value_text,
-)
-from decoder.transitions import EVENTS, TRANSITIONS, AssemblerState, message_event
-from decoder.usertypes import (
-    ArrayType,
-    CompositeField,
-    CompositeType,
-    DomainType,
-    EnumType,
-    MultirangeType,
-    OpaqueType,
-    RangeType,
-    TypeDescription,
-    TypeLookup,
-    UserTypeForms,
-)
-from decoder.values import (
-    TEXT_KEPT_TYPE_OIDS,
-    UNCHANGED_TOAST,
-    ValueDecoder,
-    decode_tuple,
-    load_tuple_wire,
-)
+import importlib
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from decoder.assembler import Assembler
+    from decoder.changes import Change, MessageChange, RowChange, RowOperation, TruncateChange
+    from decoder.errors import (
+        DecodeError,
+        MalformedMessageError,
+        ProtocolSequenceError,
+        SpoolError,
+        Wal2DeltaError,
+        cause_line,
+    )
+    from decoder.fastbuild import fast_constructor
+    from decoder.frames import (
+        XLOG_RECORD_HEADER,
+        PrimaryKeepalive,
+        XLogData,
+        encode_standby_status_update,
+        parse_copy_data,
+        read_xlog_data,
+        xlog_records,
+    )
+    from decoder.lsn import (
+        Lsn,
+        Oid,
+        PgTimestamp,
+        Xid,
+        datetime_to_pg_timestamp,
+        format_lsn,
+        parse_lsn,
+        pg_timestamp_to_datetime,
+    )
+    from decoder.messages import (
+        Begin,
+        BeginPrepare,
+        ColumnKind,
+        ColumnValue,
+        Commit,
+        CommitPrepared,
+        Delete,
+        Insert,
+        LogicalMessage,
+        Message,
+        Origin,
+        Prepare,
+        Relation,
+        RelationColumn,
+        RollbackPrepared,
+        StreamAbort,
+        StreamCommit,
+        StreamPrepare,
+        StreamStart,
+        StreamStop,
+        Truncate,
+        TupleData,
+        Type,
+        Update,
+        message_type_name,
+    )
+    from decoder.native import KERNEL as DECODER_KERNEL
+    from decoder.native import PURE_PYTHON_ENV, load_kernel
+    from decoder.options import ProtocolOptions, StreamingMode
+    from decoder.outputs import (
+        AssemblerOutput,
+        CommittedTransaction,
+        NonTransactionalMessage,
+        StreamAborted,
+        TransactionPrepared,
+        TransactionRolledBack,
+    )
+    from decoder.parser import parse_message
+    from decoder.relations import RelationCache
+    from decoder.replay import ChunkLimits, ReplayChunk
+    from decoder.spill import (
+        SPOOL_FILE_PREFIX,
+        SPOOL_FILE_SUFFIX,
+        ChangeBuffer,
+        ChangeBufferFactory,
+        CountingChangeBuffer,
+        FileChangeBuffer,
+        MemoryChangeBuffer,
+        spilling_buffers,
+    )
+    from decoder.textforms import (
+        Reader,
+        UnknownBinaryFormatError,
+        builtin_text_reader,
+        float8_text,
+        utc_offset,
+        value_text,
+    )
+    from decoder.transitions import EVENTS, TRANSITIONS, AssemblerState, message_event
+    from decoder.usertypes import (
+        ArrayType,
+        CompositeField,
+        CompositeType,
+        DomainType,
+        EnumType,
+        MultirangeType,
+        OpaqueType,
+        RangeType,
+        TypeDescription,
+        TypeLookup,
+        UserTypeForms,
+    )
+    from decoder.values import (
+        TEXT_KEPT_TYPE_OIDS,
+        UNCHANGED_TOAST,
+        ValueDecoder,
+        decode_tuple,
+        load_tuple_wire,
+    )
 
 __all__ = [
     "DECODER_KERNEL",
@@ -226,3 +230,125 @@ __all__ = [
     "value_text",
     "xlog_records",
 ]
+
+_EXPORTS: Final[dict[str, str]] = {
+    "Assembler": "decoder.assembler",
+    "Change": "decoder.changes",
+    "MessageChange": "decoder.changes",
+    "RowChange": "decoder.changes",
+    "RowOperation": "decoder.changes",
+    "TruncateChange": "decoder.changes",
+    "DecodeError": "decoder.errors",
+    "MalformedMessageError": "decoder.errors",
+    "ProtocolSequenceError": "decoder.errors",
+    "SpoolError": "decoder.errors",
+    "Wal2DeltaError": "decoder.errors",
+    "cause_line": "decoder.errors",
+    "fast_constructor": "decoder.fastbuild",
+    "XLOG_RECORD_HEADER": "decoder.frames",
+    "PrimaryKeepalive": "decoder.frames",
+    "XLogData": "decoder.frames",
+    "encode_standby_status_update": "decoder.frames",
+    "parse_copy_data": "decoder.frames",
+    "read_xlog_data": "decoder.frames",
+    "xlog_records": "decoder.frames",
+    "Lsn": "decoder.lsn",
+    "Oid": "decoder.lsn",
+    "PgTimestamp": "decoder.lsn",
+    "Xid": "decoder.lsn",
+    "datetime_to_pg_timestamp": "decoder.lsn",
+    "format_lsn": "decoder.lsn",
+    "parse_lsn": "decoder.lsn",
+    "pg_timestamp_to_datetime": "decoder.lsn",
+    "Begin": "decoder.messages",
+    "BeginPrepare": "decoder.messages",
+    "ColumnKind": "decoder.messages",
+    "ColumnValue": "decoder.messages",
+    "Commit": "decoder.messages",
+    "CommitPrepared": "decoder.messages",
+    "Delete": "decoder.messages",
+    "Insert": "decoder.messages",
+    "LogicalMessage": "decoder.messages",
+    "Message": "decoder.messages",
+    "Origin": "decoder.messages",
+    "Prepare": "decoder.messages",
+    "Relation": "decoder.messages",
+    "RelationColumn": "decoder.messages",
+    "RollbackPrepared": "decoder.messages",
+    "StreamAbort": "decoder.messages",
+    "StreamCommit": "decoder.messages",
+    "StreamPrepare": "decoder.messages",
+    "StreamStart": "decoder.messages",
+    "StreamStop": "decoder.messages",
+    "Truncate": "decoder.messages",
+    "TupleData": "decoder.messages",
+    "Type": "decoder.messages",
+    "Update": "decoder.messages",
+    "message_type_name": "decoder.messages",
+    "DECODER_KERNEL": "decoder.native:KERNEL",
+    "PURE_PYTHON_ENV": "decoder.native",
+    "load_kernel": "decoder.native",
+    "ProtocolOptions": "decoder.options",
+    "StreamingMode": "decoder.options",
+    "AssemblerOutput": "decoder.outputs",
+    "CommittedTransaction": "decoder.outputs",
+    "NonTransactionalMessage": "decoder.outputs",
+    "StreamAborted": "decoder.outputs",
+    "TransactionPrepared": "decoder.outputs",
+    "TransactionRolledBack": "decoder.outputs",
+    "parse_message": "decoder.parser",
+    "RelationCache": "decoder.relations",
+    "ChunkLimits": "decoder.replay",
+    "ReplayChunk": "decoder.replay",
+    "SPOOL_FILE_PREFIX": "decoder.spill",
+    "SPOOL_FILE_SUFFIX": "decoder.spill",
+    "ChangeBuffer": "decoder.spill",
+    "ChangeBufferFactory": "decoder.spill",
+    "CountingChangeBuffer": "decoder.spill",
+    "FileChangeBuffer": "decoder.spill",
+    "MemoryChangeBuffer": "decoder.spill",
+    "spilling_buffers": "decoder.spill",
+    "Reader": "decoder.textforms",
+    "UnknownBinaryFormatError": "decoder.textforms",
+    "builtin_text_reader": "decoder.textforms",
+    "float8_text": "decoder.textforms",
+    "utc_offset": "decoder.textforms",
+    "value_text": "decoder.textforms",
+    "EVENTS": "decoder.transitions",
+    "TRANSITIONS": "decoder.transitions",
+    "AssemblerState": "decoder.transitions",
+    "message_event": "decoder.transitions",
+    "ArrayType": "decoder.usertypes",
+    "CompositeField": "decoder.usertypes",
+    "CompositeType": "decoder.usertypes",
+    "DomainType": "decoder.usertypes",
+    "EnumType": "decoder.usertypes",
+    "MultirangeType": "decoder.usertypes",
+    "OpaqueType": "decoder.usertypes",
+    "RangeType": "decoder.usertypes",
+    "TypeDescription": "decoder.usertypes",
+    "TypeLookup": "decoder.usertypes",
+    "UserTypeForms": "decoder.usertypes",
+    "TEXT_KEPT_TYPE_OIDS": "decoder.values",
+    "UNCHANGED_TOAST": "decoder.values",
+    "ValueDecoder": "decoder.values",
+    "decode_tuple": "decoder.values",
+    "load_tuple_wire": "decoder.values",
+}
+"""Each public name and the module that defines it (``module:name`` when renamed): the root
+imports a module on the first use of one of its names (PEP 562), so a command imports only
+what it uses (docs/decisions/0119)."""
+
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        where = _EXPORTS.get(name)
+        if where is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        module, _, attribute = where.partition(":")
+        value = getattr(importlib.import_module(module), attribute or name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(__all__))

@@ -15,28 +15,23 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import psycopg
+# Loading this module registers the command (the ``wal2delta.commands`` entry point) on
+# every ``wal2delta --help``: the demo's own imports wait until it runs
+# (docs/decisions/0119-*).
+if TYPE_CHECKING:
+    import psycopg
 
-from capture import current_wal_lsn
-from config import AppConfig, parse_config
-from daemon import (
-    configure_engine_logging,
-    configure_logging,
-    prepare_configured_source,
-    render_cut,
-    render_report,
-    run_service,
-    take_cut,
-    verify_source,
-)
-from decoder import Lsn, format_lsn
-from devtools.pgserver import LocalPostgres
-from devtools.workload import DEMO_TABLES, Workload, create_schema
+    from config import AppConfig
+    from decoder import Lsn
 
 
 def demo_config(dsn: str, lake: Path, spool: Path) -> AppConfig:
     """The configuration the demo runs the daemon with."""
+    from config import parse_config  # noqa: PLC0415 - see the imports
+    from devtools.workload import DEMO_TABLES  # noqa: PLC0415
+
     return parse_config(
         {
             "source": {
@@ -60,6 +55,8 @@ def demo_config(dsn: str, lake: Path, spool: Path) -> AppConfig:
 def _wait_for_flush(
     conn: psycopg.Connection[tuple[object, ...]], slot: str, target: Lsn, timeout: float
 ) -> bool:
+    from decoder import format_lsn  # noqa: PLC0415 - see the imports
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         row = conn.execute(
@@ -93,6 +90,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def run_demo(*, workdir: Path, lake: Path, rounds: int, keep: bool) -> int:
     """Run the demo; return 0 when every Delta table matches its source table."""
+    import psycopg  # noqa: PLC0415 - see the imports
+
+    from capture import current_wal_lsn  # noqa: PLC0415
+    from daemon import (  # noqa: PLC0415
+        configure_engine_logging,
+        configure_logging,
+        prepare_configured_source,
+        render_cut,
+        render_report,
+        run_service,
+        take_cut,
+        verify_source,
+    )
+    from decoder import format_lsn  # noqa: PLC0415
+    from devtools.pgserver import LocalPostgres  # noqa: PLC0415
+    from devtools.workload import Workload, create_schema  # noqa: PLC0415
+
     configure_logging("console", "warning")
     configure_engine_logging("error")  # before Sail starts: it reads RUST_LOG once
     workdir = workdir.resolve()
