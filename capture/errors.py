@@ -14,6 +14,7 @@ from typing import ClassVar, Final
 import psycopg
 from psycopg import errors as pg_errors
 
+from capture.tls import certificate_problem
 from decoder import Wal2DeltaError
 
 EXIT_OK = 0
@@ -137,6 +138,15 @@ class ServerCapabilityError(CaptureError):
     exit_code: ClassVar[int] = EXIT_CONFIG
 
 
+class CertificateError(CaptureError):
+    """TLS cannot be set up: the server's certificate does not verify (host name, CA,
+    expiry), the root certificate or the client certificate/key cannot be read, or the
+    server refused the client certificate. A new attempt meets the same certificate, so
+    it is not retried (``capture.tls``; decision 0116)."""
+
+    exit_code: ClassVar[int] = EXIT_CONFIG
+
+
 class PublicationError(CaptureError):
     """The publications are missing, or publish what cannot be replicated as asked."""
 
@@ -194,6 +204,9 @@ def map_psycopg_errors(what: str) -> Iterator[None]:
         raise SlotInUseError(f"{what}: {exc.diag.message_primary or exc}") from exc
     except (psycopg.OperationalError, pg_errors.AdminShutdown, pg_errors.ConnectionFailure) as exc:
         sqlstate = exc.sqlstate
+        problem = certificate_problem(exc) if sqlstate is None else None
+        if problem is not None:
+            raise CertificateError(f"{what}: {problem}") from exc
         if sqlstate is None or sqlstate.startswith(_CONNECTION_STATES):
             raise ReplicationConnectionLostError(
                 f"{what}: connection to PostgreSQL lost: {_server_says(exc)}"
