@@ -32,7 +32,11 @@ from config.units import TypeLabel, format_byte_size, format_duration
 EXAMPLE: Final = """\
 # /etc/wal2delta/config.yaml: one file per source database.
 source:
-  dsn: "host=db.internal port=5432 dbname=app user=replicator sslmode=require"
+  # TLS that verifies the server against its CA (a mounted file); for a client certificate
+  # add sslcert=/etc/wal2delta/tls/client.crt sslkey=/etc/wal2delta/tls/client.key (0600).
+  dsn: >-
+    host=db.internal port=5432 dbname=app user=replicator
+    sslmode=verify-full sslrootcert=/etc/wal2delta/tls/ca.crt
   password: ${PGPASSWORD}          # or password_file: /run/secrets/pg
   slot: wal2delta_app
   publication: wal2delta_app
@@ -97,6 +101,12 @@ wal2delta reads one YAML file per source database:
 - **Secrets**: `source.password` (or the file named by `source.password_file`) is never
   logged, printed or dumped; DSNs are shown with `password=****`, and so are Spark
   settings whose names look like credentials. Keep the password out of `source.dsn`.
+- **TLS** is set in `source.dsn` with libpq's parameters: `sslmode=verify-full` and
+  `sslrootcert=<the server's CA file>` check the server's certificate and host name
+  (`sslmode=require` encrypts but accepts any server); `sslcert` and `sslkey` (a key file
+  of mode 0600) present a client certificate. A certificate that does not verify stops
+  `wal2delta run` with exit code 2 naming the reason; see
+  [TLS: certificates that verify](operations.md#tls-certificates-that-verify).
 - **Durations**: a number of seconds or terms like `500ms`, `10s`, `5m`, `1h`, `2d`,
   combinable (`1h30m`).
 - **Sizes**: a number of bytes or a unit: `kB`, `MB`, `GB`, `TB` are powers of 1000,
