@@ -83,7 +83,7 @@ def negotiate(request: ReplicationRequest, server_version_num: int) -> ProtocolO
         )
     if request.origin == "none" and major < 16:
         raise ServerCapabilityError(
-            f"source.origin: none needs PostgreSQL 16 or newer; the source is {major}."
+            f"source.origin: none needs PostgreSQL 16 or newer; the source runs PostgreSQL {major}."
         )
     return ProtocolOptions(
         proto_version=version,

@@ -359,13 +359,21 @@ def _table_clause(table: PublishedTable, version: int) -> sql.Composable:
     parts: list[sql.Composable] = [sql.Identifier(table.schema, table.name)]
     if table.columns:
         if version < 150000:
-            raise ServerCapabilityError("Publication column lists need PostgreSQL 15 or newer.")
+            raise ServerCapabilityError(
+                f"source.tables[].columns of {table.schema}.{table.name}: publication column "
+                f"lists need PostgreSQL 15 or newer; the source runs PostgreSQL "
+                f"{version // 10000}. Remove the column list, or upgrade the source."
+            )
         parts.append(
             sql.SQL("({})").format(sql.SQL(", ").join(sql.Identifier(c) for c in table.columns))
         )
     if table.where:
         if version < 150000:
-            raise ServerCapabilityError("Publication row filters need PostgreSQL 15 or newer.")
+            raise ServerCapabilityError(
+                f"source.tables[].where of {table.schema}.{table.name}: publication row "
+                f"filters need PostgreSQL 15 or newer; the source runs PostgreSQL "
+                f"{version // 10000}. Remove the row filter, or upgrade the source."
+            )
         # The filter is operator-written SQL from the configuration, as in CREATE PUBLICATION.
         parts.append(sql.SQL("WHERE ({})").format(sql.SQL(table.where)))
     return sql.SQL(" ").join(parts)

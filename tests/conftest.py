@@ -168,11 +168,16 @@ def pg14_dsn(pg14: LocalPostgres) -> Iterator[str]:
 
 
 def _item_majors(item: pytest.Item) -> set[int]:
-    """The major versions a test runs against: its server fixtures and ``server`` param."""
+    """The major versions a test runs against: the server fixtures it uses, and parameters
+    naming a server (``pg15``)."""
     names = set(getattr(item, "fixturenames", ()))
     callspec = getattr(item, "callspec", None)
     if callspec is not None:
-        names.update(str(v) for v in callspec.params.values() if isinstance(v, str))
+        for value in callspec.params.values():
+            # "pg15", or a case tuple that starts with the server's name.
+            names.update(
+                v for v in (value if isinstance(value, tuple) else (value,)) if isinstance(v, str)
+            )
     return {
         major
         for major in SUPPORTED_MAJORS

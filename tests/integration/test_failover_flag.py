@@ -1,5 +1,5 @@
 """source.failover on real servers: the slot's failover flag follows the setting on
-PostgreSQL 18, and PostgreSQL 15 has no failover slots (docs/decisions/0107-failover-slots.md).
+PostgreSQL 17 and 18, and 14 to 16 have no failover slots (docs/decisions/0107-failover-slots.md).
 
 The initial snapshot's slot (``CREATE_REPLICATION_SLOT ... (FAILOVER true)``) is created
 in ``tests/e2e/test_failover.py``.
@@ -31,34 +31,50 @@ def _prepare(dsn: str, lake: Path, failover: object) -> tuple[bool | None, bool]
     return state.failover, info.failover
 
 
-def test_the_slots_failover_flag_follows_the_setting_on_postgresql_18(
-    pg18_dsn: str, tmp_path: Path
+@pytest.fixture(params=["pg18", "pg17"])
+def dsn(request: pytest.FixtureRequest) -> str:
+    """A fresh database on each server with failover slots."""
+    dsn: str = request.getfixturevalue(f"{request.param}_dsn")
+    return dsn
+
+
+def test_the_slots_failover_flag_follows_the_setting_on_postgresql_17_and_18(
+    dsn: str, tmp_path: Path
 ) -> None:
-    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
-    assert _prepare(pg18_dsn, tmp_path, "auto") == (True, True)  # created as one
-    assert _prepare(pg18_dsn, tmp_path, False) == (False, False)  # ALTER_REPLICATION_SLOT
-    assert _prepare(pg18_dsn, tmp_path, "true") == (True, True)
-    assert _prepare(pg18_dsn, tmp_path, True) == (True, True)  # nothing to change
+    assert _prepare(dsn, tmp_path, "auto") == (True, True)  # created as one
+    assert _prepare(dsn, tmp_path, False) == (False, False)  # ALTER_REPLICATION_SLOT
+    assert _prepare(dsn, tmp_path, "true") == (True, True)
+    assert _prepare(dsn, tmp_path, True) == (True, True)  # nothing to change
 
 
-def test_a_slot_created_without_the_flag_gets_it(pg18_dsn: str, tmp_path: Path) -> None:
-    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+def test_a_slot_created_without_the_flag_gets_it(dsn: str, tmp_path: Path) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (SLOT,))
         state = slot_state(conn, SLOT)
     assert state is not None
     assert state.failover is False
-    assert _prepare(pg18_dsn, tmp_path, "auto") == (True, True)
+    assert _prepare(dsn, tmp_path, "auto") == (True, True)
 
 
-def test_postgresql_15_has_no_failover_slots(pg15_dsn: str, tmp_path: Path) -> None:
-    with psycopg.connect(pg15_dsn, autocommit=True) as conn:
+@pytest.mark.parametrize("server", ["pg16", "pg15", "pg14"])
+def test_postgresql_16_and_older_have_no_failover_slots(
+    server: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    dsn: str = request.getfixturevalue(f"{server}_dsn")
+    major = server.removeprefix("pg")
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
-    with pytest.raises(ServerCapabilityError, match=r"PostgreSQL 15 \(server_version_num 15") as e:
-        _prepare(pg15_dsn, tmp_path, True)
+    with pytest.raises(
+        ServerCapabilityError,
+        match=rf"source.failover: true needs PostgreSQL 17.*PostgreSQL {major} "
+        rf"\(server_version_num {major}",
+    ) as e:
+        _prepare(dsn, tmp_path, True)
     assert e.value.exit_code == EXIT_CONFIG
-    with psycopg.connect(pg15_dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
         assert slot_state(conn, SLOT) is None  # refused before anything was created
-    assert _prepare(pg15_dsn, tmp_path, "auto") == (None, False)
-    assert _prepare(pg15_dsn, tmp_path, False) == (None, False)
+    assert _prepare(dsn, tmp_path, "auto") == (None, False)
+    assert _prepare(dsn, tmp_path, False) == (None, False)

@@ -2,6 +2,8 @@
 
 The flush position is held before an unresolved PREPARE, so after the restart the
 server decodes the prepared transaction again and sends it with its COMMIT PREPARED.
+On every server with two-phase decoding (PostgreSQL 15 to 18; 14 refuses ``two_phase:
+true`` at start-up, tests/integration/test_version_refusals.py).
 """
 
 from __future__ import annotations
@@ -60,17 +62,14 @@ def _run(dsn: str, tmp_path: Path, config_streaming: str) -> None:
     assert state.confirmed_flush_lsn >= endpos
 
 
-def test_prepared_transaction_is_sent_again_after_restart_on_postgresql_18(
-    pg18_dsn: str, tmp_path: Path
+@pytest.mark.parametrize(
+    ("server", "streaming"),
+    [("pg18", "parallel"), ("pg17", "parallel"), ("pg16", "parallel"), ("pg15", "on")],
+)
+def test_prepared_transaction_is_sent_again_after_restart(
+    server: str, streaming: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    _run(pg18_dsn, tmp_path, "parallel")
-
-
-@pytest.mark.pg15
-def test_prepared_transaction_is_sent_again_after_restart_on_postgresql_15(
-    pg15_dsn: str, tmp_path: Path
-) -> None:
-    _run(pg15_dsn, tmp_path, "on")
+    _run(request.getfixturevalue(f"{server}_dsn"), tmp_path, streaming)
 
 
 def test_row_changes_of_prepared_transactions_carry_the_commit_prepared_lsn(
