@@ -39,7 +39,7 @@ from typing import Final
 
 import structlog
 
-from decoder import SPOOL_FILE_PREFIX, SPOOL_FILE_SUFFIX
+from decoder import SPOOL_FILE_PREFIX, SPOOL_FILE_SUFFIX, spool_error
 
 log = structlog.get_logger("wal2delta.spool")
 
@@ -213,18 +213,20 @@ def open_spool_directory(configured: Path | None) -> SpoolDirectory:
     None makes a temporary directory after removing left-over ones of ours.
 
     Raises:
-        OSError: the directory cannot be made or listed.
+        SpoolError: the directory cannot be made or listed (retryable, as a spill file
+            that cannot be written: a volume not mounted yet, or full).
     """
-    if configured is None:
-        parent = Path(tempfile.gettempdir())
-        removed = remove_left_over_temporary_directories(parent)
-        spool = _make_temporary(parent)
-        where = parent
-    else:
-        configured.mkdir(parents=True, exist_ok=True)
-        removed = remove_left_over_files(configured)
-        spool = SpoolDirectory(configured, temporary=False)
-        where = configured
+    where = Path(tempfile.gettempdir()) if configured is None else configured
+    try:
+        if configured is None:
+            removed = remove_left_over_temporary_directories(where)
+            spool = _make_temporary(where)
+        else:
+            configured.mkdir(parents=True, exist_ok=True)
+            removed = remove_left_over_files(configured)
+            spool = SpoolDirectory(configured, temporary=False)
+    except OSError as exc:
+        raise spool_error(where, "make or list the spool directory", 0, 0, cause=exc) from exc
     log.info(
         "spool directory ready",
         path=str(spool.path),

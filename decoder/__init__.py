@@ -95,6 +95,7 @@ if TYPE_CHECKING:
         FileChangeBuffer,
         MemoryChangeBuffer,
         spilling_buffers,
+        spool_error,
     )
     from decoder.textforms import (
         Reader,
@@ -226,6 +227,7 @@ __all__ = [
     "pg_timestamp_to_datetime",
     "read_xlog_data",
     "spilling_buffers",
+    "spool_error",
     "utc_offset",
     "value_text",
     "xlog_records",
@@ -308,6 +310,7 @@ _EXPORTS: Final[dict[str, str]] = {
     "FileChangeBuffer": "decoder.spill",
     "MemoryChangeBuffer": "decoder.spill",
     "spilling_buffers": "decoder.spill",
+    "spool_error": "decoder.spill",
     "Reader": "decoder.textforms",
     "UnknownBinaryFormatError": "decoder.textforms",
     "builtin_text_reader": "decoder.textforms",

@@ -110,7 +110,8 @@ def spool_error(
     cause: OSError | None = None,
     limit_bytes: int | None = None,
 ) -> SpoolError:
-    """The ``SpoolError`` for a failed ``action`` (``write 65536 bytes to``...) in ``directory``.
+    """The ``SpoolError`` for a failed ``action`` (``write 65536 bytes to a spill file``...)
+    in ``directory``.
 
     With ``cause`` the operating system refused; without it ``limit_bytes``
     (``spool.max_bytes``) would have been passed.
@@ -139,7 +140,7 @@ def spool_error(
         "at another one."
     )
     return SpoolError(
-        f"spool failed: cannot {action} a spill file in {directory}: {what} ({code}); "
+        f"spool failed: cannot {action} in {directory}: {what} ({code}); "
         f"{needed_bytes} bytes needed, free on the volume: {free_text}, spooled by open "
         f"transactions (this write included): {held_bytes} bytes. {_ADVICE} {hint}",
         str(directory),
@@ -531,7 +532,7 @@ class FileChangeBuffer:
             self._file.write(self._pending)
         except OSError as exc:
             raise self._fail(
-                f"write {len(self._pending)} bytes to", len(self._pending), exc
+                f"write {len(self._pending)} bytes to a spill file", len(self._pending), exc
             ) from exc
         self._pending.clear()
 
@@ -546,7 +547,7 @@ class FileChangeBuffer:
         try:
             self._file.flush()
         except OSError as exc:
-            raise self._fail("flush the written records of", 0, exc) from exc
+            raise self._fail("flush the records written to a spill file", 0, exc) from exc
 
     def _fail(self, action: str, needed: int, cause: OSError) -> SpoolError:
         """Break the buffer with the ``SpoolError`` for ``cause``; the caller raises it."""
@@ -578,7 +579,11 @@ class FileChangeBuffer:
             file, path = _create_spool_file(self._spool_dir, self._open_file)
         except OSError as exc:
             raise spool_error(
-                self._spool_dir, "create", self._memory_bytes, budget.disk_bytes, cause=exc
+                self._spool_dir,
+                "create a spill file",
+                self._memory_bytes,
+                budget.disk_bytes,
+                cause=exc,
             ) from exc
         self._file = file
         self._path = path
@@ -620,7 +625,7 @@ class FileChangeBuffer:
             self._file.truncate(mark)
             self._file.seek(mark)
         except OSError as exc:
-            raise self._fail("truncate", 0, exc) from exc
+            raise self._fail("truncate a spill file", 0, exc) from exc
         self._budget.disk_bytes -= self._file_bytes - mark
         self._file_bytes = mark
 
@@ -634,7 +639,7 @@ class FileChangeBuffer:
         try:
             yield from self._read_back(self._path, self._file_bytes)
         except OSError as exc:
-            raise self._fail("read back", self._file_bytes, exc) from exc
+            raise self._fail("read back a spill file", self._file_bytes, exc) from exc
 
     @staticmethod
     def _read_back(path: Path, unread: int) -> Iterator[bytes]:

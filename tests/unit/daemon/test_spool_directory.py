@@ -25,7 +25,7 @@ from daemon.spool import (
     open_spool_directory,
     remove_left_over_files,
 )
-from decoder import FileChangeBuffer
+from decoder import FileChangeBuffer, SpoolError
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[3]
 _SPOOLER = """
 import sys, time
 from pathlib import Path
-from decoder import FileChangeBuffer
+from decoder import FileChangeBuffer, SpoolError
 from daemon.spool import open_spool_directory
 configured = None if sys.argv[1] == "-" else Path(sys.argv[1])
 spool = open_spool_directory(configured)
@@ -175,3 +175,17 @@ def test_temporary_spools_of_killed_processes_are_removed_and_live_ones_kept(tem
         opened.close()
         assert not opened.path.exists()
         assert live_file.exists()
+
+
+def test_a_spool_directory_that_cannot_be_made_is_a_retryable_spool_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"")
+    with pytest.raises(SpoolError) as failed:
+        open_spool_directory(blocker / "spool")
+    error = failed.value
+    assert error.retryable
+    assert error.reason == "other"
+    assert str(error).startswith(
+        f"spool failed: cannot make or list the spool directory in {blocker / 'spool'}: "
+    )
+    assert "(ENOTDIR)" in str(error)
