@@ -45,12 +45,15 @@ class _ScriptedStream:
     def __init__(
         self,
         clock: _Clock,
+        *,
         frames_at: Sequence[tuple[float, bytes]] = (),
         pending_at: Sequence[float] = (),
         stop_at: float | None = None,
         stop: threading.Event | None = None,
+        always_pending: bool = False,
     ) -> None:
         self.clock = clock
+        self.always_pending = always_pending
         self.frames_at = list(frames_at)
         self.pending_at = list(pending_at)
         self.stop_at = stop_at
@@ -78,6 +81,8 @@ class _ScriptedStream:
         return False
 
     def pending_input(self) -> bool:
+        if self.always_pending:
+            return True
         due = [at for at in self.pending_at if at <= self.clock.now]
         self.pending_at = [at for at in self.pending_at if at > self.clock.now]
         return bool(due)
@@ -172,3 +177,90 @@ def test_a_receive_timeout_of_zero_never_pings_nor_drops() -> None:
     assert clock.now >= 500.0
     assert stream.pings() == []
     assert stream.abandoned_at is None
+
+
+class _HeldSink:
+    """A sink whose ``apply`` waits until released."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def apply(self, batch: Batch) -> BatchResult:
+        self.started.set()
+        self.release.wait(30)
+        return BatchResult(rows_by_table={}, toast_anomalies=0, duration_seconds=0.0)
+
+    def close(self) -> None:
+        pass
+
+
+class _TickingClock:
+    """Moves two seconds at every reading; releases the sink once past ``release_at``."""
+
+    def __init__(self, sink: _HeldSink, release_at: float) -> None:
+        self.now = 0.0
+        self.sink = sink
+        self.release_at = release_at
+
+    def __call__(self) -> float:
+        self.now += 2.0
+        if self.now >= self.release_at:
+            self.sink.release.set()
+        return self.now
+
+
+def _busy_session(
+    stream: _ScriptedStream, clock: _TickingClock, sink: _HeldSink
+) -> tuple[Session, SinkWorker]:
+    worker = SinkWorker(sink)
+    session = Session(
+        stream=stream,  # type: ignore[arg-type]
+        assembler=Assembler(ProtocolOptions(1, "off")),
+        tracker=FlushTracker(Lsn(0)),
+        policy=FeedbackPolicy(status_interval=3600.0, wal_sender_timeout=0.0),
+        batcher=Batcher(max_rows=1000, max_age=3600.0),
+        worker=worker,
+        metrics=Metrics(),
+        state=ServiceState(),
+        stop_event=threading.Event(),
+        fatal=lambda: None,
+        shutdown_grace=1.0,
+        receive_timeout=10.0,
+        clock=clock,
+    )
+    assert worker.offer(Batch((), None, 0, None), timeout=5)
+    assert sink.started.wait(5)  # the worker is busy: the next hand-off waits
+    return session, worker
+
+
+@pytest.mark.timeout(60)
+def test_a_busy_sink_with_data_waiting_on_the_socket_does_not_drop_the_connection() -> None:
+    sink = _HeldSink()
+    clock = _TickingClock(sink, release_at=40.0)
+    stream = _ScriptedStream(_Clock(), always_pending=True)  # unread data all along
+    session, worker = _busy_session(stream, clock, sink)
+    try:
+        session._hand_off(Batch((), None, 0, None))  # waits well past the timeout
+        assert clock.now >= 40.0
+        assert stream.pings() == []
+        assert stream.abandoned_at is None
+    finally:
+        sink.release.set()
+        assert worker.stop(timeout=10)
+
+
+@pytest.mark.timeout(60)
+def test_a_silent_server_is_pinged_and_dropped_while_the_sink_is_busy() -> None:
+    sink = _HeldSink()
+    clock = _TickingClock(sink, release_at=1000.0)
+    stream = _ScriptedStream(_Clock())
+    session, worker = _busy_session(stream, clock, sink)
+    try:
+        with pytest.raises(ReceiveTimeoutError):
+            session._hand_off(Batch((), None, 0, None))
+        assert len(stream.pings()) == 1
+        assert stream.abandoned_at is not None
+    finally:
+        sink.release.set()
+        assert worker.stop(timeout=10)
