@@ -15,8 +15,8 @@ the abandoned connection may still hold the slot, until the server's own
 ``wal_sender_timeout`` ends it, and the slot would look used by another consumer.
 ``prepare_source`` then ends that one process - the exact PID the abandoned connection had,
 and only while it is a ``wal2delta`` walsender holding our slot (``release_own_walsender``;
-docs/decisions/0113-receive-timeout.md). Any other holder is still a second consumer,
-refused as before (``SlotInUseError``, exit code 3).
+decision 0113). Any other holder is still a second consumer, refused as before
+(``SlotInUseError``, exit code 3).
 """
 
 from __future__ import annotations

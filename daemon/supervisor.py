@@ -148,7 +148,7 @@ class Supervisor:
         """The server timeline the last session found the lake consistent with."""
         self._abandoned_walsender: int | None = None
         """The walsender of a connection given up after a receive timeout, which may still
-        hold the slot (``capture.release_own_walsender``)."""
+        hold the slot (``capture.startup.release_own_walsender``)."""
 
     def fail(self, error: Wal2DeltaError) -> None:
         """Stop the session with ``error`` (called from other threads, e.g. the monitor)."""
