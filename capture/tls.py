@@ -109,9 +109,10 @@ def certificate_problem(exc: psycopg.Error) -> str | None:
 
 def _message(exc: psycopg.Error, heading: str, reason: str) -> str:
     settings = _connection_settings(exc)
-    host, port = settings.get("hostaddr") or settings.get("host"), settings.get("port")
-    if "certificate verify failed" in reason and host and port and port.isdigit():
-        detail = _verify_reason(host, int(port), settings.get("sslrootcert"))
+    host, port = settings.get("host"), settings.get("port")
+    address = settings.get("hostaddr") or host
+    if "certificate verify failed" in reason and address and port and port.isdigit():
+        detail = _verify_reason(address, int(port), settings.get("sslrootcert"), host or address)
         if detail is not None and detail not in reason:
             reason = f"{reason} ({detail})"
     where = [f"server {host}:{port}"] if host and port and not host.startswith("/") else []
@@ -140,9 +141,10 @@ def _connection_settings(exc: psycopg.Error) -> dict[str, str]:
     return settings
 
 
-def _verify_reason(host: str, port: int, rootcert: str | None) -> str | None:
-    """OpenSSL's specific reason the server's certificate chain does not verify against
-    ``rootcert`` (``certificate has expired``), or None when the probe cannot tell."""
+def _verify_reason(address: str, port: int, rootcert: str | None, name: str) -> str | None:
+    """OpenSSL's specific reason the certificate of the server at ``address`` (``name``,
+    sent as SNI as libpq does) does not verify against ``rootcert`` (``certificate has
+    expired``), or None when the probe cannot tell."""
     if rootcert is None:
         return None
     try:
@@ -152,11 +154,11 @@ def _verify_reason(host: str, port: int, rootcert: str | None) -> str | None:
             context.load_default_certs()
         else:
             context.load_verify_locations(cafile=rootcert)
-        with socket.create_connection((host, port), timeout=_PROBE_TIMEOUT) as sock:
+        with socket.create_connection((address, port), timeout=_PROBE_TIMEOUT) as sock:
             sock.sendall(_SSL_REQUEST)
             if sock.recv(1) != b"S":
                 return None
-            with context.wrap_socket(sock, server_hostname=host):
+            with context.wrap_socket(sock, server_hostname=name):
                 return None  # it verifies now: nothing to add
     except ssl.SSLCertVerificationError as exc:
         return str(exc.verify_message) if exc.verify_message else None
