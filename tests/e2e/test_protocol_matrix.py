@@ -1,4 +1,5 @@
-"""Every protocol version against real servers: PostgreSQL 18 (1-4) and 15 (1-3).
+"""Every protocol version against real servers: PostgreSQL 18 (1-4) and 15 (1-3), and the
+highest protocol of 14 (2), 16 and 17 (4).
 
 The workload streams large transactions (``logical_decoding_work_mem = 64kB``) with
 savepoints, nested subtransactions rolled back, interleaved concurrent transactions, one
@@ -44,6 +45,24 @@ PG15_CASES = [
     pytest.param(
         {"protocol_version": 3, "streaming": "on", "two_phase": True, "messages": True},
         id="v3-2pc",
+    ),
+]
+
+OTHER_CASES = [
+    pytest.param(
+        "pg14",
+        {"protocol_version": 2, "streaming": "on", "binary": True, "messages": True},
+        id="pg14-v2-stream-binary",
+    ),
+    pytest.param(
+        "pg16",
+        {"protocol_version": 4, "streaming": "parallel", "two_phase": True, "messages": True},
+        id="pg16-v4-parallel-2pc",
+    ),
+    pytest.param(
+        "pg17",
+        {"protocol_version": 4, "streaming": "parallel", "two_phase": True, "binary": True},
+        id="pg17-v4-parallel-2pc-binary",
     ),
 ]
 
@@ -134,3 +153,15 @@ def test_postgresql_15_protocol_output_equals_source(
     pg15_dsn: str, tmp_path: Path, spark_session: object, source_options: dict[str, Any]
 ) -> None:
     run_matrix_case(pg15_dsn, tmp_path, spark_session, source_options)
+
+
+@pytest.mark.parametrize(("server", "source_options"), OTHER_CASES)
+def test_postgresql_14_16_and_17_highest_protocol_output_equals_source(
+    server: str,
+    source_options: dict[str, Any],
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    spark_session: object,
+) -> None:
+    dsn: str = request.getfixturevalue(f"{server}_dsn")
+    run_matrix_case(dsn, tmp_path, spark_session, source_options)

@@ -1,8 +1,8 @@
 """``wal2delta capture`` records the raw stream; ``wal2delta decode`` prints it as JSON lines.
 
 Also covers replication origins: the Origin message is kept on the transaction, and
-``origin: none`` (PostgreSQL 16+) makes the server leave out changes that came from
-another origin.
+``origin: none`` (PostgreSQL 16, 17 and 18) makes the server leave out changes that came
+from another origin.
 """
 
 from __future__ import annotations
@@ -130,8 +130,12 @@ def test_capture_then_decode_prints_every_transaction_kind(pg18_dsn: str, tmp_pa
             assert parse_lsn(event["commit_lsn"]) < parse_lsn(event["end_lsn"])
 
 
-def test_origin_none_leaves_out_changes_from_other_origins(pg18_dsn: str, tmp_path: Path) -> None:
-    events = _record_and_decode(pg18_dsn, tmp_path, "upstream_y", origin="none")
+@pytest.mark.parametrize("server", ["pg18", "pg17", "pg16"])
+def test_origin_none_leaves_out_changes_from_other_origins(
+    server: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    dsn: str = request.getfixturevalue(f"{server}_dsn")
+    events = _record_and_decode(dsn, tmp_path, "upstream_y", origin="none")
     titles = [
         change["new"]["title"]
         for event in events
