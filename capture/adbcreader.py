@@ -28,7 +28,8 @@ import pyarrow as pa
 from psycopg import sql
 
 from capture.copyreader import PageRange, select_query
-from capture.errors import CaptureError, ReplicationConnectionLostError
+from capture.errors import CaptureError, CertificateError, ReplicationConnectionLostError
+from capture.tls import certificate_problem
 from decoder import Relation
 
 NATIVE_TYPE_OIDS: Final = frozenset({16, 17, 20, 21, 23, 25, 701, 1043})
@@ -48,6 +49,9 @@ def _adbc_errors(what: str) -> Iterator[None]:
     try:
         yield
     except adbc_driver_manager.OperationalError as exc:
+        problem = certificate_problem(exc)
+        if problem is not None:
+            raise CertificateError(f"{what}: {problem}") from exc
         raise ReplicationConnectionLostError(f"{what}: {exc}") from exc
     except adbc_driver_manager.Error as exc:
         raise CaptureError(f"{what}: {exc}") from exc

@@ -93,8 +93,9 @@ _HOST_PREFIX: Final = re.compile(
 )
 
 
-def certificate_problem(exc: psycopg.Error) -> str | None:
-    """The operator's message when ``exc`` is a failed TLS set-up, else None.
+def certificate_problem(exc: Exception) -> str | None:
+    """The operator's message when ``exc`` (psycopg's, or the ADBC driver's, which uses
+    libpq too) is a failed TLS set-up, else None.
 
     Example: ``the server's certificate does not verify: server certificate for
     "localhost" does not match host name "10.0.0.5" (server 10.0.0.5:5432,
@@ -107,7 +108,7 @@ def certificate_problem(exc: psycopg.Error) -> str | None:
     return None
 
 
-def _message(exc: psycopg.Error, heading: str, reason: str) -> str:
+def _message(exc: Exception, heading: str, reason: str) -> str:
     settings = _connection_settings(exc)
     host, port = settings.get("host"), settings.get("port")
     address = settings.get("hostaddr") or host
@@ -120,9 +121,10 @@ def _message(exc: psycopg.Error, heading: str, reason: str) -> str:
     return f"{heading}: {reason}" + (f" ({', '.join(where)})" if where else "")
 
 
-def _connection_settings(exc: psycopg.Error) -> dict[str, str]:
-    """The connection's host, port and TLS settings as libpq used them (no password)."""
-    pgconn = exc.pgconn
+def _connection_settings(exc: Exception) -> dict[str, str]:
+    """The connection's host, port and TLS settings as libpq used them (no password);
+    empty when the error carries no connection (ADBC's)."""
+    pgconn = exc.pgconn if isinstance(exc, psycopg.Error) else None
     if pgconn is None:
         return {}
     wanted = {"host", "hostaddr", "port", *_SETTINGS}

@@ -12,7 +12,7 @@ CA and an expired certificate each end ``wal2delta run`` by themselves with exit
 and a message naming the certificate problem, never the password; no reconnect is tried.
 The cases that need no daemon (a missing root certificate, a client certificate or key
 that cannot be used or that the server refuses) are checked on the replication
-connection itself.
+connection itself, and an expired certificate on the snapshot copies' ADBC reader.
 """
 
 from __future__ import annotations
@@ -280,3 +280,20 @@ def test_a_client_key_others_can_read_is_named(tls_source: TlsSource, tmp_path: 
     assert "the client certificate or key (sslcert, sslkey) cannot be used: " in message
     assert "has group or world access" in message
     assert raised.value.exit_code == 2
+
+
+def test_the_snapshot_reader_names_a_certificate_that_does_not_verify(
+    tls_source: TlsSource,
+) -> None:
+    """The ADBC reader of snapshot copies uses libpq too; it stops the same way."""
+    from capture.adbcreader import AdbcSnapshotReader
+
+    tls_source.serve(tls_source.expired)
+    conninfo = psycopg.conninfo.make_conninfo(tls_source.dsn(), password=PASSWORD)
+    with pytest.raises(CertificateError) as raised:
+        AdbcSnapshotReader(conninfo, "00000003-00000002-1")
+    message = str(raised.value)
+    assert "the server's certificate does not verify: " in message
+    assert "certificate verify failed" in message
+    assert raised.value.exit_code == 2
+    assert PASSWORD not in message
