@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     )
     from capture.feedback import FeedbackPolicy, FlushTracker
     from capture.metrics import Metrics
-    from capture.monitor import SlotSample, SourceMonitor, sample_slot
+    from capture.monitor import SourceMonitor
     from capture.negotiation import ReplicationRequest, negotiate, start_replication_options
     from capture.session import ServiceState, Session
     from capture.settings import (
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         with_text_form_settings,
     )
     from capture.sink_worker import AppliedBatch, FailedBatch, SinkWorker
+    from capture.slot_sample import SlotSample, sample_slot
     from capture.slots import PublishedTable, current_wal_lsn, read_published_tables, slot_state
     from capture.snapshot import SnapshotCopier
     from capture.startup import (
@@ -138,9 +139,9 @@ _EXPORTS: Final[dict[str, str]] = {
     "FeedbackPolicy": "capture.feedback",
     "FlushTracker": "capture.feedback",
     "Metrics": "capture.metrics",
-    "SlotSample": "capture.monitor",
     "SourceMonitor": "capture.monitor",
-    "sample_slot": "capture.monitor",
+    "SlotSample": "capture.slot_sample",
+    "sample_slot": "capture.slot_sample",
     "ReplicationRequest": "capture.negotiation",
     "negotiate": "capture.negotiation",
     "start_replication_options": "capture.negotiation",
