@@ -325,17 +325,22 @@ class LocalPostgres:
         ``primary_conninfo`` (with the ``dbname`` a standby's slot synchronization needs)
         and ``primary_slot_name = slot``, a physical slot that must exist on the primary.
         Settings the primary was started with (``-c``) are not copied; ``start`` passes
-        this cluster's own.
+        this cluster's own. The npm builds (14, 16, 17) have no ``pg_basebackup``; the
+        wheel's (18) backs up older servers as well.
         """
+        basebackup = self.bin_dir / "pg_basebackup"
+        if not basebackup.exists():
+            basebackup = embedded_bin_dir() / "pg_basebackup"
         self.data_dir.mkdir(parents=True)
         if self._user is not None:
+            _open_path_for_others(basebackup.parent.parent)
             _open_path_for_others(self.data_dir.parent)
             for path in (self.data_dir, self.data_dir.parent):
                 os.chown(path, self._user.pw_uid, self._user.pw_gid)
         self.data_dir.chmod(0o700)
         self._run(
             [
-                str(self.bin_dir / "pg_basebackup"),
+                str(basebackup),
                 "--dbname",
                 primary.dsn(),
                 "--pgdata",

@@ -1,4 +1,4 @@
-"""A primary failover of a PostgreSQL 18 source: the daemon continues on the promoted
+"""A primary failover of a PostgreSQL 17 or 18 source: the daemon continues on the promoted
 standby from the failover slot the standby kept, copies no table again and ends equal.
 
 A primary and a physical standby (``pg_basebackup -R``: ``primary_conninfo`` with its
@@ -33,7 +33,7 @@ import yaml
 from deltalake import DeltaTable
 
 from capture import slot_state
-from devtools.pgserver import LocalPostgres, free_tcp_port
+from devtools.pgserver import LocalPostgres, free_tcp_port, postgres_bin
 from sink import read_commit_records, table_path
 from tests.conftest import TEST_SERVER_SETTINGS, server_dir
 from tests.support.harness import log_events, start_daemon, table_mismatches, wait_until
@@ -50,15 +50,22 @@ included) and the daemon's compaction, which changes no data."""
 
 
 @contextlib.contextmanager
-def _primary_and_standby(*, synchronized: bool) -> Iterator[tuple[LocalPostgres, LocalPostgres]]:
-    """A PostgreSQL 18 primary and its streaming standby, which synchronizes failover slots;
-    ``synchronized``: the primary's ``synchronized_standby_slots`` names the standby's."""
+def _primary_and_standby(
+    *, synchronized: bool, major: int = 18
+) -> Iterator[tuple[LocalPostgres, LocalPostgres]]:
+    """A PostgreSQL ``major`` (17 or 18) primary and its streaming standby, which
+    synchronizes failover slots; ``synchronized``: the primary's
+    ``synchronized_standby_slots`` names the standby's."""
     extra = {"synchronized_standby_slots": STANDBY_SLOT} if synchronized else {}
+    bin_dir = postgres_bin(major)
     primary = LocalPostgres(
-        server_dir("failover-primary"), settings={**TEST_SERVER_SETTINGS, **extra}
+        server_dir(f"failover-primary-{major}"),
+        bin_dir=bin_dir,
+        settings={**TEST_SERVER_SETTINGS, **extra},
     )
     standby = LocalPostgres(
-        server_dir("failover-standby"),
+        server_dir(f"failover-standby-{major}"),
+        bin_dir=bin_dir,
         settings={
             **TEST_SERVER_SETTINGS,
             "hot_standby_feedback": "on",
@@ -79,16 +86,20 @@ def _primary_and_standby(*, synchronized: bool) -> Iterator[tuple[LocalPostgres,
             shutil.rmtree(server.data_dir.parent, ignore_errors=True)
 
 
-@pytest.fixture
-def clusters() -> Iterator[tuple[LocalPostgres, LocalPostgres]]:
-    """The primary waits for the standby before it sends wal2delta a change."""
-    with _primary_and_standby(synchronized=True) as servers:
+@pytest.fixture(
+    params=[pytest.param(18, marks=pytest.mark.pg18), pytest.param(17, marks=pytest.mark.pg17)],
+    ids=["pg18", "pg17"],
+)
+def clusters(request: pytest.FixtureRequest) -> Iterator[tuple[LocalPostgres, LocalPostgres]]:
+    """The primary waits for the standby before it sends wal2delta a change (PostgreSQL 18
+    and 17, the versions with failover slots)."""
+    with _primary_and_standby(synchronized=True, major=request.param) as servers:
         yield servers
 
 
 @pytest.fixture
 def unsynchronized_clusters() -> Iterator[tuple[LocalPostgres, LocalPostgres]]:
-    """The primary sends wal2delta changes its standby may not have."""
+    """The primary sends wal2delta changes its standby may not have (PostgreSQL 18)."""
     with _primary_and_standby(synchronized=False) as servers:
         yield servers
 
@@ -289,6 +300,7 @@ def test_a_promoted_standby_continues_from_the_synchronized_slot_and_copies_noth
     assert "the lake is ahead of the promoted server; every table is copied again" not in names
 
 
+@pytest.mark.pg18
 def test_a_lake_ahead_of_the_promoted_standby_stops_the_daemon_or_is_copied_again(
     unsynchronized_clusters: tuple[LocalPostgres, LocalPostgres], tmp_path: Path
 ) -> None:
