@@ -115,3 +115,24 @@ def test_the_snapshot_benchmark_checks_both_copies_and_reports_both_ratios() -> 
         "one table, parallelism 2: wal2delta / ADBC + delta-rs",
         "2 tables: parallelism 2 speed-up over 1",
     ]
+
+
+def test_the_startup_benchmark_times_the_quick_commands_and_finds_no_heavy_import() -> None:
+    report = run_benchmark("startup", "--repeat", "1", "--tables", "2")
+    commands = [
+        "wal2delta --version",
+        "wal2delta --help",
+        "wal2delta status --help",
+        "wal2delta check-config -c FILE",
+        "wal2delta status -c FILE",
+    ]
+    assert ratio_names(report) == [
+        *(f"{command} / {base}" for command in commands for base in ("python -c pass", "0.3 s")),
+        "wal2delta check-config -c FILE / its libraries' import",
+        "wal2delta status -c FILE / its libraries' import",
+    ]
+    # The same check as tests/unit/daemon/test_cli_imports.py, with status reading a real
+    # slot, publication and lake.
+    facts = report["facts"]
+    assert isinstance(facts, dict)
+    assert {facts[f"heavy modules imported by {command}"] for command in commands} == {"none"}
