@@ -1,5 +1,6 @@
 """Tables copied while the stream runs (``sink/copies.py``, ``capture/tablecopy.py``), end
-to end on PostgreSQL 18 with the real supervisor, read back with delta-rs.
+to end on PostgreSQL 18 (a new table on 14 too) with the real supervisor, read back with
+delta-rs.
 
 * A table with 100k rows added to the publication while a workload runs on it and on
   another table: it is noticed and copied without a restart of the daemon, ends equal to
@@ -98,13 +99,17 @@ def _wait_for_delta(dsn: str, lake: Path, slot: str, daemon: Daemon, timeout: fl
     wait_until(caught_up, timeout, "the daemon to copy and apply everything")
 
 
+@pytest.mark.parametrize("server", ["pg18", "pg14"])
 def test_a_table_added_to_the_publication_is_copied_while_streaming(
-    pg18_dsn: str, tmp_path: Path, spark_session: Any
+    server: str, request: pytest.FixtureRequest, tmp_path: Path, spark_session: Any
 ) -> None:
-    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+    # PostgreSQL 14 creates the copy's temporary slot with the old CREATE_REPLICATION_SLOT
+    # syntax (``EXPORT_SNAPSHOT``); 15 and newer as 18 does.
+    dsn: str = request.getfixturevalue(f"{server}_dsn")
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
         conn.execute("INSERT INTO steady SELECT g, g FROM generate_series(1, 100) g")
-    config = _config(pg18_dsn, tmp_path)
+    config = _config(dsn, tmp_path)
     lake = tmp_path / "lake"
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -112,7 +117,7 @@ def test_a_table_added_to_the_publication_is_copied_while_streaming(
     def workload() -> None:
         n = 100
         try:
-            with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+            with psycopg.connect(dsn, autocommit=True) as conn:
                 while not stop.is_set():
                     n += 1
                     with conn.transaction():
@@ -138,7 +143,7 @@ def test_a_table_added_to_the_publication_is_copied_while_streaming(
         writer = threading.Thread(target=workload, daemon=True)
         writer.start()
         time.sleep(1.0)
-        with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("ALTER PUBLICATION w2d_online ADD TABLE public.joiner")
         wait_until(
             lambda: bool(daemon.sink.tables_copying()) or bool(_delta_ids(lake, "joiner")),
@@ -146,7 +151,7 @@ def test_a_table_added_to_the_publication_is_copied_while_streaming(
             "the new table to be noticed",
         )
         # The other table keeps streaming while joiner is copied.
-        with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO steady VALUES (-1, -1)")
         started = time.monotonic()
         wait_until(lambda: -1 in _delta_ids(lake, "steady"), 30, "steady's change during the copy")
@@ -155,10 +160,10 @@ def test_a_table_added_to_the_publication_is_copied_while_streaming(
         stop.set()
         writer.join(30)
         assert not errors, errors
-        _wait_for_delta(pg18_dsn, lake, "w2d_online", daemon, timeout=240)
+        _wait_for_delta(dsn, lake, "w2d_online", daemon, timeout=240)
         daemon.check()
     assert steady_lag < 15, f"steady's change took {steady_lag:.1f} s to reach Delta"
-    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
         for table in ("public.steady", "public.joiner"):
             name = table.split(".")[1]
             comparison = compare_table(conn, table, table_path(str(lake), "public", name))

@@ -2,7 +2,8 @@
 
 Across the seam no change may be missed or applied twice: a row copied by the snapshot
 never arrives again as a streamed insert, and every change committed after the
-consistent point does. An interrupted snapshot restarts cleanly.
+consistent point does (on every version, 14 to 18). An interrupted snapshot restarts
+cleanly.
 """
 
 from __future__ import annotations
@@ -76,23 +77,28 @@ def _writer(dsn: str, stop: threading.Event) -> None:
             conn.execute("DELETE FROM accounts WHERE id = %s", (n * 53 % 20000 + 1,))
 
 
-def test_snapshot_and_stream_meet_without_gaps_or_duplicates(pg18_dsn: str, tmp_path: Path) -> None:
-    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+@pytest.mark.parametrize("server", ["pg18", "pg17", "pg16", "pg15", "pg14"])
+def test_snapshot_and_stream_meet_without_gaps_or_duplicates(
+    server: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    # PostgreSQL 14 exports the snapshot with the old CREATE_REPLICATION_SLOT syntax.
+    dsn: str = request.getfixturevalue(f"{server}_dsn")
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
-    config = _config(pg18_dsn, tmp_path)
+    config = _config(dsn, tmp_path)
     model = ModelSink()
     stop = threading.Event()
     service = Supervisor(config, model, stop_event=stop)
     runner = threading.Thread(target=service.run)
     writer_stop = threading.Event()
-    writer = threading.Thread(target=_writer, args=(pg18_dsn, writer_stop))
+    writer = threading.Thread(target=_writer, args=(dsn, writer_stop))
     runner.start()
     writer.start()  # changes race with the snapshot being taken and copied
     writer.join(120)
-    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
         endpos = current_wal_lsn(conn)
     try:
-        wait_for_flush(pg18_dsn, config.source.slot, endpos)
+        wait_for_flush(dsn, config.source.slot, endpos)
     finally:
         stop.set()
         runner.join(60)
@@ -100,7 +106,7 @@ def test_snapshot_and_stream_meet_without_gaps_or_duplicates(pg18_dsn: str, tmp_
     assert marker.status == "complete"
     assert marker.consistent_point > 0
     columns = ["id", "region", "balance", "secret"]
-    assert _model(model, columns) == _source(pg18_dsn)
+    assert _model(model, columns) == _source(dsn)
     copied = {key for lsn, _, op, key in model.events if lsn == marker.consistent_point}
     streamed_inserts = [
         key for lsn, _, op, key in model.events if lsn > marker.consistent_point and op == "insert"
