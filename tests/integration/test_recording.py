@@ -1,7 +1,7 @@
 """``wal2delta capture`` records the raw stream; ``wal2delta decode`` prints it as JSON lines.
 
 Also covers replication origins: the Origin message is kept on the transaction, and
-``origin: none`` (PostgreSQL 16, 17 and 18) makes the server leave out changes that came
+``origin: none`` (PostgreSQL 16 and newer; run on 16 and 18) makes the server leave out changes that came
 from another origin.
 """
 
@@ -130,7 +130,8 @@ def test_capture_then_decode_prints_every_transaction_kind(pg18_dsn: str, tmp_pa
             assert parse_lsn(event["commit_lsn"]) < parse_lsn(event["end_lsn"])
 
 
-@pytest.mark.parametrize("server", ["pg18", "pg17", "pg16"])
+# 16 is the first version with the option; 17 adds nothing to it (kept short).
+@pytest.mark.parametrize("server", ["pg18", "pg16"])
 def test_origin_none_leaves_out_changes_from_other_origins(
     server: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
