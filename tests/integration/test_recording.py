@@ -1,8 +1,8 @@
 """``wal2delta capture`` records the raw stream; ``wal2delta decode`` prints it as JSON lines.
 
 Also covers replication origins: the Origin message is kept on the transaction, and
-``origin: none`` (PostgreSQL 16 and newer; run on 16 and 18) makes the server leave out changes that came
-from another origin.
+``origin: none`` (PostgreSQL 16 and newer; run on 16 and 18) makes the server leave out
+changes that came from another origin.
 """
 
 from __future__ import annotations
