@@ -2,7 +2,7 @@
 
 Usage (from the repository root, with the project's virtualenv)::
 
-    python -m tests.golden.harvest            # PostgreSQL 18 (embedded) and Debian's 15
+    python -m tests.golden.harvest            # PostgreSQL 14 to 18 (see devtools.pgserver)
     python -m tests.golden.harvest --only 18  # one server
 
 What it does: starts a throw-away server with ``devtools.pgserver.LocalPostgres``, creates
@@ -35,7 +35,13 @@ from typing import Any
 
 import psycopg
 
-from devtools.pgserver import DEBIAN_PG15_BIN, LOGICAL_REPLICATION_SETTINGS, LocalPostgres
+from devtools.pgserver import (
+    LOGICAL_REPLICATION_SETTINGS,
+    SUPPORTED_MAJORS,
+    LocalPostgres,
+    embedded_bin_dir,
+    postgres_bin,
+)
 
 GOLDEN_DIR = Path(__file__).resolve().parent
 PUBLICATION = "golden_pub"
@@ -85,9 +91,9 @@ class OptionSet:
 
 
 OPTION_SETS: Sequence[OptionSet] = (
-    OptionSet("v1-text", 1),
-    OptionSet("v1-binary", 1, binary=True),
-    OptionSet("v2-stream", 2, streaming="on", immediate=True),
+    OptionSet("v1-text", 1, min_major=14),
+    OptionSet("v1-binary", 1, binary=True, min_major=14),
+    OptionSet("v2-stream", 2, streaming="on", immediate=True, min_major=14),
     OptionSet("v3-twophase", 3, two_phase=True),
     OptionSet("v3-stream-twophase", 3, streaming="on", two_phase=True, immediate=True),
     OptionSet(
@@ -228,9 +234,7 @@ LARGE_WORKLOADS = frozenset({"large"})
 def _server(data_dir: Path, major: int) -> LocalPostgres:
     settings = dict(LOGICAL_REPLICATION_SETTINGS)
     settings["logical_decoding_work_mem"] = "64kB"
-    if major == 15:
-        return LocalPostgres(data_dir, bin_dir=DEBIAN_PG15_BIN, settings=settings)
-    return LocalPostgres(data_dir, settings=settings)
+    return LocalPostgres(data_dir, bin_dir=postgres_bin(major), settings=settings)
 
 
 def harvest(major: int, out_dir: Path) -> list[Path]:
@@ -335,13 +339,16 @@ def _dump(document: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Harvest the fixtures; returns the process exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", type=int, choices=(15, 18), help="one server version")
+    parser.add_argument("--only", type=int, choices=SUPPORTED_MAJORS, help="one server version")
     parser.add_argument("--out", type=Path, default=GOLDEN_DIR, help="output directory")
     args = parser.parse_args(argv)
-    majors = [args.only] if args.only else [18, 15]
+    majors = [args.only] if args.only else sorted(SUPPORTED_MAJORS, reverse=True)
     for major in majors:
-        if major == 15 and not (DEBIAN_PG15_BIN / "postgres").exists():
-            parser.error(f"PostgreSQL 15 is not installed in {DEBIAN_PG15_BIN}")
+        bin_dir = embedded_bin_dir() if major == 18 else postgres_bin(major)
+        if not (bin_dir / "postgres").exists():
+            parser.error(
+                f"PostgreSQL {major} is not installed in {bin_dir} (make pg15 pg-versions)"
+            )
         for path in harvest(major, args.out):
             print(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path)
     return 0

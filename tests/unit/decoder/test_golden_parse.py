@@ -52,9 +52,17 @@ def parsed(found: Capture) -> Iterator[tuple[Message, int]]:
         yield message, golden.xid
 
 
-def test_fixtures_exist_for_both_servers_and_every_protocol_version():
+HIGHEST_PROTOCOL = {14: 2, 15: 3, 16: 4, 17: 4, 18: 4}
+
+
+def test_fixtures_exist_for_every_server_and_every_protocol_version_it_speaks():
     seen = {(found.server_major, found.options.proto_version) for found in CAPTURES}
-    assert {(15, 1), (15, 2), (15, 3), (18, 1), (18, 2), (18, 3), (18, 4)} <= seen
+    expected = {
+        (major, version)
+        for major, highest in HIGHEST_PROTOCOL.items()
+        for version in range(1, highest + 1)
+    }
+    assert expected <= seen
 
 
 @pytest.mark.parametrize("found", CAPTURES, ids=lambda found: found.id)
@@ -97,7 +105,7 @@ EXPECTED_COVERAGE = {
 }
 
 
-@pytest.mark.parametrize("major", [15, 18])
+@pytest.mark.parametrize("major", sorted(HIGHEST_PROTOCOL))
 def test_golden_bytes_cover_every_message_type_of_each_protocol_version(major):
     by_version: dict[int, set[type]] = {}
     for found in CAPTURES:
@@ -106,11 +114,12 @@ def test_golden_bytes_cover_every_message_type_of_each_protocol_version(major):
         kinds = by_version.setdefault(found.options.proto_version, set())
         kinds.update(type(message) for message, _ in parsed(found))
     for version, expected in EXPECTED_COVERAGE.items():
-        if major == 15 and version == 4:
-            continue  # protocol 4 needs PostgreSQL 16
+        if version > HIGHEST_PROTOCOL[major]:
+            continue  # protocol 3 needs PostgreSQL 15, protocol 4 PostgreSQL 16
         assert expected <= by_version[version], f"protocol {version} on PostgreSQL {major}"
     every = set().union(*by_version.values())
-    assert len(every) == 19
+    # PostgreSQL 14 has no two-phase decoding: the 14 others.
+    assert len(every) == (19 if major >= 15 else 19 - len(_TWO_PHASE))
 
 
 @pytest.mark.parametrize("found", CAPTURES, ids=lambda found: found.id)
@@ -248,7 +257,10 @@ def test_stream_abort_carries_abort_lsn_and_time_exactly_with_parallel_streaming
 @pytest.mark.parametrize(
     ("major", "option_set", "origin_lsn"),
     [
+        (14, "v1-text", parse_lsn("0/ABCDEF")),
         (15, "v1-text", parse_lsn("0/ABCDEF")),
+        (16, "v4-parallel-twophase", 0),
+        (17, "v1-binary", parse_lsn("0/ABCDEF")),
         (18, "v1-binary", parse_lsn("0/ABCDEF")),
         (18, "v4-parallel-twophase", 0),  # streamed: pgoutput sends InvalidXLogRecPtr
     ],
