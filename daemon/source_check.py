@@ -14,7 +14,6 @@ import psycopg
 from psycopg import sql
 
 from config import AppConfig, parse_table_name
-from daemon.wiring import source_conninfo
 
 _COLUMNS = """
 SELECT a.attname::text, a.atttypid::int, a.atttypmod
@@ -34,8 +33,9 @@ def source_problems(config: AppConfig, *, connect_timeout: float = 5.0) -> list[
     named = _named_tables(config)
     if not named:
         return []
-    # The type mapping imports pyarrow: only a configuration that names tables pays for it
-    # (docs/decisions/0119-*).
+    # The type mapping imports pyarrow, the wiring capture's and the sink's settings: only a
+    # configuration that names tables pays for them (docs/decisions/0119-*).
+    from daemon.wiring import source_conninfo  # noqa: PLC0415
     from sink import NUMERIC_OID, ColumnTypeError, delta_type  # noqa: PLC0415
 
     problems: list[str] = []
