@@ -117,6 +117,12 @@ class Metrics:
         "Replication protocol messages received, by type.", ("message_type",)
     )
     reconnects = _counter("Reconnection attempts to PostgreSQL.")
+    store_retries = _counter(
+        "Batches applied again after a transient object-store fault (throttling, 5xx, "
+        "timeout, reset), by what the store failed: merge, append, commit, checkpoint, "
+        "read, write, other.",
+        ("operation",),
+    )
     spilled_bytes = _gauge("Bytes of open transactions spilled to disk.")
     spool_errors = _counter(
         "Spill file failures, by reason: no_space, quota, io_error, max_bytes "

@@ -271,6 +271,38 @@ PublicationNames = Annotated[
 ]
 
 
+class StoreRetriesConfig(_Section):
+    """Retries of a batch the object store failed: throttling, 5xx, timeouts, resets.
+
+    Decision 0115: the supervisor applies the batch again from the acknowledged position.
+    """
+
+    max_attempts: int = Field(
+        default=10,
+        ge=0,
+        description=(
+            "Store failures in a row (no batch durable in between) after which the error "
+            "is terminal and the daemon exits naming the store's error; 0 retries forever."
+        ),
+    )
+    initial_delay: Duration = Field(
+        default=timedelta(seconds=1),
+        description="Delay before the first retry of a batch the store failed.",
+    )
+    max_delay: Duration = Field(
+        default=timedelta(seconds=30),
+        description="Upper bound of the delay, which doubles after each store failure in a row.",
+    )
+
+    @model_validator(mode="after")
+    def _delays_ordered(self) -> Self:
+        if self.max_delay < self.initial_delay:
+            raise FieldRuleError(
+                [(("max_delay",), "must be at least initial_delay")],
+            )
+        return self
+
+
 class ReconnectConfig(_Section):
     """Backoff between attempts to re-establish the replication connection."""
 
@@ -1068,6 +1100,14 @@ class SinkConfig(_Section):
             "no version `wal2delta cut` can still name; `cut` refuses older boundaries), "
             "once per `retention / 4`, at most hourly, between batches. Null (the default) "
             "keeps every file for time travel, as before."
+        ),
+    )
+    store_retries: StoreRetriesConfig = Field(
+        default_factory=StoreRetriesConfig,
+        description=(
+            "Retries after object-store faults (S3 `503 SlowDown`, 5xx, timeouts, resets) "
+            "that outlast the store client's own quick retries: the batch is applied again "
+            "from the acknowledged position, after a backoff with jitter."
         ),
     )
     column_types: dict[TableName, dict[ColumnName, ColumnTypeOverride]] = Field(

@@ -74,7 +74,7 @@ from capture import (
 from config import AppConfig
 from daemon.spool import SpoolDirectory, open_spool_directory
 from daemon.version import package_version
-from daemon.wiring import capture_settings, reconnect_settings
+from daemon.wiring import capture_settings, reconnect_settings, store_retry_settings
 from decoder import (
     DECODER_KERNEL,
     Assembler,
@@ -84,7 +84,15 @@ from decoder import (
     Wal2DeltaError,
     spilling_buffers,
 )
-from sink import HoldingSink, OnlineCopySink, Sink, SnapshotMarkerStore, TimelineStore
+from sink import (
+    HoldingSink,
+    OnlineCopySink,
+    Sink,
+    SinkError,
+    SinkStoreError,
+    SnapshotMarkerStore,
+    TimelineStore,
+)
 
 log = structlog.get_logger("wal2delta.supervisor")
 
@@ -119,6 +127,13 @@ class Supervisor:
         self.config = config
         self.settings: CaptureSettings = capture_settings(config)
         self.reconnect: ReconnectSettings = reconnect_settings(config)
+        self.store_retries: ReconnectSettings = store_retry_settings(config)
+        self._store_failures = 0
+        """Object-store failures in a row, no batch durable in between (``_store_wait``)."""
+        self._store_failed_at: int | None = None
+        """``_sessions_with_progress`` when the store last failed."""
+        self._sessions_with_progress = 0
+        """Ended sessions in which the sink made a transaction durable."""
         self.frame_tap = frame_tap
         self.frames_tap = frames_tap
         self.replay_changes = replay_changes
@@ -227,6 +242,14 @@ class Supervisor:
                         ) from exc
                     drop_undecodable_slot(self.settings, exc)
                     self._slot_recreations += 1
+                except SinkStoreError as exc:
+                    self.state.connected = False
+                    self.state.not_streaming = str(exc)
+                    self.metrics.record_not_streaming(_reason(exc))
+                    self.metrics.record_error("sink", exc, time.time())
+                    self._restart_worker()
+                    if self.stop_event.wait(self._store_wait(exc)):
+                        return
                 except Wal2DeltaError as exc:
                     if not exc.retryable:
                         raise
@@ -266,6 +289,40 @@ class Supervisor:
                 self._spool_directory.close()
                 self._spool_directory = None
                 self._spool_dir = None
+
+    def _store_wait(self, exc: SinkStoreError) -> float:
+        """Count an object-store failure and return the backoff before the next session;
+        past ``sink.store_retries.max_attempts`` failures in a row raise a terminal error
+        naming the store's error (decision 0115).
+
+        Call after ``_restart_worker``, which accounted for the batches the worker made
+        durable: a failure after any progress starts a new run of failures.
+        """
+        retries = self.store_retries
+        progress = self._sessions_with_progress
+        if self._store_failed_at is None or progress > self._store_failed_at:
+            self._store_failures = 0
+        self._store_failed_at = progress
+        self._store_failures += 1
+        if retries.max_attempts and self._store_failures > retries.max_attempts:
+            raise SinkError(
+                f"the object store failed {self._store_failures} times in a row without a "
+                f"durable batch in between (sink.store_retries.max_attempts "
+                f"{retries.max_attempts}); the last failure ({exc.operation}): {exc.store_error}. "
+                "Nothing past the last durable batch was "
+                "acknowledged; the next run starts there"
+            ) from exc
+        delay = min(retries.initial_delay * 2.0 ** (self._store_failures - 1), retries.max_delay)
+        wait = delay * (0.5 + random.random() / 2)  # jitter
+        self.metrics.store_retries.labels(operation=exc.operation).inc()
+        log.warning(
+            "the object store failed; the batch is applied again",
+            attempt=self._store_failures,
+            operation=exc.operation,
+            store_error=exc.store_error,
+            delay_seconds=round(wait, 2),
+        )
+        return wait
 
     def _interruption(self) -> Wal2DeltaError | None:
         """What ends the running session early: a fatal error, or a landed table copy."""
@@ -335,6 +392,8 @@ class Supervisor:
         if session is None:
             return
         session.drain(raise_failures=False)
+        if session.tracker.durable > self._resume_flush:  # where this session started
+            self._sessions_with_progress += 1
         self._resume_flush = Lsn(session.tracker.acknowledged)
         self._session = None
 

@@ -120,6 +120,17 @@ def reconnect_settings(config: AppConfig) -> ReconnectSettings:
     )
 
 
+def store_retry_settings(config: AppConfig) -> ReconnectSettings:
+    """Backoff and bound of the retries after object-store faults (``sink.store_retries``),
+    in the shape of the reconnect backoff."""
+    retries = config.sink.store_retries
+    return ReconnectSettings(
+        initial_delay=retries.initial_delay.total_seconds(),
+        max_delay=retries.max_delay.total_seconds(),
+        max_attempts=retries.max_attempts,
+    )
+
+
 def published_tables(config: AppConfig) -> list[PublishedTable]:
     """The configured tables as ``PublishedTable`` values."""
     tables = []

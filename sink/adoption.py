@@ -49,7 +49,7 @@ from decoder import cause_line
 from sink.base import SinkError, SinkRetryableError
 from sink.constants import STAGING_PREFIX
 from sink.deltalog import LogUnreadableError, read_table_files, table_filesystem
-from sink.spark import engine_message
+from sink.spark import engine_message, store_fault
 
 log = structlog.get_logger("wal2delta.sink")
 
@@ -111,11 +111,14 @@ class StagedFileAdopter:
                     configuration=_table_properties(metadata.configuration) or None,
                 )
         except (CommitFailedError, OSError) as exc:
-            raise SinkRetryableError(
+            raise store_fault(exc, action) or SinkRetryableError(
                 f"delta-rs could not commit while {action} ({type(exc).__name__}: "
                 f"{engine_message(exc)}); the copy will be retried"
             ) from exc
         except (DeltaError, NotImplementedError) as exc:
+            store = store_fault(exc, action)
+            if store is not None:  # the store failed; delta-rs did not refuse the table
+                raise store from exc
             # A feature, property or type delta-rs does not handle (DeltaProtocolError,
             # SchemaMismatchError and the kernel's errors are all DeltaErrors): nothing
             # was committed, and the engine can always replace the table.

@@ -301,5 +301,32 @@ class SinkRetryableError(SinkError):
     retryable: ClassVar[bool] = True
 
 
+class SinkStoreError(SinkRetryableError):
+    """The object store failed transiently (throttling, a 5xx answer, a timeout or a reset
+    connection) while the engine or delta-rs read or wrote the lake.
+
+    Retried by the supervisor with its own bound (``sink.store_retries``), which counts
+    store failures in a row; past it the error is terminal.
+
+    Attributes:
+        operation: what was being done, one of ``sink.spark.STORE_OPERATIONS``: the
+            ``operation`` label of ``wal2delta_store_retries_total``.
+        store_error: the store's own error in one line (status, S3 error code or transport
+            failure, and the request), secrets masked.
+    """
+
+    def __init__(self, message: str, *, operation: str, store_error: str) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.store_error = store_error
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_store_error, (str(self), self.operation, self.store_error))
+
+
+def _store_error(message: str, operation: str, store_error: str) -> SinkStoreError:
+    return SinkStoreError(message, operation=operation, store_error=store_error)
+
+
 class SinkDataError(SinkError):
     """The data cannot be written as it is (type, key or identity problem); terminal."""

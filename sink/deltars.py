@@ -32,7 +32,7 @@ import structlog
 
 from sink.base import SinkError, SinkRetryableError
 from sink.constants import BulkWriter
-from sink.spark import engine_message
+from sink.spark import engine_message, store_fault
 
 log = structlog.get_logger("wal2delta.sink")
 
@@ -94,12 +94,14 @@ class DeltaRsAppender:
             )
             return False
         except (CommitFailedError, OSError) as exc:
-            raise SinkRetryableError(
+            raise store_fault(exc, action) or SinkRetryableError(
                 f"delta-rs could not commit while {action} ({type(exc).__name__}: "
                 f"{engine_message(exc)}); the snapshot will be retried"
             ) from exc
         except Exception as exc:
-            raise SinkError(
+            # A DeltaError quoting object_store's error ("Failed to parse parquet: External:
+            # Generic S3 error: ... 503") is a store fault, not a refusal.
+            raise store_fault(exc, action) or SinkError(
                 f"delta-rs failed while {action} ({type(exc).__name__}): {engine_message(exc)}"
             ) from exc
         return True

@@ -30,6 +30,21 @@ retryable; data errors (casts, overflow, invalid values) are ``SinkDataError``; 
 else is a terminal ``SinkError``. The engine's message is never copied into ours - it may
 quote row values - but stays attached as ``__cause__``.
 
+Object-store faults are ``SinkStoreError`` (retryable, with its own bound at the
+supervisor, decision 0115): Sail and delta-rs reach the lake through the ``object_store``
+crate, which retries a failed request itself (10 times within about 2-4 s) and then
+reports ``Generic S3 error: Error performing PUT <url> ... - Server returned non-2xx status
+code: 503 Service Unavailable: <S3's XML body>`` (or ``HTTP error: error sending request``
+for a reset or refused connection, ``timed out`` for a timeout); a commit's conditional PUT
+is never retried by it, and Sail then says only ``Connection reset by peer (os error 104)``.
+``store_fault`` recognises exactly these: a store's ``Generic <store> error`` (or
+object_store's ``Server returned non-2xx status code``, which Sail may quote alone) together
+with a 5xx or 429 status, a transient S3 error code or a transport failure, or a message that
+is nothing but an OS connection error. A 403 or 404 from the store is not transient and
+stays terminal. Data errors are recognised first, so a row value quoted in one never makes
+it a store fault; a store fault's message keeps the store's own words, shortened to
+status, S3 error code and request (no row values: they name objects, not rows).
+
 gRPC's fork support is switched off (``GRPC_ENABLE_FORK_SUPPORT=false``, unless the
 environment says otherwise) before the Spark Connect client loads gRPC. With it on,
 grpcio 1.81 and later restart their poller thread in a forked child, which then dies on the
@@ -51,6 +66,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import threading
 import warnings
 from collections.abc import Iterator, Mapping
@@ -62,7 +78,7 @@ from typing import TYPE_CHECKING, Final
 import structlog
 
 from decoder import cause_line
-from sink.base import SinkDataError, SinkError, SinkRetryableError
+from sink.base import SinkDataError, SinkError, SinkRetryableError, SinkStoreError
 from sink.settings import SparkSettings
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # the module docstring
@@ -400,6 +416,9 @@ def classify_engine_error(exc: BaseException, action: str) -> SinkError:
         return SinkDataError(
             f"the Spark engine rejected the data while {action} ({detail}): {engine_message(exc)}"
         )
+    store = store_fault(exc, action)
+    if store is not None:
+        return store
     return SinkError(f"the Spark engine failed while {action} ({detail}): {engine_message(exc)}")
 
 
@@ -417,3 +436,125 @@ def engine_errors(action: str) -> Iterator[None]:
         raise
     except Exception as exc:
         raise classify_engine_error(exc, action) from exc
+
+
+# --- object-store faults (the module docstring) --------------------------------------------
+
+STORE_OPERATIONS: Final = ("merge", "append", "commit", "checkpoint", "read", "write", "other")
+"""The ``operation`` label of ``wal2delta_store_retries_total``: what the sink was doing."""
+_OPERATION_VERBS: Final = (
+    ("merging", "merge"),
+    ("appending", "append"),
+    ("committing", "commit"),
+    ("recording", "commit"),
+    ("reading", "read"),
+    ("starting", "read"),
+    ("writing", "write"),
+    ("creating", "write"),
+    ("adding", "write"),
+    ("resetting", "write"),
+    ("purging", "write"),
+    ("replacing", "write"),
+    ("truncating", "write"),
+)
+_ANSI: Final = re.compile(r"\x1b\[[0-9;]*m")
+# object_store's own error of a cloud store (``Generic {store} error``); its local file
+# system and delta-rs's own errors ("Generic DeltaTable error") are not store faults.
+_STORE_ERROR: Final = re.compile(r"\bGeneric (?:S3|GCS|MicrosoftAzure|HTTP) error\b")
+# object_store's words for a request it gave up on; Sail quotes them alone at times (reading
+# a table's log: "Server returned non-2xx status code: 503 Service Unavailable: <xml>").
+_STORE_ANSWER: Final = "Server returned non-2xx status code"
+_TRANSIENT_STATUS: Final = re.compile(r"status code:?[\s↳]*(5\d\d|429)\b([A-Za-z ]*)")
+_S3_CODE: Final = re.compile(r"<Code>(\w+)</Code>")
+_TRANSIENT_S3_CODES: Final = frozenset(
+    {
+        "SlowDown",
+        "InternalError",
+        "ServiceUnavailable",
+        "RequestTimeout",
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "TooManyRequests",
+    }
+)
+_TRANSPORT_FAILURES: Final = (
+    "error sending request",
+    "connection error",
+    "Connection reset",
+    "connection closed",
+    "Broken pipe",
+    "timed out",
+    "error decoding response body",
+)
+_REQUEST: Final = re.compile(r"Error performing (GET|PUT|POST|DELETE|HEAD) (\S+)")
+# The whole first line of Sail's error when a commit's PUT (which object_store never
+# retries) lost its connection.
+_BARE_CONNECTION_ERROR: Final = re.compile(
+    r"(?:Connection reset by peer|Connection refused|Connection aborted|Broken pipe"
+    r"|Connection timed out) \(os error \d+\)"
+)
+
+
+def store_fault(exc: BaseException, action: str) -> SinkStoreError | None:
+    """The ``SinkStoreError`` for a transient object-store failure, None for anything else.
+
+    Args:
+        exc: what Sail (through pyspark) or delta-rs raised.
+        action: what the sink was doing, for the message ("merging into public.t").
+    """
+    text = _ANSI.sub("", str(exc))
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    summary: str | None = None
+    if _STORE_ERROR.search(text) or _STORE_ANSWER in text:
+        summary = _store_summary(text)
+    elif _BARE_CONNECTION_ERROR.fullmatch(first):
+        summary = first
+    if summary is None:
+        return None
+    request = _REQUEST.search(text)
+    return SinkStoreError(
+        f"the object store failed while {action} ({type(exc).__name__}): {summary}; "
+        "the batch will be retried",
+        operation=store_operation(action, f"{request[1]} {request[2]}" if request else ""),
+        store_error=summary,
+    )
+
+
+def _store_summary(text: str) -> str | None:
+    """The store's error in one line - status and S3 code, or the transport failure, and
+    the request - or None when it is not transient (a 403, a 404)."""
+    store = _STORE_ERROR.search(text)
+    status = _TRANSIENT_STATUS.search(text)
+    code = _S3_CODE.search(text)
+    transient_code = code is not None and code.group(1) in _TRANSIENT_S3_CODES
+    if status is not None:
+        failure = f"{status.group(1)} {status.group(2).strip()}".strip()
+        if code is not None:
+            failure += f" ({code.group(1)})"
+    elif transient_code:
+        assert code is not None
+        failure = code.group(1)
+    else:
+        transport = next((t for t in _TRANSPORT_FAILURES if t.lower() in text.lower()), None)
+        if transport is None:
+            return None
+        failure = transport
+    request = _REQUEST.search(text)
+    where = ""
+    if request is not None:
+        url = request.group(2).split("?")[0]
+        path = re.sub(r"^[a-z]+://[^/]+", "", url)
+        where = f" on {request.group(1)} {path}"
+    prefix = store.group(0) if store is not None else "the store answered"
+    return cause_line(RuntimeError(f"{prefix}: {failure}{where}")).removeprefix("RuntimeError: ")
+
+
+def store_operation(action: str, request: str = "") -> str:
+    """The ``STORE_OPERATIONS`` label: a checkpoint or a commit when the failed request
+    wrote one (``PUT .../_delta_log/...``), else what the action's verb says ("merging into
+    public.t" -> "merge")."""
+    if request.startswith(("PUT ", "POST ")) and "/_delta_log/" in request:
+        return "checkpoint" if "checkpoint" in request else "commit"
+    first = action.split(" ", 1)[0].lower()
+    return next((op for verb, op in _OPERATION_VERBS if verb == first), "other")
