@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from capture.catalog import PostgresCatalog
     from capture.errors import (
         EXIT_CONFIG,
+        EXIT_ENGINE_DEADLINE,
         EXIT_FATAL,
         EXIT_OK,
         EXIT_SLOT_IN_USE,
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CONNECTION_DEFAULTS",
     "EXIT_CONFIG",
+    "EXIT_ENGINE_DEADLINE",
     "EXIT_FATAL",
     "EXIT_OK",
     "EXIT_SLOT_IN_USE",
@@ -120,6 +122,7 @@ _EXPORTS: Final[dict[str, str]] = {
     "Batcher": "capture.batcher",
     "PostgresCatalog": "capture.catalog",
     "EXIT_CONFIG": "capture.errors",
+    "EXIT_ENGINE_DEADLINE": "capture.errors",
     "EXIT_FATAL": "capture.errors",
     "EXIT_OK": "capture.errors",
     "EXIT_SLOT_IN_USE": "capture.errors",

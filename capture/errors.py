@@ -21,6 +21,9 @@ EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_CONFIG = 2
 EXIT_SLOT_IN_USE = 3
+EXIT_ENGINE_DEADLINE = 4
+"""An engine or store call passed ``sink.spark.call_timeout`` (``sink/deadline.py``);
+the process ends at once, since the call cannot be cancelled for sure (decision 0114)."""
 
 
 class CaptureError(Wal2DeltaError):

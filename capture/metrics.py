@@ -91,6 +91,11 @@ class Metrics:
         "Now minus the commit time of the oldest transaction received but not yet "
         "durable in Delta (0 when none is pending): grows while the sink is stuck."
     )
+    sink_stalled_seconds = _gauge(
+        "Seconds the sink has been on its current batch or upkeep while work is pending "
+        "(a batch handed over, a transaction not yet durable); 0 when it waits for work or "
+        "nothing is pending. /healthz fails above health.stall_timeout."
+    )
     batch_apply_lag_seconds = _histogram(
         "Commit-to-durable-in-Delta lag of the newest transaction of each batch."
     )

@@ -33,6 +33,11 @@ the upkeep - and ``settle`` once the worker has waited ``settle_after`` seconds 
 batch. A batch offered meanwhile waits for either: the worker is not idle. Both do a
 bounded piece of upkeep (``DeltaSink``: about a second); while ``settle`` says more is
 due, the worker settles again as long as no batch is waiting.
+
+``seconds_on_work`` tells a health check how long the worker has been on its current
+batch or upkeep (0 while it waits for a batch): a batch or an upkeep that never ends - an
+engine call that hangs with no deadline - shows as a number that only grows
+(``daemon/health.py``).
 """
 
 from __future__ import annotations
@@ -110,6 +115,8 @@ class SinkWorker:
         self._busy_lock = threading.Lock()
         self._failed = False
         self._stopping = threading.Event()
+        self._work_started = time.monotonic()
+        """When the worker began its current batch or upkeep (``seconds_on_work``)."""
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_read, False)
         os.set_blocking(self._wake_write, False)
@@ -148,6 +155,13 @@ class SinkWorker:
         """The worker still has a batch queued or being applied, or does the sink's upkeep."""
         with self._busy_lock:
             return self._busy > 0
+
+    def seconds_on_work(self, now: float | None = None) -> float:
+        """Seconds the worker has been on its current batch or upkeep; 0 while it waits
+        for a batch. ``now`` is a ``time.monotonic`` reading (default: now)."""
+        if self._idle:
+            return 0.0
+        return max(0.0, (time.monotonic() if now is None else now) - self._work_started)
 
     def offer(self, batch: Batch, timeout: float) -> bool:
         """Hand a batch over; False when there was no room for ``timeout`` seconds.
@@ -243,6 +257,7 @@ class SinkWorker:
                     # upkeep (the condition's lock alone would not let it in first).
                     self._inbox_changed.wait_for(self._offer_done, timeout=_PICK_UP_WAIT_SECONDS)
                 self._idle = False  # also while settling: an offered batch waits for it
+                self._work_started = time.monotonic()
                 if self._stopping.is_set():
                     return None
                 if self._inbox:
@@ -299,6 +314,7 @@ class SinkWorker:
         worker counts as busy meanwhile (``busy``)."""
         with self._busy_lock:
             self._busy += 1
+        self._work_started = time.monotonic()
         try:
             return work()
         except Exception as exc:  # the sink logs its own failures; this is a last resort
@@ -312,7 +328,7 @@ class SinkWorker:
             # After a failure nothing later may be applied: order is an invariant.
             self._done()
             return FailedBatch(batch, RuntimeError("an earlier batch failed"))
-        started = time.monotonic()
+        started = self._work_started = time.monotonic()
         try:
             result = self._sink.apply(batch)
         except BaseException as exc:  # reported to the loop, which decides

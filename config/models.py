@@ -806,6 +806,18 @@ class SparkConfig(_Section):
             "`embedded`; a `connect` or `classic` engine sizes its own."
         ),
     )
+    call_timeout: NonNegativeDuration = Field(
+        default=timedelta(minutes=10),
+        description=(
+            "Longest one call into the engine (a MERGE, an append, a read, starting or "
+            "stopping the session) or into delta-rs (a snapshot append, adopting a copy, a "
+            "compaction, a vacuum) may take. A call past it - a silent engine, a store "
+            "request that never returns - ends the process with exit code 4 and nothing more "
+            "acknowledged: the call cannot be cancelled for sure, and its supervisor "
+            "(Kubernetes) restarts the daemon, which resumes from the slot's confirmed "
+            "position. Keep it well above the longest MERGE. 0 disables."
+        ),
+    )
 
     @model_validator(mode="after")
     def _url_matches_mode(self) -> Self:
@@ -1175,6 +1187,15 @@ class HealthConfig(_Section):
     max_lag: Duration = Field(
         default=timedelta(minutes=5),
         description="`/readyz` fails when apply lag (now minus last applied commit) exceeds this.",
+    )
+    stall_timeout: NonNegativeDuration = Field(
+        default=timedelta(minutes=15),
+        description=(
+            "`/healthz` and `/readyz` fail when work is pending (a batch handed to the sink, "
+            "a transaction not yet durable) and the sink has been on the same batch or upkeep "
+            "for this long (`wal2delta_sink_stalled_seconds`). Keep it above "
+            "`sink.spark.call_timeout`, which ends a single stuck call sooner. 0 disables."
+        ),
     )
 
 

@@ -130,6 +130,17 @@ def as_json_line(line: str) -> str:
     return json.dumps(event)
 
 
+_routing: list[StderrAsJson] = []
+"""The ``StderrAsJson`` active in this process, if any, for ``end_stderr_routing``."""
+
+
+def end_stderr_routing() -> None:
+    """Forward what is still in the pipe of an active ``StderrAsJson`` and restore the
+    real stderr: for a process about to end with ``os._exit``, which runs no clean-up."""
+    for routing in list(_routing):
+        routing.stop()
+
+
 class StderrAsJson:
     """Every line written to file descriptor 2 leaves the process as JSON.
 
@@ -160,8 +171,11 @@ class StderrAsJson:
 
         self._thread = threading.Thread(target=forward, name="wal2delta-stderr", daemon=True)
         self._thread.start()
+        _routing[:] = [self]
 
     def stop(self) -> None:
+        if self in _routing:
+            _routing.clear()
         if self._saved is None:
             return
         sys.stderr.flush()

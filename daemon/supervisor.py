@@ -72,6 +72,7 @@ from capture import (
     start_replication_options,
 )
 from config import AppConfig
+from daemon.health import SinkProgress
 from daemon.spool import SpoolDirectory, open_spool_directory
 from daemon.version import package_version
 from daemon.wiring import capture_settings, reconnect_settings, store_retry_settings
@@ -147,6 +148,8 @@ class Supervisor:
         self.metrics.apply_lag_seconds.set_function(
             lambda: self.state.apply_lag_seconds(time.time())
         )
+        # Also at every scrape: grows while the sink is stuck on a batch (daemon/health.py).
+        self.metrics.sink_stalled_seconds.set_function(lambda: self.sink_progress().stalled_seconds)
         # Where the next session's flush position starts: the last one a session
         # reported, which never passes a PREPARE still waiting for its COMMIT PREPARED.
         # (Not the durable position: that may be past such a PREPARE, and the first
@@ -164,6 +167,10 @@ class Supervisor:
         self._abandoned_walsender: int | None = None
         """The walsender of a connection given up after a receive timeout, which may still
         hold the slot (``capture.startup.release_own_walsender``)."""
+
+    def sink_progress(self) -> SinkProgress:
+        """How long the current sink worker has been on its work, and what is pending."""
+        return SinkProgress.of(self._worker, self.state)
 
     def fail(self, error: Wal2DeltaError) -> None:
         """Stop the session with ``error`` (called from other threads, e.g. the monitor)."""

@@ -221,4 +221,5 @@ def spark_settings(config: AppConfig) -> SparkSettings:
         url=spark.url,
         conf=dict(spark.conf),
         parallelism=None if spark.parallelism == "auto" else spark.parallelism,
+        call_timeout=spark.call_timeout.total_seconds() or None,
     )

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from sink.constants import COPIES_TABLE, REJECTS_TABLE, ColumnTypeOverride
     from sink.convert import pg_text_form, to_delta_value
     from sink.copies import RESYNC_PREFIX, TableCopy, read_copy_records, resync_message
+    from sink.deadline import CallDeadlines, OverdueCall, engine_call, install_call_deadlines
     from sink.delta import DeltaSink
     from sink.evolution import CatalogColumn, CatalogTable, SourceCatalog
     from sink.fold import copy_truncate
@@ -87,6 +88,7 @@ __all__ = [
     "BatchResult",
     "BulkSnapshotSink",
     "BulkTarget",
+    "CallDeadlines",
     "CatalogColumn",
     "CatalogTable",
     "ColumnNamePolicy",
@@ -100,6 +102,7 @@ __all__ = [
     "KeyBuckets",
     "MetadataColumns",
     "OnlineCopySink",
+    "OverdueCall",
     "Reason",
     "Sink",
     "SinkDataError",
@@ -124,7 +127,9 @@ __all__ = [
     "delta_can_hold",
     "delta_column_name",
     "delta_type",
+    "engine_call",
     "history_path",
+    "install_call_deadlines",
     "oldest_retained_boundary",
     "pg_text_form",
     "read_commit_records",
@@ -172,6 +177,10 @@ _EXPORTS: Final[dict[str, str]] = {
     "TableCopy": "sink.copies",
     "read_copy_records": "sink.copies",
     "resync_message": "sink.copies",
+    "CallDeadlines": "sink.deadline",
+    "OverdueCall": "sink.deadline",
+    "engine_call": "sink.deadline",
+    "install_call_deadlines": "sink.deadline",
     "DeltaSink": "sink.delta",
     "CatalogColumn": "sink.evolution",
     "CatalogTable": "sink.evolution",

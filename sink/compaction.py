@@ -52,6 +52,7 @@ from typing import Final
 
 import structlog
 
+from sink.deadline import engine_call
 from sink.deltalog import LogUnreadableError, read_table_files
 from sink.layout import warn_if_without_deletion_vectors
 from sink.retention import Retention
@@ -168,7 +169,8 @@ class Compactor:
         from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
 
         try:
-            history = DeltaTable(path).history(limit=self._after_writes)
+            with engine_call(f"reading the history of {path}"):
+                history = DeltaTable(path).history(limit=self._after_writes)
         except Exception:  # counted from here on; compaction can wait
             return 1
         for newer, commit in enumerate(history):  # newest first
@@ -181,15 +183,16 @@ class Compactor:
 
         started = time.monotonic()
         try:
-            table = DeltaTable(path)
-            if self._lake is not None and "deletionVectors" in (
-                table.protocol().reader_features or []
-            ):
-                deleted = self._deleted_fraction(path)
-                if deleted is not None and deleted >= PURGE_AT:
-                    self._purge(path, self._lake, deleted)
-                    return
-            result = table.optimize.compact()
+            with engine_call(f"compacting {path}"):
+                table = DeltaTable(path)
+                if self._lake is not None and "deletionVectors" in (
+                    table.protocol().reader_features or []
+                ):
+                    deleted = self._deleted_fraction(path)
+                    if deleted is not None and deleted >= PURGE_AT:
+                        self._purge(path, self._lake, deleted)
+                        return
+                result = table.optimize.compact()
         except Exception as exc:
             log.warning(
                 "compacting a Delta table failed; it is tried again later",

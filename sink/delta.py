@@ -81,6 +81,7 @@ from sink.compaction import UPKEEP_BUDGET_SECONDS, Compactor
 from sink.constants import REJECTS_TABLE
 from sink.convert import column_converter
 from sink.copies import TableCopies
+from sink.deadline import engine_call
 from sink.deltars import DeltaRsAppender
 from sink.evolution import (
     SourceCatalog,
@@ -579,7 +580,10 @@ class DeltaSink:
         path = table_path(self._settings.path, relation.schema_name, relation.relation_name)
         action = f"replacing {name} by its copy"
         try:
-            adopted = self._adopter is not None and self._adopter.adopt(path, target.path, action)
+            with engine_call(action):
+                adopted = self._adopter is not None and self._adopter.adopt(
+                    path, target.path, action
+                )
             if not adopted:
                 spec = self._settings.key_buckets.get(name)
                 partitions = (self._meta.key_bucket,) if spec is not None else ()

@@ -46,6 +46,7 @@ from datetime import UTC, datetime
 import structlog
 
 from sink.commits import read_commit_records, retained_versions
+from sink.deadline import engine_call
 from sink.deltalog import read_table_files, table_filesystem
 from sink.spark import engine_message
 
@@ -167,7 +168,8 @@ class Retention:
             return False
         cutoff = datetime.fromtimestamp(now - self._retention, UTC)
         try:
-            kept = retained_versions(read_commit_records(self._root), cutoff)
+            with engine_call("reading the commit log for a vacuum"):
+                kept = retained_versions(read_commit_records(self._root), cutoff)
         except FileNotFoundError:
             kept = {}  # no commit log: no cut to keep
         except Exception as exc:
@@ -193,7 +195,8 @@ class Retention:
     def _vacuum(path: str, cutoff: datetime, keep: set[int]) -> None:
         started = time.monotonic()
         try:
-            done = vacuum_table(path, cutoff=cutoff, keep_versions=keep)
+            with engine_call(f"vacuuming {path}"):
+                done = vacuum_table(path, cutoff=cutoff, keep_versions=keep)
         except Exception as exc:
             log.warning(
                 "vacuuming a Delta table failed; it is tried again at its next turn",

@@ -180,9 +180,12 @@ class SparkSettings:
         conf: extra Spark settings applied when the session is built.
         parallelism: partitions the embedded engine splits a query into; None picks
             ``spark.embedded_parallelism()`` (``embedded`` only).
+        call_timeout: seconds one engine or delta-rs call may take (``deadline.py``);
+            None: no deadline.
     """
 
     mode: SparkMode
     url: str | None
     conf: Mapping[str, str]
     parallelism: int | None
+    call_timeout: float | None

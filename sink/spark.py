@@ -79,6 +79,7 @@ import structlog
 
 from decoder import cause_line
 from sink.base import SinkDataError, SinkError, SinkRetryableError, SinkStoreError
+from sink.deadline import engine_call
 from sink.settings import SparkSettings
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # the module docstring
@@ -305,7 +306,8 @@ def stop_spark_session(spark: SparkSession) -> None:
     with _servers_lock:
         server = _embedded_servers.pop(id(spark), None)
     try:
-        spark.stop()
+        with engine_call("stopping the Spark session"):
+            spark.stop()
     finally:
         if server is not None:
             server.stop()  # type: ignore[attr-defined]
@@ -429,9 +431,14 @@ def engine_message(exc: BaseException) -> str:
 
 @contextmanager
 def engine_errors(action: str) -> Iterator[None]:
-    """Translate engine errors raised inside the block into ``SinkError`` subclasses."""
+    """Translate engine errors raised inside the block into ``SinkError`` subclasses.
+
+    The block is also one engine call under the process's call deadline
+    (``deadline.engine_call``).
+    """
     try:
-        yield
+        with engine_call(action):
+            yield
     except SinkError:
         raise
     except Exception as exc:

@@ -17,6 +17,7 @@ import pyarrow as pa
 import structlog
 
 from sink.bulk import BulkTarget, bulk_table
+from sink.deadline import engine_call
 from sink.deltars import DeltaRsAppender
 from sink.rejects import RejectsLog, TableReject
 from sink.spark import engine_errors
@@ -68,8 +69,9 @@ class BulkAppendExecutor:
             )
         action = f"appending the snapshot of {target.table}"
         partitions = [target.bucket[0]] if target.bucket is not None else []
-        if self._appender.append(target.path, arrow, partitions, action):
-            return rows
+        with engine_call(action):
+            if self._appender.append(target.path, arrow, partitions, action):
+                return rows
         with self._engine_append_lock(target.path), engine_errors(action):
             self._lake.append(target.path, arrow, target.frame, partitions=partitions)
         return rows

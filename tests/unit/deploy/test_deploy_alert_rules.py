@@ -41,6 +41,12 @@ CASES: dict[str, tuple[list[dict[str, str]], str, dict[str, str]]] = {
         TARGET,
     ),
     "Wal2DeltaNotReady": ([_series("wal2delta_ready", "1 0x20")], "15m", TARGET),
+    # One batch hangs: the gauge grows a minute a minute while work is pending.
+    "Wal2DeltaSinkStalled": (
+        [_series("wal2delta_sink_stalled_seconds", "0+60x20")],
+        "15m",
+        TARGET,
+    ),
     # The sink is stuck: nothing is acknowledged while the server has WAL to send.
     "Wal2DeltaSlotNotAdvancing": (
         [
@@ -139,6 +145,7 @@ VALUES = {
     "Wal2DeltaApplyLagHigh": "20m 0s",
     "Wal2DeltaApplyLagCritical": "1h 50m 0s",
     "Wal2DeltaReconnecting": "20",
+    "Wal2DeltaSinkStalled": "15m 0s",
 }
 
 
@@ -194,6 +201,7 @@ def test_promtool_fires_every_alert_as_expected(tmp_path: Path) -> None:
                 _series("wal2delta_apply_lag_seconds", "0x30"),
                 _series("wal2delta_flushed_lsn", "0+100x30"),
                 _series("wal2delta_replication_lag_bytes", "1000x30"),
+                _series("wal2delta_sink_stalled_seconds", "0 5 0 12 0 3 0x24"),
             ],
             "alert_rule_test": [
                 {"eval_time": "25m", "alertname": name, "exp_alerts": []}
@@ -203,6 +211,7 @@ def test_promtool_fires_every_alert_as_expected(tmp_path: Path) -> None:
                     "Wal2DeltaNotReady",
                     "Wal2DeltaApplyLagHigh",
                     "Wal2DeltaSlotNotAdvancing",
+                    "Wal2DeltaSinkStalled",
                 )
             ],
         }
