@@ -5,8 +5,9 @@ loop, batching and LSN feedback, the slot monitor and the source catalog.
 packages import only from this root.
 """
 
-import importlib
 from typing import TYPE_CHECKING, Final
+
+from decoder import lazy_exports
 
 if TYPE_CHECKING:
     from capture.batcher import Batcher
@@ -180,15 +181,4 @@ imports a module on the first use of one of its names (PEP 562), so a command im
 what it uses (docs/decisions/0119)."""
 
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        where = _EXPORTS.get(name)
-        if where is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        module, _, attribute = where.partition(":")
-        value = getattr(importlib.import_module(module), attribute or name)
-        globals()[name] = value
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted(set(globals()) | set(__all__))
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)

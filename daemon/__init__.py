@@ -5,8 +5,9 @@ Imports run one way: decoder <- sink <- capture <- daemon <- devtools. ``daemon`
 only layer that reads ``config``; it hands ``capture`` and ``sink`` plain settings.
 """
 
-import importlib
 from typing import TYPE_CHECKING, Final
+
+from decoder import lazy_exports
 
 if TYPE_CHECKING:
     from daemon.cut import Cut, CutError, render_cut, take_cut
@@ -78,15 +79,4 @@ imports a module on the first use of one of its names (PEP 562), so a command im
 what it uses (docs/decisions/0119)."""
 
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        where = _EXPORTS.get(name)
-        if where is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        module, _, attribute = where.partition(":")
-        value = getattr(importlib.import_module(module), attribute or name)
-        globals()[name] = value
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted(set(globals()) | set(__all__))
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)

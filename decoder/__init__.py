@@ -11,8 +11,9 @@ values of user types to their text form). ``fastbuild`` is the one place objects
 their constructor.
 """
 
-import importlib
 from typing import TYPE_CHECKING, Final
+
+from decoder.lazy import lazy_exports as _lazy_exports
 
 if TYPE_CHECKING:
     from decoder.assembler import Assembler
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
         read_xlog_data,
         xlog_records,
     )
+    from decoder.lazy import lazy_exports
     from decoder.lsn import (
         Lsn,
         Oid,
@@ -217,6 +219,7 @@ __all__ = [
     "fast_constructor",
     "float8_text",
     "format_lsn",
+    "lazy_exports",
     "load_kernel",
     "load_tuple_wire",
     "message_event",
@@ -234,6 +237,7 @@ __all__ = [
 ]
 
 _EXPORTS: Final[dict[str, str]] = {
+    "lazy_exports": "decoder.lazy",
     "Assembler": "decoder.assembler",
     "Change": "decoder.changes",
     "MessageChange": "decoder.changes",
@@ -343,15 +347,4 @@ imports a module on the first use of one of its names (PEP 562), so a command im
 what it uses (docs/decisions/0119)."""
 
 if not TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        where = _EXPORTS.get(name)
-        if where is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        module, _, attribute = where.partition(":")
-        value = getattr(importlib.import_module(module), attribute or name)
-        globals()[name] = value
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted(set(globals()) | set(__all__))
+    __getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, __all__)
