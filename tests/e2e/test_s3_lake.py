@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,53 +28,20 @@ from sink import table_path
 from tests.support.appends import append_from_threads
 from tests.support.harness import run_cli, start_daemon, wait_for_flush
 from tests.support.oracle import compare_table
+from tests.support.s3 import aws_environment, moto_s3
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 BUCKET = "w2d-lake"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def s3_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A moto S3 server on loopback, its bucket created, the AWS_* environment pointing at it."""
-    port = _free_port()
-    server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(
-                    urllib.request.Request(f"{endpoint}/{BUCKET}", method="PUT"), timeout=2
-                )
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    pytest.fail("moto's S3 server did not start")
-                time.sleep(0.2)
-        for name, value in {
-            "AWS_ACCESS_KEY_ID": "test",
-            "AWS_SECRET_ACCESS_KEY": "test",
-            "AWS_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ENDPOINT": endpoint,
-            "AWS_ALLOW_HTTP": "true",
-        }.items():
+    with moto_s3(BUCKET) as endpoint:
+        for name, value in aws_environment(endpoint).items():
             monkeypatch.setenv(name, value)
         yield endpoint
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def test_snapshot_workers_append_to_one_s3_table_at_once(s3_endpoint: str) -> None:

@@ -30,6 +30,7 @@ from tests.support.configs import make_config
 from tests.support.harness import (
     confirmed_flush,
     run_statements,
+    serving,
     table_mismatches,
     wait_for_flush,
     wait_until,
@@ -82,19 +83,10 @@ def test_the_daemon_streams_again_after_the_network_went_silent(
     sink = DeltaSink(spark_session, sink_settings(config))  # type: ignore[arg-type]
     stop = threading.Event()
     service = Supervisor(config, sink, stop_event=stop)
-    failures: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            service.run()
-        except BaseException as exc:
-            failures.append(exc)
-
-    runner = threading.Thread(target=run, name="daemon")
-    runner.start()
     timeouts = service.metrics.errors.labels(component="capture", error_type="ReceiveTimeoutError")
     pings = service.metrics.status_updates.labels(reason="ping")
-    try:
+    # Closing the relay at the end also ends the monitor's query stuck on a frozen connection.
+    with serving(service, stop, before_join=relay.close) as running:
         before = run_statements(pg18_dsn, _writes(1, 300))
         wait_for_flush(pg18_dsn, SLOT, before, timeout=120)
         abandoned = _slot_holder(pg18_dsn)
@@ -108,7 +100,7 @@ def test_the_daemon_streams_again_after_the_network_went_silent(
         # Nothing past the silence was acknowledged, and the old walsender holds the slot.
         assert confirmed_flush(pg18_dsn, SLOT) < during
         assert _slot_holder(pg18_dsn) == abandoned
-        assert runner.is_alive(), failures
+        assert running.thread.is_alive(), running.errors
 
         relay.restore()
         after = run_statements(pg18_dsn, _writes(601, 900))
@@ -121,11 +113,7 @@ def test_the_daemon_streams_again_after_the_network_went_silent(
                 "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (abandoned,)
             ).fetchone()
         assert gone == (0,), "the abandoned walsender was not ended"
-    finally:
-        stop.set()
-        relay.close()  # also ends the monitor's query stuck on a frozen connection
-        runner.join(60)
-    assert not runner.is_alive()
-    assert not failures, failures
+    assert not running.thread.is_alive()
+    assert not running.errors, running.errors
     assert service.metrics.reconnects._value.get() >= 1
     assert table_mismatches(pg18_dsn, config.sink.path, TABLES) == []

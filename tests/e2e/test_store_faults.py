@@ -19,10 +19,6 @@ names the store's own error.
 from __future__ import annotations
 
 import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +32,7 @@ from sink import table_path
 from tests.support.faultproxy import FaultPlan, FaultProxy
 from tests.support.harness import log_events, run_cli, start_daemon, wait_for_flush
 from tests.support.oracle import compare_table
+from tests.support.s3 import aws_environment, free_port, moto_s3
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -44,56 +41,18 @@ TABLES = ("public.accounts", "public.ledger")
 RETRY_EVENT = "the object store failed; the batch is applied again"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _aws_environment(endpoint: str) -> dict[str, str]:
-    return {
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ENDPOINT": endpoint,
-        "AWS_ALLOW_HTTP": "true",
-    }
-
-
 @pytest.fixture
 def moto_endpoint() -> Iterator[str]:
     """moto's S3 server on loopback, with the lake's bucket."""
-    port = _free_port()
-    server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(
-                    urllib.request.Request(f"{endpoint}/{BUCKET}", method="PUT"), timeout=2
-                )
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    pytest.fail("moto's S3 server did not start")
-                time.sleep(0.2)
+    with moto_s3(BUCKET) as endpoint:
         yield endpoint
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 @pytest.fixture
 def proxy(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
     """The fault proxy in front of moto; the AWS_* environment (the daemon's) points at it."""
     faults = FaultProxy(moto_endpoint.removeprefix("http://"), seed=38, max_faults=8).start()
-    for name, value in _aws_environment(faults.endpoint).items():
+    for name, value in aws_environment(faults.endpoint).items():
         monkeypatch.setenv(name, value)
     try:
         yield faults
@@ -121,7 +80,7 @@ def _config(tmp_path: Path, dsn: str, slot: str, tables: tuple[str, ...], **sink
                     **sink,
                 },
                 "spool": {"dir": str(tmp_path / "spool")},
-                "metrics": {"enabled": True, "host": "127.0.0.1", "port": _free_port()},
+                "metrics": {"enabled": True, "host": "127.0.0.1", "port": free_port()},
                 "logging": {"format": "json", "level": "warning"},
             }
         )
@@ -214,7 +173,7 @@ def test_store_faults_during_merges_and_commits_are_retried_and_double_nothing(
             daemon.wait(60)
         proxy.set_plans()
         # Read back from moto itself, past the proxy.
-        for name, value in _aws_environment(moto_endpoint).items():
+        for name, value in aws_environment(moto_endpoint).items():
             monkeypatch.setenv(name, value)
         for name in TABLES:
             schema, table = name.split(".")

@@ -9,7 +9,6 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -24,7 +23,7 @@ from devtools.pgserver import LocalPostgres
 from sink import DeltaSink, table_path
 from tests.conftest import TEST_SERVER_SETTINGS, server_dir
 from tests.support.configs import make_config
-from tests.support.harness import confirmed_flush, wait_until
+from tests.support.harness import confirmed_flush, serving, wait_until
 from tests.support.model_sink import ModelSink
 from tests.support.oracle import canonical, compare_table, read_source
 from tests.support.sinks import TeeSink
@@ -57,26 +56,6 @@ def _items_source(dsn: str, tmp_path: Path, **source: object) -> AppConfig:
     return config
 
 
-@contextmanager
-def _serving(service: Supervisor, stop: threading.Event) -> Iterator[list[BaseException]]:
-    """Run ``service`` on a thread for the block; yield the errors it ended with."""
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            service.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    runner = threading.Thread(target=run)
-    runner.start()
-    try:
-        yield errors
-    finally:
-        stop.set()
-        runner.join(60)
-
-
 def _source_rows(dsn: str) -> dict[str, list[object]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         _, rows = read_source(conn, "public", "items")
@@ -99,7 +78,7 @@ def test_daemon_reconnects_after_server_restart_and_loses_nothing(
     delta = DeltaSink(spark_session, sink_settings(config))  # type: ignore[arg-type]
     stop = threading.Event()
     service = Supervisor(config, TeeSink(delta, model), stop_event=stop)
-    with _serving(service, stop) as errors:
+    with serving(service, stop) as running:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO items SELECT g, 'before' FROM generate_series(1, 500) g")
         own_server.restart()
@@ -111,7 +90,7 @@ def test_daemon_reconnects_after_server_restart_and_loses_nothing(
         wait_until(
             lambda: confirmed_flush(dsn, config.source.slot) >= endpos, 60, "flush to reach endpos"
         )
-    assert not errors
+    assert not running.errors
     assert service.metrics.reconnects._value.get() >= 1
     assert _model_rows(model) == _source_rows(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -243,7 +222,7 @@ def test_a_reconnect_keeps_the_flush_position_behind_an_unresolved_prepare(
     def rows() -> int:
         return len(model.tables.get("public.items", {}))
 
-    with _serving(service, stop) as errors:
+    with serving(service, stop) as running:
         with psycopg.connect(dsn) as conn:
             conn.execute("INSERT INTO items VALUES (1, 'prepared')")
             conn.execute("PREPARE TRANSACTION 'w2d_held'")
@@ -278,6 +257,6 @@ def test_a_reconnect_keeps_the_flush_position_behind_an_unresolved_prepare(
         wait_until(
             lambda: confirmed_flush(dsn, config.source.slot) >= endpos, 60, "flush to reach endpos"
         )
-    assert not errors
+    assert not running.errors
     assert rows() == 200
     assert model.tables["public.items"][(repr(1),)]["label"] == "prepared"

@@ -31,7 +31,7 @@ from decoder import Wal2DeltaError
 from devtools.pgserver import LocalPostgres, free_tcp_port
 from tests.conftest import TEST_SERVER_SETTINGS, server_dir
 from tests.support.configs import make_config
-from tests.support.harness import run_cli, wait_until
+from tests.support.harness import run_cli, serving, wait_until
 from tests.support.model_sink import ModelSink
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -98,20 +98,11 @@ def test_a_rotated_password_file_is_used_by_the_next_session(
     model = ModelSink()
     stop = threading.Event()
     service = Supervisor(config, model, stop_event=stop)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            service.run()
-        except BaseException as exc:
-            errors.append(exc)
 
     def rows() -> int:
         return len(model.tables.get("public.items", {}))
 
-    runner = threading.Thread(target=run)
-    runner.start()
-    try:
+    with serving(service, stop) as running:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute("INSERT INTO items VALUES (1, 'before the rotation')")
         wait_until(lambda: rows() == 1, 60, "the first row")
@@ -146,10 +137,7 @@ def test_a_rotated_password_file_is_used_by_the_next_session(
                 (ROLE, config.source.slot),
             ).fetchall()
         assert user is True, "the new session streams as the rotated role"
-    finally:
-        stop.set()
-        runner.join(60)
-    assert not errors
+    assert not running.errors
     assert model.tables["public.items"][(repr(2),)]["label"] == "after the rotation"
 
 

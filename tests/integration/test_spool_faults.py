@@ -25,7 +25,7 @@ from daemon.wiring import prepare_configured_source, sink_settings
 from decoder import SPOOL_FILE_PREFIX
 from sink import DeltaSink, table_path
 from tests.support.configs import make_config
-from tests.support.harness import confirmed_flush, wait_until
+from tests.support.harness import confirmed_flush, serving, wait_until
 from tests.support.oracle import compare_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -71,53 +71,39 @@ def test_a_full_spool_volume_is_retried_with_a_clear_error_until_space_returns(
     stop = threading.Event()
     service = Supervisor(config, delta, stop_event=stop)
     no_space = service.metrics.spool_errors.labels(reason="no_space")
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            service.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    runner = threading.Thread(target=run)
-    with capture_logs() as logs:
-        runner.start()
-        try:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute("INSERT INTO items SELECT g, 'small' FROM generate_series(1, 100) g")
-                small_end = current_wal_lsn(conn)
-            wait_until(
-                lambda: confirmed_flush(dsn, config.source.slot) >= small_end,
-                120,
-                "the small transaction to be durable",
+    with capture_logs() as logs, serving(service, stop, join_timeout=120) as running:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO items SELECT g, 'small' FROM generate_series(1, 100) g")
+            small_end = current_wal_lsn(conn)
+        wait_until(
+            lambda: confirmed_flush(dsn, config.source.slot) >= small_end,
+            120,
+            "the small transaction to be durable",
+        )
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            # About 6 MB of changes in one transaction: far more than the 1 MiB volume.
+            conn.execute(
+                "INSERT INTO items SELECT g, repeat(md5(g::text), 8) "
+                "FROM generate_series(101, 20100) g"
             )
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                # About 6 MB of changes in one transaction: far more than the 1 MiB volume.
-                conn.execute(
-                    "INSERT INTO items SELECT g, repeat(md5(g::text), 8) "
-                    "FROM generate_series(101, 20100) g"
-                )
-                large_end = current_wal_lsn(conn)
-            wait_until(lambda: no_space._value.get() >= 2, 300, "the spool to fill twice")
-            assert not errors
-            # Nothing of the transaction that could not be spooled is acknowledged.
-            assert confirmed_flush(dsn, config.source.slot) < large_end
-            assert service.metrics.reconnects._value.get() >= 2
-            _mount("-o", "remount,size=64m", str(tiny_spool))  # the volume grown online
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute("UPDATE items SET label = 'updated' WHERE id % 7 = 0")
-                conn.execute("DELETE FROM items WHERE id % 11 = 0")
-                endpos = current_wal_lsn(conn)
-            wait_until(
-                lambda: confirmed_flush(dsn, config.source.slot) >= endpos,
-                300,
-                "the flush position to pass the changes after space returned",
-            )
-        finally:
-            stop.set()
-            runner.join(120)
-    assert not runner.is_alive()
-    assert not errors
+            large_end = current_wal_lsn(conn)
+        wait_until(lambda: no_space._value.get() >= 2, 300, "the spool to fill twice")
+        assert not running.errors
+        # Nothing of the transaction that could not be spooled is acknowledged.
+        assert confirmed_flush(dsn, config.source.slot) < large_end
+        assert service.metrics.reconnects._value.get() >= 2
+        _mount("-o", "remount,size=64m", str(tiny_spool))  # the volume grown online
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET label = 'updated' WHERE id % 7 = 0")
+            conn.execute("DELETE FROM items WHERE id % 11 = 0")
+            endpos = current_wal_lsn(conn)
+        wait_until(
+            lambda: confirmed_flush(dsn, config.source.slot) >= endpos,
+            300,
+            "the flush position to pass the changes after space returned",
+        )
+    assert not running.thread.is_alive()
+    assert not running.errors
     retried = [
         event
         for event in logs

@@ -7,9 +7,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +99,42 @@ def wait_for_flush(dsn: str, slot: str, target: int, timeout: float = 180) -> No
         return flushed is not None and flushed >= target
 
     wait_until(reached, timeout, f"slot {slot} to confirm its flush position")
+
+
+@dataclass
+class Serving:
+    """A supervisor running on a thread (``serving``): the thread and what it ended with."""
+
+    thread: threading.Thread
+    errors: list[BaseException] = field(default_factory=list)
+
+
+@contextmanager
+def serving(
+    service: Supervisor,
+    stop: threading.Event,
+    *,
+    join_timeout: float = 60,
+    before_join: Callable[[], None] | None = None,
+) -> Iterator[Serving]:
+    """Run ``service`` on a thread for the block; at its end set ``stop``, call
+    ``before_join`` (something that unblocks the service) and wait for the thread."""
+    running = Serving(threading.Thread(target=lambda: _run_service(service, running)))
+    running.thread.start()
+    try:
+        yield running
+    finally:
+        stop.set()
+        if before_join is not None:
+            before_join()
+        running.thread.join(join_timeout)
+
+
+def _run_service(service: Supervisor, running: Serving) -> None:
+    try:
+        service.run()
+    except BaseException as exc:
+        running.errors.append(exc)
 
 
 def run_daemon(dsn: str, config: AppConfig, spark_session: Any, endpos: int) -> None:

@@ -18,22 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from bench.startup import HEAVY
+
 ROOT = Path(__file__).resolve().parents[3]
 LAZY_ROOTS = ("decoder", "sink", "capture", "daemon")
 
-# Never for a quick command: the engine, delta-rs, Arrow, the cut, the daemon.
-ENGINE = (
-    "pyspark",
-    "pysail",
-    "grpc",
-    "deltalake",
-    "pyarrow",
-    "numpy",
-    "daemon.cut",
-    "daemon.process",
-    "daemon.supervisor",
-    "capture.session",
-)
+# Never for a quick command: the engine, delta-rs, Arrow, the cut, the daemon (the list the
+# startup benchmark checks too); the sink's modules are checked against SINK_PURE below.
+ENGINE = tuple(module for module in HEAVY if not module.startswith("sink."))
 # The sink's pure modules: its settings and contract (``daemon.wiring`` translates the
 # configuration into them) and its naming (``status`` shows each table's Delta path); no
 # other sink module (the writers, the type mapping and Arrow, the copies' reader).
