@@ -1277,6 +1277,17 @@ class AppConfig(_Section):
                     problems.append(
                         (("sink", "history", index), f"{name} is not one of source.tables")
                     )
+        stall = self.health.stall_timeout
+        call = self.sink.spark.call_timeout
+        if stall and call and stall <= call:
+            problems.append(
+                (
+                    ("health", "stall_timeout"),
+                    f"must be above sink.spark.call_timeout ({format_duration(call)}): a call "
+                    "that deadline ends would otherwise fail the health check first, and the "
+                    "pod would be restarted without the error that names the call",
+                )
+            )
         if self.sink.messages == "table" and not self.source.messages:
             problems.append(
                 (

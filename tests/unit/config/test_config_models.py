@@ -321,6 +321,17 @@ class TestTables:
             "sink.keys.public.ordrs": "public.ordrs is not one of source.tables"
         }
 
+    def test_stall_timeout_must_be_above_the_call_deadline(self) -> None:
+        data = minimal()
+        data["sink"]["spark"] = {"call_timeout": "10m"}
+        data["health"] = {"stall_timeout": "5m"}
+        message = errors_of(data)["health.stall_timeout"]
+        assert message.startswith("must be above sink.spark.call_timeout (10m)")
+        data["health"] = {"stall_timeout": "0s"}  # disabled: no rule between them
+        assert parse(data).health.stall_timeout == timedelta(0)
+        data["health"] = {"stall_timeout": "11m"}
+        assert parse(data).health.stall_timeout == timedelta(minutes=11)
+
     def test_sink_keys_may_name_any_table_when_tables_are_not_listed(self) -> None:
         data = minimal()
         data["source"]["tables"] = []
