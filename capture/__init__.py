@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from capture.stream import ReplicationStream
     from capture.tablecopy import OnlineCopier
     from capture.timeline import TimelineCheck, check_lake_timeline
+    from capture.tls import certificate_problem
 
 __all__ = [
     "CONNECTION_DEFAULTS",
@@ -104,6 +105,7 @@ __all__ = [
     "SourceRefusedError",
     "StreamRewindError",
     "TimelineCheck",
+    "certificate_problem",
     "check_lake_timeline",
     "current_wal_lsn",
     "drop_undecodable_slot",
@@ -175,6 +177,7 @@ _EXPORTS: Final[dict[str, str]] = {
     "OnlineCopier": "capture.tablecopy",
     "TimelineCheck": "capture.timeline",
     "check_lake_timeline": "capture.timeline",
+    "certificate_problem": "capture.tls",
 }
 """Each public name and the module that defines it (``module:name`` when renamed): the root
 imports a module on the first use of one of its names (PEP 562), so a command imports only

@@ -111,6 +111,12 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     try:
         problems = source_problems(config)
     except psycopg.OperationalError as exc:
+        from capture import certificate_problem  # noqa: PLC0415 - only on this path
+
+        problem = certificate_problem(exc)
+        if problem is not None:  # not an outage: fix the certificate or the settings
+            print(f"{args.config}: {problem}", file=sys.stderr)
+            return EXIT_CONFIG
         problems = []
         print(
             f"{args.config}: the source could not be reached ({cause_line(exc)}); the table "

@@ -228,6 +228,24 @@ def test_a_certificate_that_does_not_verify_ends_the_run_with_exit_code_2(
     assert not [e for e in events if e["event"] == "retryable error; reconnecting"]
 
 
+def test_check_config_names_a_certificate_that_does_not_verify(
+    tls_source: TlsSource, tmp_path: Path
+) -> None:
+    """``check-config`` connects when the sink names a table's columns: a certificate that
+    does not verify is a configuration error there too, not an unreachable source."""
+    tls_source.serve(tls_source.good)
+    config = write_config(tmp_path / "wal2delta.yaml", tls_source.dsn(host="127.0.0.1"), tmp_path)
+    data = yaml.safe_load(config.read_text())
+    data["sink"]["column_types"] = {"public.items": {"label": "string"}}
+    config.write_text(yaml.safe_dump(data))
+    result = run_cli("check-config", "-c", str(config), timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "the server's certificate does not verify: " in result.stderr
+    assert 'does not match host name "127.0.0.1"' in result.stderr
+    assert "could not be reached" not in result.stdout + result.stderr
+    assert PASSWORD not in result.stdout + result.stderr
+
+
 def open_replication(tls_source: TlsSource, **tls: str) -> None:
     """Open (and close) a replication connection as the daemon does."""
     conninfo = psycopg.conninfo.make_conninfo(tls_source.dsn(**tls), password=PASSWORD)
