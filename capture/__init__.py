@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from capture.metrics import Metrics
     from capture.monitor import SourceMonitor
     from capture.negotiation import ReplicationRequest, negotiate, start_replication_options
+    from capture.overlaps import Overlap, find_overlaps
     from capture.session import ServiceState, Session
     from capture.settings import (
         CONNECTION_DEFAULTS,
@@ -81,6 +82,7 @@ __all__ = [
     "LakeAheadOfServerError",
     "Metrics",
     "OnlineCopier",
+    "Overlap",
     "PostgresCatalog",
     "PublicationError",
     "PublishedTable",
@@ -110,6 +112,7 @@ __all__ = [
     "current_wal_lsn",
     "drop_undecodable_slot",
     "ensure_snapshot",
+    "find_overlaps",
     "map_psycopg_errors",
     "negotiate",
     "prepare_source",
@@ -151,6 +154,8 @@ _EXPORTS: Final[dict[str, str]] = {
     "ReplicationRequest": "capture.negotiation",
     "negotiate": "capture.negotiation",
     "start_replication_options": "capture.negotiation",
+    "Overlap": "capture.overlaps",
+    "find_overlaps": "capture.overlaps",
     "ServiceState": "capture.session",
     "Session": "capture.session",
     "CONNECTION_DEFAULTS": "capture.settings",

@@ -21,6 +21,17 @@ such columns are listed as the ones that will stop the daemon. When the lake is 
 directory, Delta tables in it that no published table maps to (a table removed from the
 publication, say) are listed too, named through the inverse mapping
 (``sink.table_of_path``); object stores are not listed.
+
+Several daemons may share a source, each with its own slot and a publication of disjoint
+tables (docs/operations.md, "Several daemons per source"). ``status`` warns about each
+published table that another pgoutput slot of the database streams or may stream
+(``capture.find_overlaps``, ``overlaps`` in ``--json``): *confirmed* when a wal2delta
+walsender streams that slot right now with a publication of the table (its
+``START_REPLICATION`` in ``pg_stat_activity``, readable by the same role, a superuser or
+``pg_read_all_stats``); *possible* when the slot is idle and another publication publishes
+the table - the server does not record which publications an idle slot is streamed with,
+so an idle slot streamed with our own publication goes unnoticed. A warning: the exit code
+stays 0.
 """
 
 from __future__ import annotations
@@ -35,7 +46,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from capture import read_published_tables, sample_slot
+from capture import find_overlaps, read_published_tables, sample_slot
 from config import AppConfig
 from daemon.wiring import source_conninfo
 from decoder import format_lsn
@@ -84,6 +95,21 @@ class StandbySlotStatus:
 
 
 @dataclass(frozen=True)
+class OverlapStatus:
+    """A published table another pgoutput slot streams or may stream
+    (``capture.Overlap``): two daemons streaming it both write its Delta table."""
+
+    table: str
+    publications: list[str]
+    """The publications that publish it: ours first, then the other slots'."""
+    slots: list[str]
+    """Our slot first, then the other slots."""
+    confirmed_slots: list[str]
+    """The other slots a wal2delta walsender streams with one of those publications right
+    now; the others are idle and may be streamed with them."""
+
+
+@dataclass(frozen=True)
 class Status:
     slot: str
     slot_exists: bool
@@ -108,6 +134,8 @@ class Status:
     copies: list[CopyStatus] = field(default_factory=list)
     """Tables copied while streaming (``<path>/_wal2delta_copies``): requested, running or
     done, with the position each copy met the stream at."""
+    overlaps: list[OverlapStatus] = field(default_factory=list)
+    """Published tables other pgoutput slots of the database stream or may stream."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +220,12 @@ def collect_status(config: AppConfig) -> Status:
                     [c for c in columns if not delta_can_hold(c)] if policy == "error" else [],
                 )
             )
+        overlaps = [
+            OverlapStatus(o.table, list(o.publications), list(o.slots), list(o.confirmed))
+            for o in find_overlaps(
+                conn, source.slot, source.publication, [t.table for t in table_status]
+            )
+        ]
     slot = sample.slot
     retained = None
     if slot is not None and slot.restart_lsn is not None:
@@ -216,6 +250,7 @@ def collect_status(config: AppConfig) -> Status:
         failover=slot.failover if slot else None,
         synced=slot.synced if slot else None,
         copies=_copies(root),
+        overlaps=overlaps,
         standby_slots=[
             StandbySlotStatus(
                 standby.name,
@@ -289,7 +324,29 @@ def render_status(status: Status, *, as_json: bool) -> str:
         lines += ["", "Delta tables in the lake that no published table maps to:"]
         for table in status.other_delta_tables:
             lines.extend(_table_lines(table))
+    if status.overlaps:
+        lines.append("")
+        lines += [_overlap_line(o, status.publication) for o in status.overlaps]
     return "\n".join(lines)
+
+
+def _overlap_line(overlap: OverlapStatus, own_publications: Sequence[str]) -> str:
+    """The warning for a table another slot streams (confirmed) or may stream."""
+    others = overlap.slots[1:]
+    both = f"(slots {', '.join(overlap.slots)}; publications {', '.join(overlap.publications)})"
+    if overlap.confirmed_slots:
+        return (
+            f"warning: table {overlap.table} is also streamed by another wal2delta, from slot "
+            f"{', '.join(overlap.confirmed_slots)}: both daemons write it {both}; give each "
+            "daemon a publication of disjoint tables"
+        )
+    foreign = ", ".join(p for p in overlap.publications if p not in own_publications)
+    return (
+        f"warning: table {overlap.table} is also published by {foreign}, and what pgoutput "
+        f"slot{'s' if len(others) > 1 else ''} {', '.join(others)} of this database "
+        f"stream{'' if len(others) > 1 else 's'} is not known (idle, or not readable by this "
+        f"role): if another wal2delta streams {foreign}, both write {overlap.table} {both}"
+    )
 
 
 def _failover_lines(status: Status) -> list[str]:
