@@ -10,6 +10,9 @@ its publication, as the daemon's own (``ReplicationStream``).
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,9 +24,11 @@ import yaml
 
 from capture.overlaps import publication_names_of
 from capture.stream import ReplicationStream
-from tests.support.harness import run_cli, wait_until
+from tests.support.harness import ROOT, child_environment, run_cli, wait_until
 
 pytestmark = [pytest.mark.integration]
+
+CLI = (sys.executable, "-m", "daemon.cli")
 
 SCHEMA = """
 CREATE TABLE public.orders (id int PRIMARY KEY);
@@ -77,17 +82,18 @@ def _streaming(
     try:
         stream.start(slot, 0, {"proto_version": "1", "publication_names": publications})
 
-        def active() -> bool:
-            with psycopg.connect(dsn, autocommit=True) as check:
-                row = check.execute(
-                    "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)
-                ).fetchone()
-            return row is not None and row[0] is not None
-
-        wait_until(active, 10, f"slot {slot} to be streamed")
+        wait_until(lambda: _active(dsn, slot), 10, f"slot {slot} to be streamed")
         yield
     finally:
         stream.close()
+
+
+def _active(dsn: str, slot: str) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as check:
+        row = check.execute(
+            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+    return row is not None and row[0] is not None
 
 
 @pytest.fixture
@@ -134,6 +140,43 @@ def test_a_table_two_publications_share_is_named_with_publications_and_slots(
     ]
     [warning] = _warnings(text)
     assert "also streamed by another wal2delta, from slot w2d_b" in warning
+
+
+def test_a_running_daemon_on_a_publication_sharing_a_table_is_confirmed(
+    dsn: str, tmp_path: Path
+) -> None:
+    """The other daemon is a real one (``wal2delta capture``: the daemon's start-up and
+    stream, recording instead of writing Delta), on a slot it creates itself."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE PUBLICATION pub_a FOR TABLE public.orders, public.shared")
+        conn.execute("CREATE PUBLICATION pub_c FOR TABLE public.customers, public.shared")
+    config_a = _config(tmp_path, dsn, "a", "pub_a")
+    config_c = _config(tmp_path, dsn, "c", "pub_c")
+    log = tmp_path / "c.log"
+    with log.open("ab") as stderr:
+        other = subprocess.Popen(
+            [*CLI, "capture", "-c", str(config_c), "-o", str(tmp_path / "rec")],
+            cwd=ROOT,
+            env=child_environment(),
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    try:
+        wait_until(lambda: _active(dsn, "w2d_c"), 120, "the other daemon to stream w2d_c")
+        status, text = _status(config_a)
+    finally:
+        other.send_signal(signal.SIGTERM)
+        other.wait(60)
+    assert status["overlaps"] == [
+        {
+            "table": "public.shared",
+            "publications": ["pub_a", "pub_c"],
+            "slots": ["w2d_a", "w2d_b", "w2d_c"],
+            "confirmed_slots": ["w2d_c"],
+        }
+    ], log.read_text()
+    [warning] = _warnings(text)
+    assert "also streamed by another wal2delta, from slot w2d_c" in warning
 
 
 def test_disjoint_publications_give_no_warning(dsn: str, tmp_path: Path) -> None:
