@@ -26,6 +26,8 @@ DEPLOY = ROOT / "deploy"
 KUSTOMIZATIONS = {
     "base": DEPLOY / "base",
     "example-two-sources": DEPLOY / "overlays" / "example-two-sources",
+    # A Sail engine in Kubernetes cluster mode; its own checks in test_deploy_engine.py.
+    "engine-cluster": DEPLOY / "overlays" / "engine-cluster",
 }
 # Series Prometheus itself creates for every target; allowed in rules besides ours.
 PROMETHEUS_SERIES = frozenset({"up"})

@@ -20,7 +20,8 @@ from psycopg.conninfo import conninfo_to_dict
 
 from config import AppConfig, parse_config
 
-RENDERINGS = list(KUSTOMIZATIONS)
+# The daemon-only renderings; engine-cluster (Sail driver, Role...) is test_deploy_engine.py's.
+RENDERINGS = [name for name in KUSTOMIZATIONS if name != "engine-cluster"]
 PASSWORD_PLACEHOLDER = "from-a-secret"
 # An image reference pinned by a tag other than latest, by a digest, or both.
 PINNED_IMAGE = re.compile(
