@@ -147,7 +147,7 @@ def test_daemons_use_connect_mode_pointing_at_the_engine_service() -> None:
         config = parse_config(data, environ=environ)
         assert config.sink.spark.mode == "connect"
         assert config.sink.spark.url == url
-        [policy] = [p for p in _labelled("NetworkPolicy", "wal2delta")]
+        [policy] = _labelled("NetworkPolicy", "wal2delta")
         egress = [
             r
             for r in policy["spec"]["egress"]
