@@ -271,7 +271,22 @@ PublicationNames = Annotated[
 ]
 
 
-class StoreRetriesConfig(_Section):
+class _Backoff(_Section):
+    """Exponential backoff with jitter: a first delay that doubles up to a bound."""
+
+    initial_delay: Duration
+    max_delay: Duration
+
+    @model_validator(mode="after")
+    def _delays_ordered(self) -> Self:
+        if self.max_delay < self.initial_delay:
+            raise FieldRuleError(
+                [(("max_delay",), "must be at least initial_delay")],
+            )
+        return self
+
+
+class StoreRetriesConfig(_Backoff):
     """Retries of a batch the object store failed: throttling, 5xx, timeouts, resets.
 
     Decision 0115: the supervisor applies the batch again from the acknowledged position.
@@ -294,16 +309,8 @@ class StoreRetriesConfig(_Section):
         description="Upper bound of the delay, which doubles after each store failure in a row.",
     )
 
-    @model_validator(mode="after")
-    def _delays_ordered(self) -> Self:
-        if self.max_delay < self.initial_delay:
-            raise FieldRuleError(
-                [(("max_delay",), "must be at least initial_delay")],
-            )
-        return self
 
-
-class ReconnectConfig(_Section):
+class ReconnectConfig(_Backoff):
     """Backoff between attempts to re-establish the replication connection."""
 
     initial_delay: Duration = Field(
@@ -320,14 +327,6 @@ class ReconnectConfig(_Section):
             "Failed attempts in a row before the daemon exits with an error; 0 retries forever."
         ),
     )
-
-    @model_validator(mode="after")
-    def _delays_ordered(self) -> Self:
-        if self.max_delay < self.initial_delay:
-            raise FieldRuleError(
-                [(("max_delay",), "must be at least initial_delay")],
-            )
-        return self
 
 
 class HeartbeatConfig(_Section):
