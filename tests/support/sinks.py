@@ -10,6 +10,25 @@ from typing import Literal
 from sink import Batch, BatchResult, Sink
 
 
+class HeldSink:
+    """``apply`` waits until ``release`` is set (at most ``limit`` seconds); ``started`` is
+    set once it runs: a sink stuck on a batch, for the session's and the health checks'
+    tests."""
+
+    def __init__(self, limit: float = 60.0) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.limit = limit
+
+    def apply(self, batch: Batch) -> BatchResult:
+        self.started.set()
+        self.release.wait(self.limit)
+        return BatchResult(rows_by_table={}, toast_anomalies=0, duration_seconds=0.0)
+
+    def close(self) -> None:
+        pass
+
+
 @dataclass
 class MemorySink:
     """Records every batch; durable as soon as ``apply`` returns."""

@@ -23,6 +23,7 @@ from capture.session import ServiceState, Session
 from capture.sink_worker import SinkWorker
 from decoder import Assembler, Lsn, ProtocolOptions
 from sink import Batch, BatchResult
+from tests.support.sinks import HeldSink
 
 WALSENDER_PID = 4242
 
@@ -179,26 +180,10 @@ def test_a_receive_timeout_of_zero_never_pings_nor_drops() -> None:
     assert stream.abandoned_at is None
 
 
-class _HeldSink:
-    """A sink whose ``apply`` waits until released."""
-
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.release = threading.Event()
-
-    def apply(self, batch: Batch) -> BatchResult:
-        self.started.set()
-        self.release.wait(30)
-        return BatchResult(rows_by_table={}, toast_anomalies=0, duration_seconds=0.0)
-
-    def close(self) -> None:
-        pass
-
-
 class _TickingClock:
     """Moves two seconds at every reading; releases the sink once past ``release_at``."""
 
-    def __init__(self, sink: _HeldSink, release_at: float) -> None:
+    def __init__(self, sink: HeldSink, release_at: float) -> None:
         self.now = 0.0
         self.sink = sink
         self.release_at = release_at
@@ -211,7 +196,7 @@ class _TickingClock:
 
 
 def _busy_session(
-    stream: _ScriptedStream, clock: _TickingClock, sink: _HeldSink
+    stream: _ScriptedStream, clock: _TickingClock, sink: HeldSink
 ) -> tuple[Session, SinkWorker]:
     worker = SinkWorker(sink)
     session = Session(
@@ -236,7 +221,7 @@ def _busy_session(
 
 @pytest.mark.timeout(60)
 def test_a_busy_sink_with_data_waiting_on_the_socket_does_not_drop_the_connection() -> None:
-    sink = _HeldSink()
+    sink = HeldSink()
     clock = _TickingClock(sink, release_at=40.0)
     stream = _ScriptedStream(_Clock(), always_pending=True)  # unread data all along
     session, worker = _busy_session(stream, clock, sink)
@@ -252,7 +237,7 @@ def test_a_busy_sink_with_data_waiting_on_the_socket_does_not_drop_the_connectio
 
 @pytest.mark.timeout(60)
 def test_a_silent_server_is_pinged_and_dropped_while_the_sink_is_busy() -> None:
-    sink = _HeldSink()
+    sink = HeldSink()
     clock = _TickingClock(sink, release_at=1000.0)
     stream = _ScriptedStream(_Clock())
     session, worker = _busy_session(stream, clock, sink)

@@ -9,8 +9,6 @@ worker applies, holding the interpreter lock its threads need.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from capture.batcher import Batcher
@@ -18,23 +16,8 @@ from capture.feedback import FeedbackPolicy
 from capture.session import Session
 from capture.sink_worker import SinkWorker
 from decoder import Lsn
-from sink import Batch, BatchResult
-
-
-class _HeldSink:
-    """A sink whose ``apply`` waits until released."""
-
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.release = threading.Event()
-
-    def apply(self, batch: Batch) -> BatchResult:
-        self.started.set()
-        self.release.wait()
-        return BatchResult(rows_by_table={}, toast_anomalies=0, duration_seconds=0.0)
-
-    def close(self) -> None:
-        pass
+from sink import Batch
+from tests.support.sinks import HeldSink
 
 
 def _session(worker: SinkWorker, batcher: Batcher, now: float) -> Session:
@@ -50,7 +33,7 @@ def _session(worker: SinkWorker, batcher: Batcher, now: float) -> Session:
 
 @pytest.mark.timeout(30)
 def test_an_overdue_batch_ends_the_wait_only_while_the_worker_can_take_it() -> None:
-    sink = _HeldSink()
+    sink = HeldSink()
     worker = SinkWorker(sink)
     batcher = Batcher(max_rows=1000, max_age=0.1)
     batcher.end_transaction(Lsn(100), 0, now=0.0)  # a batch opened at 0, due at 0.1

@@ -7,7 +7,6 @@ ahead, which is what a scrape ten minutes later would see.
 
 from __future__ import annotations
 
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,27 +17,12 @@ from prometheus_client import generate_latest
 
 from capture import Metrics, ServiceState, SinkWorker
 from daemon.health import HealthServer, SinkProgress, loop_alive_check, readiness_check
-from sink import Batch, BatchResult
+from sink import Batch
+from tests.support.sinks import HeldSink
 
 LATER = 600.0
 """How far ahead of now the checks look (seconds)."""
 STALL = 300.0
-
-
-class HangingSink:
-    """``apply`` waits until released; ``started`` is set once it runs."""
-
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.release = threading.Event()
-
-    def apply(self, batch: Batch) -> BatchResult:
-        self.started.set()
-        self.release.wait()
-        return BatchResult(rows_by_table={}, toast_anomalies=0, duration_seconds=0.0)
-
-    def close(self) -> None:
-        pass
 
 
 def _batch() -> Batch:
@@ -46,14 +30,14 @@ def _batch() -> Batch:
 
 
 @pytest.fixture
-def sink() -> Iterator[HangingSink]:
-    hanging = HangingSink()
+def sink() -> Iterator[HeldSink]:
+    hanging = HeldSink()
     yield hanging
     hanging.release.set()
 
 
 @pytest.fixture
-def worker(sink: HangingSink) -> Iterator[SinkWorker]:
+def worker(sink: HeldSink) -> Iterator[SinkWorker]:
     running = SinkWorker(sink)
     yield running
     sink.release.set()
@@ -78,7 +62,7 @@ def _get(url: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def _hang_one_batch(worker: SinkWorker, sink: HangingSink, state: ServiceState) -> None:
+def _hang_one_batch(worker: SinkWorker, sink: HeldSink, state: ServiceState) -> None:
     state.on_received(100, time.time())
     state.on_received(200, time.time())
     assert worker.offer(_batch(), timeout=5)
@@ -87,7 +71,7 @@ def _hang_one_batch(worker: SinkWorker, sink: HangingSink, state: ServiceState) 
 
 @pytest.mark.timeout(60)
 def test_healthz_fails_when_the_sink_is_stuck_on_a_batch_and_says_why(
-    worker: SinkWorker, sink: HangingSink
+    worker: SinkWorker, sink: HeldSink
 ) -> None:
     state = ServiceState()
     state.connected = True
@@ -116,7 +100,7 @@ def test_healthz_fails_when_the_sink_is_stuck_on_a_batch_and_says_why(
 
 @pytest.mark.timeout(60)
 def test_a_stalled_sink_shows_in_the_gauge_and_the_stall_ends_with_the_batch(
-    worker: SinkWorker, sink: HangingSink
+    worker: SinkWorker, sink: HeldSink
 ) -> None:
     state = ServiceState()
     _hang_one_batch(worker, sink, state)
