@@ -13,6 +13,7 @@ and the terminal summary counts the tests that passed on each version.
 from __future__ import annotations
 
 import itertools
+import logging
 import shutil
 import tempfile
 from collections import Counter
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import structlog
 from psycopg import sql
 
 from devtools.pgserver import (
@@ -216,3 +218,14 @@ def spark_session() -> Iterator[object]:
     session = create_spark_session(spark_settings(mode="embedded"))
     yield session
     stop_spark_session(session)
+
+
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    """``configure_logging`` changes process-wide state: put it back afterwards."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    structlog.reset_defaults()
+    root.handlers[:] = handlers
+    root.setLevel(level)

@@ -11,7 +11,6 @@ connection that fails inside ``capture`` (psycopg's frames hold the connection s
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 import threading
 from collections.abc import Iterator
@@ -165,16 +164,6 @@ logging: {{format: json, level: debug}}
     output = result.stdout + result.stderr
     assert "stopped by error" in output, output[-3000:]
     assert password not in output
-
-
-@pytest.fixture
-def restored_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    structlog.reset_defaults()
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def test_a_failed_replication_connect_logs_its_traceback_without_the_password(

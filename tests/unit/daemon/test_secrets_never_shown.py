@@ -9,8 +9,6 @@ both formats and scan the whole output for the password.
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Iterator
 
 import pytest
 import structlog
@@ -37,17 +35,6 @@ def config_with_password() -> AppConfig:
         },
         environ={},
     )
-
-
-@pytest.fixture
-def restored_logging() -> Iterator[None]:
-    """``configure_logging`` changes process-wide state: put it back afterwards."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    structlog.reset_defaults()
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def open_replication(settings: CaptureSettings) -> None:
