@@ -21,6 +21,9 @@ Throughput, memory and start-up, for each table count N of ``--tables`` (default
    into a fresh lake: the production configuration (embedded Sail, adaptive batching),
    plus ``--concurrency``, ``--table-min-rows`` and ``--table-max-age`` as
    ``sink.concurrency``, ``sink.table_min_rows`` and ``sink.table_max_age`` when given.
+   ``--engine sc://HOST:PORT`` (issue 41) points every daemon of the run, the lag
+   section's too, at that Spark Connect endpoint (``sink.spark: {mode: connect, url:
+   URL}``) instead of embedded Sail; the report's title names the engine.
 4. Every Delta table's row count (delta-rs) against its source table's; any difference
    fails the benchmark (exit 1).
 
@@ -76,7 +79,7 @@ from bench.workload import (
 )
 from config import parse_config
 from daemon.logging import configure_engine_logging
-from daemon.wiring import sink_settings
+from daemon.wiring import sink_settings, spark_settings
 from devtools.pgserver import LocalPostgres
 from sink import DeltaSink, create_spark_session, stop_spark_session, table_path
 
@@ -143,7 +146,10 @@ def _sink_options(args: argparse.Namespace) -> dict[str, object]:
         "table_min_rows": args.table_min_rows,
         "table_max_age": args.table_max_age,
     }
-    return {name: value for name, value in given.items() if value is not None}
+    options = {name: value for name, value in given.items() if value is not None}
+    if args.engine is not None:
+        options["spark"] = {"mode": "connect", "url": args.engine}
+    return options
 
 
 def _config_document(
@@ -209,7 +215,8 @@ def measure_lag(args: argparse.Namespace, workdir: Path) -> SteadyRun:
             create_source_slot(conn, SLOT)
         config = parse_config(_config_document(dsn, workdir, names, args))
         configure_engine_logging("warning")  # Sail logs every query at info
-        spark = create_spark_session(bench_spark_settings())
+        engine = bench_spark_settings() if args.engine is None else spark_settings(config)
+        spark = create_spark_session(engine)
         stack.callback(stop_spark_session, spark)
         writer = SteadyWriter(dsn, args.transaction, names, seeded=False)
         stack.callback(writer.close)
@@ -299,6 +306,12 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--lag-rate", type=float, default=5000.0, help="changes per second")
     parser.add_argument("--lag-tables", type=int, default=200)
     parser.add_argument("--lag-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--engine",
+        metavar="URL",
+        help="a Spark Connect endpoint, sc://HOST:PORT: every daemon of the run uses "
+        "sink.spark {mode: connect, url: URL} (default: embedded Sail)",
+    )
     parser.add_argument("--timeout", type=float, default=3600.0, help="per daemon run, seconds")
     parser.add_argument("--json", action="store_true", help="print a JSON line at the end")
     parser.add_argument("--workdir", type=Path, help="keep servers and lakes here (default: tmp)")
@@ -350,7 +363,10 @@ def main(argv: list[str] | None = None) -> int:
             f"lag: {name}": value
             for name, value in lag.facts(args.lag_rate, args.lag_seconds).items()
         }
-    title = "Issue 31: one backlog over many tables (embedded Sail)"
+    if args.engine is not None:
+        facts["engine"] = f"Spark Connect at {args.engine} (sink.spark mode connect)"
+    engine = "embedded Sail" if args.engine is None else f"Spark Connect at {args.engine}"
+    title = f"Issue 31: one backlog over many tables ({engine})"
     print_report(title, figures, ratios, facts=facts, as_json=args.json)
     return 0
 
