@@ -9,6 +9,7 @@ seconds, sizes bytes.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +107,13 @@ class ReconnectSettings:
     initial_delay: float
     max_delay: float
     max_attempts: int
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before retry number ``attempt`` (1 for the first): the initial
+        delay doubled per earlier attempt up to ``max_delay``, times a jitter of a half to
+        one, so daemons that failed together do not retry together."""
+        doubled = self.initial_delay * 2.0 ** min(max(attempt - 1, 0), 64)
+        return min(doubled, self.max_delay) * (0.5 + random.random() / 2)
 
 
 @dataclass(frozen=True, slots=True)

@@ -271,11 +271,13 @@ PublicationNames = Annotated[
 ]
 
 
-class _Backoff(_Section):
-    """Exponential backoff with jitter: a first delay that doubles up to a bound."""
+class BackoffConfig(_Section):
+    """Exponential backoff with jitter: a first delay that doubles up to a bound, and how
+    many failures in a row end the retries (``source.reconnect``, ``sink.store_retries``)."""
 
     initial_delay: Duration
     max_delay: Duration
+    max_attempts: int
 
     @model_validator(mode="after")
     def _delays_ordered(self) -> Self:
@@ -286,7 +288,7 @@ class _Backoff(_Section):
         return self
 
 
-class StoreRetriesConfig(_Backoff):
+class StoreRetriesConfig(BackoffConfig):
     """Retries of a batch the object store failed: throttling, 5xx, timeouts, resets.
 
     Decision 0115: the supervisor applies the batch again from the acknowledged position.
@@ -310,7 +312,7 @@ class StoreRetriesConfig(_Backoff):
     )
 
 
-class ReconnectConfig(_Backoff):
+class ReconnectConfig(BackoffConfig):
     """Backoff between attempts to re-establish the replication connection."""
 
     initial_delay: Duration = Field(

@@ -35,7 +35,6 @@ applied by a rewound session.
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -191,7 +190,6 @@ class Supervisor:
             Wal2DeltaError: a terminal error; nothing past it was acknowledged.
         """
         reconnect = self.reconnect
-        delay = reconnect.initial_delay
         attempts = 0
         self._worker = SinkWorker(self.sink)
         source = self.config.source
@@ -271,8 +269,7 @@ class Supervisor:
                     attempts += 1
                     if reconnect.max_attempts and attempts > reconnect.max_attempts:
                         raise
-                    wait = min(delay, reconnect.max_delay)
-                    wait = wait * (0.5 + random.random() / 2)  # jitter
+                    wait = reconnect.delay(attempts)
                     log.warning(
                         "retryable error; reconnecting",
                         attempt=attempts,
@@ -283,7 +280,6 @@ class Supervisor:
                     self._restart_worker()
                     if self.stop_event.wait(wait):
                         return
-                    delay = min(delay * 2, reconnect.max_delay)
         finally:
             monitor.stop()
             if self._copier is not None:
@@ -319,8 +315,7 @@ class Supervisor:
                 "Nothing past the last durable batch was "
                 "acknowledged; the next run starts there"
             ) from exc
-        delay = min(retries.initial_delay * 2.0 ** (self._store_failures - 1), retries.max_delay)
-        wait = delay * (0.5 + random.random() / 2)  # jitter
+        wait = retries.delay(self._store_failures)
         self.metrics.store_retries.labels(operation=exc.operation).inc()
         log.warning(
             "the object store failed; the batch is applied again",

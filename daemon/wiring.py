@@ -28,6 +28,7 @@ from config import (
     ROW_LSN_COLUMN,
     ROW_ORDINAL_COLUMN,
     AppConfig,
+    BackoffConfig,
     parse_table_name,
 )
 from sink import KeyBuckets, MetadataColumns, SinkSettings, SnapshotMarkerStore, SparkSettings
@@ -112,22 +113,21 @@ def prepare_configured_source(
 
 def reconnect_settings(config: AppConfig) -> ReconnectSettings:
     """Backoff between sessions (``source.reconnect``)."""
-    reconnect = config.source.reconnect
-    return ReconnectSettings(
-        initial_delay=reconnect.initial_delay.total_seconds(),
-        max_delay=reconnect.max_delay.total_seconds(),
-        max_attempts=reconnect.max_attempts,
-    )
+    return backoff_settings(config.source.reconnect)
 
 
 def store_retry_settings(config: AppConfig) -> ReconnectSettings:
     """Backoff and bound of the retries after object-store faults (``sink.store_retries``),
     in the shape of the reconnect backoff."""
-    retries = config.sink.store_retries
+    return backoff_settings(config.sink.store_retries)
+
+
+def backoff_settings(section: BackoffConfig) -> ReconnectSettings:
+    """A configured backoff in seconds for ``capture``."""
     return ReconnectSettings(
-        initial_delay=retries.initial_delay.total_seconds(),
-        max_delay=retries.max_delay.total_seconds(),
-        max_attempts=retries.max_attempts,
+        initial_delay=section.initial_delay.total_seconds(),
+        max_delay=section.max_delay.total_seconds(),
+        max_attempts=section.max_attempts,
     )
 
 
