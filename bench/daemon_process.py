@@ -92,7 +92,13 @@ class ChildRun:
 
 
 def run_wal2delta(
-    document: Mapping[str, object], endpos: Lsn, workdir: Path, *, timeout: float
+    document: Mapping[str, object],
+    endpos: Lsn,
+    workdir: Path,
+    *,
+    timeout: float,
+    module: str = "daemon.cli",
+    environment: Mapping[str, str] | None = None,
 ) -> ChildRun:
     """Run ``wal2delta run -c FILE --endpos END`` with ``document`` as FILE; wait for it.
 
@@ -102,6 +108,9 @@ def run_wal2delta(
         endpos: the ``--endpos`` position.
         workdir: where the configuration file is written.
         timeout: seconds before the child is killed.
+        module: the module run as ``python -m MODULE run -c FILE --endpos END``: the
+            ``wal2delta`` command, or a benchmark's wrapper of it (``bench.table_timings``).
+        environment: more environment variables for the child.
 
     Raises:
         RuntimeError: the child exited non-zero (its last log lines are in the message),
@@ -112,10 +121,15 @@ def run_wal2delta(
     config_file.write_text(
         yaml.safe_dump({**document, "logging": {"format": "json", "level": "info"}})
     )
-    command = [sys.executable, "-m", "daemon.cli", "run", "-c", str(config_file)]
+    command = [sys.executable, "-m", module, "run", "-c", str(config_file)]
     python_path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     # The engine's own log at warnings: at info, Sail logs every query.
-    environment = {**os.environ, "PYTHONPATH": python_path, "RUST_LOG": "warn"}
+    child_environment = {
+        **os.environ,
+        "PYTHONPATH": python_path,
+        "RUST_LOG": "warn",
+        **(environment or {}),
+    }
     log = DaemonLog()
     started_at = time.time()
     child = subprocess.Popen(
@@ -125,7 +139,7 @@ def run_wal2delta(
         stderr=subprocess.STDOUT,
         text=True,
         cwd=ROOT,
-        env=environment,
+        env=child_environment,
     )
     assert child.stdout is not None
     reader = threading.Thread(target=log.read, args=(child.stdout,), daemon=True)

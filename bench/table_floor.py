@@ -1,0 +1,191 @@
+"""The bare engine's floor for many tables (issue 40): a MERGE and an append per table.
+
+``python -m bench tables`` measures this in the same run as the daemon, in its own process
+(the daemon runs in a child): one Spark session - embedded Sail as the daemon starts it,
+or the ``--engine`` endpoint - and N small Delta tables with the columns of the daemon's
+tables of the benchmark shape (the five data columns of ``bench.workload`` and the
+metadata columns the sink adds: commit LSN, commit time, ordinal). Each table is created
+and seeded with one append of its share (untimed), as the daemon's table holds rows after
+its first batch. Then, per table, one write of its share of the backlog (the same row
+count, the same columns), four ways, one after the other:
+
+* ``merge, serial``: each table's share as a MERGE source - a Parquet file the engine
+  reads (``parquet.`path```) with the embedded engine, a temporary view of the Arrow table
+  sent inline through Spark Connect otherwise, as the sink does (``sink/sources.py``) -
+  and one ``MERGE INTO ... ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED
+  THEN INSERT *``, table after table;
+* ``merge, concurrent``: the same from ``concurrency`` threads (``sink.concurrency``);
+* ``append, serial`` and ``append, concurrent``: one DataFrame append of the share
+  (``createDataFrame(arrow).write.format("delta").mode("append")``).
+
+The share's rows follow the mix: insert-only shares are new keys only; the 70/30 mix's are
+70% new keys and 30% keys the table holds (a MERGE updates those; an append writes the same
+number of rows, as the product's append path writes a batch's inserts). Every pass writes
+keys no earlier pass wrote. The figure is seconds per table: a pass's wall time over N.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sink import MetadataColumns
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+PASSES: Final = ("merge, serial", "merge, concurrent", "append, serial", "append, concurrent")
+"""The floor's passes, in the order they run."""
+_EPOCH: Final = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """Seconds per table of each pass (``PASSES``) over ``tables`` tables."""
+
+    tables: int
+    rows_per_table: int
+    updated_per_table: int
+    """Of ``rows_per_table``, the rows whose key the table holds (a MERGE updates them)."""
+    concurrency: int
+    seconds: dict[str, float]
+    """Pass -> wall time of the pass / tables."""
+    setup_seconds: float
+
+
+def share_table(meta: MetadataColumns, keys: Sequence[int], *, lsn: int, mark: int = 0) -> pa.Table:
+    """Rows of ``keys`` in the columns and types of the daemon's benchmark tables.
+
+    The values follow ``bench.workload``'s rows; ``mark`` varies the amount so an update
+    changes the row.
+    """
+    ids = pa.array(keys, pa.int64())
+    count = len(keys)
+    commit = _EPOCH + dt.timedelta(seconds=lsn)
+    columns = {
+        "id": ids,
+        "account": pa.array([k % 1000 for k in keys], pa.int32()),
+        "amount": pa.array(
+            [Decimal(k % 100_000 + mark * 100).scaleb(-2) for k in keys], pa.decimal128(12, 2)
+        ),
+        "updated_at": pa.array(
+            [_EPOCH + dt.timedelta(seconds=k) for k in keys], pa.timestamp("us", tz="UTC")
+        ),
+        "note": pa.array([f"{k:032x}" for k in keys], pa.string()),
+        meta.lsn: pa.array([lsn] * count, pa.int64()),
+        meta.commit_time: pa.array([commit] * count, pa.timestamp("us", tz="UTC")),
+        meta.ordinal: pa.array(range(count), pa.int64()),
+    }
+    return pa.table(columns)
+
+
+class _Writer:
+    """One session's bare writes: MERGE sources as the sink hands them to the engine."""
+
+    def __init__(self, spark: SparkSession, *, files: Path | None) -> None:
+        self._spark = spark
+        self._files = files
+        self._numbers = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def _number(self) -> int:
+        with self._lock:
+            return next(self._numbers)
+
+    def append(self, path: str, rows: pa.Table) -> None:
+        """One DataFrame append of ``rows`` (a new table when ``path`` has none)."""
+        self._spark.createDataFrame(rows).write.format("delta").mode("append").save(path)
+
+    def merge(self, path: str, rows: pa.Table) -> None:
+        """One MERGE of ``rows`` into the table at ``path`` by ``id``."""
+        number = self._number()
+        source: str
+        file: Path | None = None
+        if self._files is not None:
+            file = self._files / f"{number}.parquet"
+            pq.write_table(
+                rows, str(file), compression="none", use_dictionary=False, write_statistics=False
+            )
+            source = f"parquet.`{file}`"
+        else:
+            source = f"`__floor_source_{number}`"
+            self._spark.createDataFrame(rows).createOrReplaceTempView(source.strip("`"))
+        try:
+            self._spark.sql(
+                f"MERGE INTO delta.`{path}` AS t USING {source} AS s ON t.id = s.id "
+                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+            )
+        finally:
+            if file is not None:
+                file.unlink(missing_ok=True)
+            else:
+                self._spark.catalog.dropTempView(source.strip("`"))
+
+
+def measure_floor(
+    spark: SparkSession,
+    workdir: Path,
+    meta: MetadataColumns,
+    *,
+    tables: int,
+    rows_per_table: int,
+    updated_per_table: int,
+    concurrency: int,
+    embedded: bool,
+    progress: Callable[[str], None] = lambda _: None,
+) -> Floor:
+    """Create ``tables`` tables under ``workdir`` and time the passes (module docstring).
+
+    Args:
+        rows_per_table: rows of one table's share (at least 1).
+        updated_per_table: of them, how many update rows the table holds (the rest are new
+            keys); the seed holds at least that many.
+        embedded: the engine reads this machine's files (MERGE sources as Parquet files).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    files = Path(tempfile.mkdtemp(prefix="floor-sources-", dir=workdir)) if embedded else None
+    writer = _Writer(spark, files=files)
+    paths = [str(workdir / f"floor_{number:04d}") for number in range(tables)]
+    seed = max(rows_per_table, updated_per_table)
+    started = time.perf_counter()
+    for path in paths:
+        writer.append(path, share_table(meta, range(1, seed + 1), lsn=1))
+    setup = time.perf_counter() - started
+    progress(f"floor: {tables} tables created in {setup:.1f} s")
+    inserted = rows_per_table - updated_per_table
+    seconds: dict[str, float] = {}
+    for number, name in enumerate(PASSES, start=1):
+        # New keys above the seed and every earlier pass's; updates of the seed's first rows.
+        first_new = seed + 1 + (number - 1) * inserted
+        keys = [*range(1, updated_per_table + 1), *range(first_new, first_new + inserted)]
+        rows = share_table(meta, keys, lsn=1 + number, mark=number)
+        write = writer.merge if name.startswith("merge") else writer.append
+        started = time.perf_counter()
+        if name.endswith("serial") or concurrency <= 1:
+            for path in paths:
+                write(path, rows)
+        else:
+            with ThreadPoolExecutor(concurrency, thread_name_prefix="floor") as pool:
+                list(pool.map(lambda path: write(path, rows), paths))  # noqa: B023
+        seconds[name] = (time.perf_counter() - started) / tables
+        progress(f"floor: {name}: {seconds[name] * 1000:.1f} ms a table")
+    return Floor(
+        tables=tables,
+        rows_per_table=rows_per_table,
+        updated_per_table=updated_per_table,
+        concurrency=concurrency,
+        seconds=seconds,
+        setup_seconds=setup,
+    )
