@@ -166,11 +166,11 @@ def install(timings: Timings, profilers: _Profilers | None = None) -> list[str]:
             continue
         setattr(owner, attribute, _timed(timings, phase, function))
         installed.append(phase)
+    root = Path(importlib.import_module("sink").__file__ or ".").parents[1]
     for module_name, class_name, prefix in CLASSES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError:
-            continue
+        if not (root / f"{module_name.replace('.', '/')}.py").exists():
+            continue  # not in this build (and not to be found elsewhere on the path)
+        module = importlib.import_module(module_name)
         owner = getattr(module, class_name, None)
         if owner is None:
             continue
