@@ -94,8 +94,9 @@ PyDoc_STRVAR(fold_doc,
 "fold(changes, start, row_type, tuple_type, relation, timestamp, indexes, text, plain,\n"
 "     rows, folded, parts, deletes, /)\n--\n\n"
 "Fold the run of plain changes at changes[start:] into a merge step's columnar rows, and\n"
-"answer (stop, inserts, updates, deletes): the index of the first change not folded and\n"
-"how many of each were. A change is folded while it is a row_type instance of relation\n"
+"answer (stop, inserts, updates, deletes, first_touches): the index of the first change\n"
+"not folded, how many of each were, and how many updates and deletes were the first\n"
+"change of their identity in the step (not yet in rows). A change is folded while it is a row_type instance of relation\n"
 "(the same object), committed at timestamp, an insert or update without an old tuple or\n"
 "a delete, whose tuple (the new one; a delete's old one) is unsplit (the wire of a\n"
 "tuple_type), holds only text values and NULLs and has an identity - pick(..., indexes,\n"
@@ -169,11 +170,12 @@ plainly_hashable(PyObject *identity, PyObject *plain)
     return 1;
 }
 
-/* Fold ``change`` (see fold_doc): 1 folded as an insert, 2 as an update, 0 when it is not
- * plain (nothing changed), -1 on an error (an exception is set). */
+/* Fold ``change`` (see fold_doc): 1 folded as an insert, 2 as an update, 3 as a delete, 0
+ * when it is not plain (nothing changed), -1 on an error (an exception is set).
+ * ``*first_touch`` becomes 1 when an update or delete finds its identity not in rows. */
 static int
 fold_one(PyObject *change, PyObject *const *args, const Field *fields, Py_ssize_t count,
-         Py_ssize_t *offsets)
+         Py_ssize_t *offsets, int *first_touch)
 {
     PyObject *row_type = args[2], *tuple_type = args[3], *relation = args[4];
     PyObject *timestamp = args[5], *indexes = args[6], *text = args[7], *plain = args[8];
@@ -253,9 +255,19 @@ fold_one(PyObject *change, PyObject *const *args, const Field *fields, Py_ssize_
     if (kind == 2 && PyDict_DelItem(rows, identity) < 0) {
         if (PyErr_ExceptionMatches(PyExc_KeyError)) {
             PyErr_Clear();
+            *first_touch = 1; /* the identity's first change in the step is this update */
         }
         else {
             result = -1;
+        }
+    }
+    else if (kind == 3) {
+        int held = PyDict_Contains(rows, identity);
+        if (held < 0) {
+            result = -1;
+        }
+        else if (held == 0) {
+            *first_touch = 1; /* the identity's first change in the step is this delete */
         }
     }
     PyObject *index = result < 0 ? NULL : PyLong_FromSsize_t(PyList_GET_SIZE(folded));
@@ -311,7 +323,8 @@ fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     while (at < PySequence_Fast_GET_SIZE(changes)) {
         PyObject *change = PySequence_Fast_GET_ITEM(changes, at);
         Py_INCREF(change);
-        int kind = fold_one(change, args, fields, count, offsets);
+        int first_touch = 0;
+        int kind = fold_one(change, args, fields, count, offsets, &first_touch);
         Py_DECREF(change);
         if (kind < 0) {
             PyMem_Free(offsets);
@@ -321,10 +334,11 @@ fold(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             break;
         }
         folded[kind]++;
+        folded[0] += first_touch;
         at++;
     }
     PyMem_Free(offsets);
-    return Py_BuildValue("(nnnn)", at, folded[1], folded[2], folded[3]);
+    return Py_BuildValue("(nnnnn)", at, folded[1], folded[2], folded[3], folded[0]);
 }
 
 PyDoc_STRVAR(gather_doc,

@@ -150,8 +150,10 @@ class CommitLog:
         self._tables.clear()
         self._unwritten.clear()
 
-    def begin(self, batch: Batch) -> None:
-        """Record the intent of ``batch`` (its number and newest change) before it writes.
+    def begin(self, batch: Batch) -> Lsn | None:
+        """Record the intent of ``batch`` (its number and newest change) before it writes;
+        return that newest change's commit LSN (None for a batch without changes, which
+        records nothing).
 
         The records still waiting go into the same append.
 
@@ -160,9 +162,10 @@ class CommitLog:
         """
         high = _high_lsn(batch)
         if high is None:
-            return
+            return None
         number = self._write_intent(high, batch.timeline)
         self._intent = (batch, number, high)
+        return high
 
     def _write_intent(self, high: Lsn | None, timeline: int | None) -> int:
         """Append the intent row of the next batch number, with the records still
@@ -293,6 +296,18 @@ class CommitLog:
             SinkError: the record could not be written.
         """
         self._write_intent(None, timeline)
+
+    def newest_high_lsn(self) -> Lsn | None:
+        """The newest ``high_lsn`` of the log: no table of the lake holds a change above it
+        (every batch records its intent before it writes); None when no batch did.
+
+        Raises:
+            SinkError: the commit log could not be read.
+        """
+        with engine_errors("reading the commit log"):
+            self._lake.load(self._path, COMMITS_TABLE, COMMIT_COLUMNS)
+            rows = self._lake.rows(render_max("high_lsn", target=delta_table(self._path)))
+        return Lsn(int(rows[0]["m"])) if rows and rows[0]["m"] is not None else None
 
     def _newest_batch(self) -> int:
         with engine_errors("reading the commit log"):

@@ -101,12 +101,14 @@ from sink.plan import (
     TruncateStep,
 )
 from sink.rejects import RejectsLog, TableReject
+from sink.replays import ReplayHorizon
 from sink.settings import SinkSettings
 from sink.sources import SourceFiles
 from sink.spark import engine_errors, is_embedded
 from sink.sql import delta_table, render_select_all
+from sink.step_append import KeyedAppendExecutor, appends
 from sink.step_bulk import BulkAppendExecutor
-from sink.step_keyed import KeyedMergeExecutor
+from sink.step_keyed import KeyedMergeExecutor, KeyedSources
 from sink.step_keyless import KeylessMergeExecutor
 from sink.step_truncate import TruncateExecutor
 from sink.tables import LakeTables, TableState
@@ -178,7 +180,10 @@ class DeltaSink:
         self._rejects = RejectsLog(self._lake, settings.path, self._meta)
         self._commits = CommitLog(self._lake, settings.path)
         self._truncates = TruncateExecutor(self._lake, self._meta)
-        self._keyed = KeyedMergeExecutor(self._lake, self._meta, settings.key_buckets)
+        sources = KeyedSources(self._lake, self._meta, settings.key_buckets)
+        self._keyed = KeyedMergeExecutor(self._lake, self._meta, sources)
+        self._appends = KeyedAppendExecutor(self._lake, self._meta, sources)
+        self._replays = ReplayHorizon(self._commits.newest_high_lsn)
         self._keyless = KeylessMergeExecutor(self._lake, self._meta, settings.key_buckets)
         self._bulk = BulkAppendExecutor(
             self._lake, self._rejects, DeltaRsAppender(settings.bulk_writer)
@@ -228,13 +233,14 @@ class DeltaSink:
         # then what is applied now, without a durable_lsn while changes stay held.
         batch = self._held.admit(self._screened(batch), started)
         plan = plan_batch(batch, self._plan_options, decoder=self._decoder)
-        self._commits.begin(batch)
+        new_tables = self._replays.new_tables(plan.tables)
+        self._replays.attempted(plan.tables, self._commits.begin(batch))
         anomalies = 0
         written: dict[str, str] = {}
         seconds: dict[str, float] = {}
         anomalies_by_table: dict[str, int] = {}
         try:
-            outcomes = self._apply_tables(plan.tables)
+            outcomes = self._apply_tables(plan.tables, new_tables)
             origins = self._bookkeeping.flush_column_origins()
         except BaseException:
             self._bookkeeping.forget_unwritten_origins()
@@ -346,6 +352,7 @@ class DeltaSink:
         self._history.clear()
         self._rejects.clear()
         self._commits.clear()
+        self._replays.forget()
         self._compactor.clear()
 
     def _describe_type(self, type_oid: int) -> TypeDescription | None:
@@ -634,7 +641,9 @@ class DeltaSink:
 
     # --- tables ----------------------------------------------------------------------------
 
-    def _apply_tables(self, tables: Sequence[MergePlan]) -> list[_TableOutcome]:
+    def _apply_tables(
+        self, tables: Sequence[MergePlan], new_tables: frozenset[str]
+    ) -> list[_TableOutcome]:
         """Apply each table's steps and history; up to ``settings.concurrency`` tables at once.
 
         Tables are independent: each one's steps run in order on one thread, and no two
@@ -645,13 +654,13 @@ class DeltaSink:
         nothing of it is acknowledged (invariant 1).
         """
         if len(tables) <= 1 or self._settings.concurrency <= 1:
-            return [self._apply_one(table) for table in tables]
+            return [self._apply_one(table, new_tables) for table in tables]
         pool = self._pool
         if pool is None:
             pool = self._pool = ThreadPoolExecutor(
                 max_workers=self._settings.concurrency, thread_name_prefix="wal2delta-table"
             )
-        futures = [pool.submit(self._apply_one, table) for table in tables]
+        futures = [pool.submit(self._apply_one, table, new_tables) for table in tables]
         wait(futures)
         failures = [(t, f.exception()) for t, f in zip(tables, futures, strict=True)]
         failed = [(t, e) for t, e in failures if e is not None]
@@ -665,14 +674,16 @@ class DeltaSink:
             raise failed[0][1]
         return [f.result() for f in futures]
 
-    def _apply_one(self, table: MergePlan) -> _TableOutcome:
+    def _apply_one(self, table: MergePlan, new_tables: frozenset[str]) -> _TableOutcome:
         """One table's steps, then its change history."""
         started = time.monotonic()
-        anomalies = self._apply_table(table)
+        anomalies = self._apply_table(table, table.qualified_name in new_tables)
         history = self._history.write(table)
         return _TableOutcome(anomalies, history, time.monotonic() - started)
 
-    def _apply_table(self, plan: MergePlan) -> int:
+    def _apply_table(self, plan: MergePlan, new_table: bool) -> int:
+        """Apply the table's steps in order; ``new_table``: the lake cannot hold any of
+        its changes in the batch yet (``replays.py``)."""
         path, state = self._prepare_table(plan)
         target = delta_table(path)
         anomalies = 0
@@ -687,7 +698,9 @@ class DeltaSink:
                 elif step.row_count:
                     state.row_ids_complete = False
                     self._follower.follow(plan, path, state, step, message)
-                    anomalies += self._keyed.apply(plan.qualified_name, path, step, state)
+                    new_rows = appends(plan, step, self._meta, new_table=new_table)
+                    executor = self._appends if new_rows else self._keyed
+                    anomalies += executor.apply(plan.qualified_name, path, step, state)
         except BaseException:
             # A failed schema change may or may not have committed: read the schema again
             # before the batch is replayed.

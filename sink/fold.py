@@ -272,6 +272,9 @@ class _OpenStep:
     """Whether each of ``columnar_changes`` is a delete."""
     columnar_misses: int = 0
     """Rows the columnar path declined while it had taken none (binary mode declines all)."""
+    old_keys: bool = False
+    """Some identity's first change in the step is an UPDATE or DELETE: the row may be in
+    the table (``MergeStep.only_new_keys``)."""
 
     def freeze(
         self, columnar: ColumnarRows | None = None, others: list[object] | None = None
@@ -291,6 +294,7 @@ class _OpenStep:
             rows=tuple([row.freeze() for row in rows]),
             first_lsn=self.first_lsn,
             columnar=columnar,
+            only_new_keys=self.shape.unique_key and not self.old_keys,
         )
 
 
@@ -550,7 +554,7 @@ class _Planner:
             if target is None:
                 continue
             table, step = target
-            stop, inserts, updates, deletes = fold_text_rows(
+            stop, inserts, updates, deletes, first_touches = fold_text_rows(
                 changes,
                 position,
                 change.relation,
@@ -563,6 +567,8 @@ class _Planner:
                 step.columnar_parts,
                 step.columnar_deletes,
             )
+            if first_touches:
+                step.old_keys = True
             if stop > position:
                 counts = table.counts
                 counts["insert"] += inserts
@@ -641,6 +647,8 @@ class _Planner:
         if change.op == "delete":
             old = required(old, change, "old")
             identity = identity_key(change, shape, old)
+            if identity not in step.rows:
+                step.old_keys = True
             step.rows[identity] = _Row(
                 True, without_unchanged(old), None, change.commit_lsn, commit_time, change.ordinal
             )
@@ -657,6 +665,8 @@ class _Planner:
         old_identity = identity_key(change, shape, old if old is not None else new)
         new_identity = identity_key(change, shape, new)
         prior = step.rows.get(old_identity)
+        if prior is None or (old_identity != new_identity and new_identity not in step.rows):
+            step.old_keys = True
         moved_from: MovedFrom | None = None
         if prior is not None and (
             not step.columnar_deletes[prior] if isinstance(prior, int) else not prior.delete
@@ -715,8 +725,8 @@ class _Planner:
             return False
         # As the row path: an insert takes the identity's place, an update moves it last;
         # no value is unchanged TOAST, so nothing is kept and nothing moves.
-        if change.op != "insert":
-            step.rows.pop(identity, None)
+        if change.op != "insert" and step.rows.pop(identity, None) is None:
+            step.old_keys = True
         step.rows[identity] = len(step.columnar_changes)
         step.columnar_changes.append(change)
         step.columnar_parts.append(wire)

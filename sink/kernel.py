@@ -70,7 +70,7 @@ def fold_text_rows(  # noqa: PLR0917 - the kernel's arguments, once per run of c
     folded: list[RowChange],
     parts: list[tuple[bytes, int]],
     deletes: list[bool],
-) -> tuple[int, int, int, int]:
+) -> tuple[int, int, int, int, int]:
     """Fold the run of plain row changes at ``changes[start:]`` by identity, in C.
 
     This is the sink's columnar planner's inner loop (``sink.fold``). A change belongs to
@@ -85,14 +85,17 @@ def fold_text_rows(  # noqa: PLR0917 - the kernel's arguments, once per run of c
     ``deletes``.
 
     Returns:
-        ``(stop, inserts, updates, deletes)``: the index of the first change that is not
-        plain (the caller plans it the general way; it is untouched), and how many of each
-        kind were folded. Without the compiled kernel nothing is: ``(start, 0, 0, 0)``,
-        and the caller plans every change the general way, its reference path.
+        ``(stop, inserts, updates, deletes, first_touches)``: the index of the first change
+        that is not plain (the caller plans it the general way; it is untouched), how many
+        of each kind were folded, and how many of the updates and deletes found their
+        identity not yet in ``rows`` - the identity's first change in the step is not an
+        insert (``MergeStep.only_new_keys``). Without the compiled kernel nothing is
+        folded: ``(start, 0, 0, 0, 0)``, and the caller plans every change the general
+        way, its reference path.
     """
     if COMPILED is None:
-        return start, 0, 0, 0
-    stop_and_counts: tuple[int, int, int, int] = COMPILED.fold(
+        return start, 0, 0, 0, 0
+    stop_and_counts: tuple[int, int, int, int, int] = COMPILED.fold(
         changes,
         start,
         RowChange,

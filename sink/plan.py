@@ -147,6 +147,10 @@ class MergeStep:
             step and under another relation have an LSN at or below it.
         columnar: more rows, held as columns (``columnar.py``): upserts of identities
             ``rows`` does not hold, none keeping a column; None when there are none.
+        only_new_keys: the identity is a key the source keeps unique
+            (``shape.Shape.unique_key``) and every identity's first change in the step is
+            an INSERT: none of the step's rows can be in a table that equals the source as
+            of the step's start (``step_append.py`` decides whether that holds).
     """
 
     columns: tuple[PlanColumn, ...]
@@ -155,6 +159,7 @@ class MergeStep:
     rows: tuple[PlannedRow, ...]
     first_lsn: Lsn
     columnar: ColumnarRows | None = None
+    only_new_keys: bool = False
 
     @property
     def row_count(self) -> int:

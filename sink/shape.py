@@ -72,6 +72,10 @@ class Shape:
     columns: tuple[PlanColumn, ...]
     identity: Identity
     match_indexes: tuple[int, ...]
+    unique_key: bool = False
+    """The identity is a key PostgreSQL keeps unique: the primary key or the replica
+    identity index (flagged by the relation, or the catalog's primary key). A key from
+    ``sink.keys`` is not known to be unique."""
     text: tuple[Converter, ...] = field(default=(), compare=False, repr=False)
     binary: tuple[Converter, ...] = field(default=(), compare=False, repr=False)
 
@@ -108,6 +112,7 @@ def build_shape(relation: Relation, options: PlanOptions, decoder: ValueDecoder)
     configured = options.keys.get(relation.qualified_name)
     flagged = [i for i, c in enumerate(relation.columns) if c.is_key]
     identity: Identity
+    unique = True
     if relation.replica_identity == "f" or not flagged:
         # pgoutput flags every column under FULL, so a flag says nothing there.
         if configured:
@@ -118,6 +123,7 @@ def build_shape(relation: Relation, options: PlanOptions, decoder: ValueDecoder)
                     f"table does not publish: {', '.join(missing)}; fix sink.keys"
                 )
             identity, match = "key", tuple(names.index(name) for name in configured)
+            unique = False
         elif (primary := _catalog_key(relation, names, options.primary_key)) is not None:
             identity, match = "key", primary
         elif relation.replica_identity == "f":
@@ -130,6 +136,7 @@ def build_shape(relation: Relation, options: PlanOptions, decoder: ValueDecoder)
         columns,
         identity,
         match,
+        unique_key=identity == "key" and unique,
         text=tuple(column_converter(c, ColumnKind.TEXT, decoder) for c in columns),
         binary=tuple(column_converter(c, ColumnKind.BINARY, decoder) for c in columns),
     )

@@ -29,6 +29,11 @@ with ``__w2d_``:
   snapshot before the merge, so the old row is still there even though the same MERGE
   deletes it).
 
+New rows: a step whose keys cannot be in the table (``step_append.py``) is not merged
+but appended - ``render_new_rows`` selects, from the same source, the rows and columns
+the MERGE would insert, and the lake port appends them with the DataFrame writer
+(``LakeTables.append_query``): no read of the target.
+
 Replay guard: a target row is updated or deleted only when its LSN is at or below the
 source row's (``t.lsn <= s.lsn``), so replaying an older transaction never regresses a row
 (invariant 2). Equal LSNs must pass: a batch replayed after a crash carries the same LSNs
@@ -237,12 +242,8 @@ def render_merge(
             f"WHEN MATCHED AND NOT {is_delete} AND {guard} THEN UPDATE SET\n  "
             + ",\n  ".join(assignments)
         )
-    insert_names = [column.name for column in step.columns]
-    insert_names += [meta.lsn, meta.commit_time, meta.ordinal]
+    insert_names = _inserted_columns(step, meta, buckets)
     insert_values = [_col("s", name) for name in insert_names]
-    if buckets is not None:
-        insert_names.append(buckets.column)
-        insert_values.append(_col("s", buckets.column))
     if meta.soft_delete:
         # A delete of a row the target does not hold leaves a tombstone, so replaying the
         # older insert later cannot bring the row back.
@@ -260,6 +261,54 @@ def render_merge(
         f"  VALUES ({', '.join(insert_values)})"
     )
     return "\n".join(lines)
+
+
+def _inserted_columns(
+    step: MergeStep, meta: MetadataColumns, buckets: BucketFilter | None
+) -> list[str]:
+    """The columns a new row of ``step`` is written with, besides the soft-delete flag: the
+    step's columns, the change's stamp, and the key-range partition when there is one."""
+    names = [column.name for column in step.columns]
+    names += [meta.lsn, meta.commit_time, meta.ordinal]
+    if buckets is not None:
+        names.append(buckets.column)
+    return names
+
+
+def render_new_rows(
+    step: MergeStep,
+    meta: MetadataColumns,
+    *,
+    view: str,
+    buckets: BucketFilter | None = None,
+) -> str:
+    """Select the rows ``step`` appends: its rows that are not deleted, with the columns a
+    MERGE would insert them with (``render_merge``'s ``WHEN NOT MATCHED``).
+
+    Only for a step whose keys cannot be in the table (``step_append.py``) and a table
+    without soft deletes: a deleted row of such a step was never in the table, so it is
+    left out, where soft deletes would keep its tombstone. A target column the step does
+    not carry is NULL in the appended rows, as in rows a MERGE inserts (the engine fills
+    it: Delta appends match columns by name).
+
+    Args:
+        step: the planned rows and their shape; no row keeps a column.
+        meta: metadata column names.
+        view: the temporary view holding ``source_columns(step, meta)`` (and the partition
+            column with ``buckets``).
+        buckets: the key-range partition, for a table partitioned by key range.
+
+    Returns:
+        One ``SELECT`` for a DataFrame append.
+    """
+    assert not meta.soft_delete, "soft deletes keep tombstones: such steps MERGE"
+    assert not step.kept_indexes, "a row keeping a column reads the target: such steps MERGE"
+    names = _inserted_columns(step, meta, buckets)
+    return (
+        f"SELECT {', '.join(_col('s', name) for name in names)}\n"
+        f"FROM {view} AS s\n"
+        f"WHERE NOT {_col('s', DELETE_FLAG)}"
+    )
 
 
 def render_toast_anomaly_count(

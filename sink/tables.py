@@ -3,14 +3,14 @@
 ``LakeTables`` wraps the Spark session for the sink - no other sink module holds it. SQL is
 rendered in ``sql.py`` and executed here: statements (``sql``), queries whose rows the
 sink reads (``rows``, ``count``, ``newest_position``), appends of Arrow tables
-(``append``), rewrites of a table from a query (``overwrite``) and whole reads of the
-lake's small bookkeeping tables (``read``). It also creates a table with its columns
-unless it exists (an empty DataFrame written with save mode ``ignore``: Sail rejects
-``CREATE TABLE delta.`path```), caches each table's columns after the first look
-(``TableState``), adds missing columns (``mergeSchema``, a metadata-only commit), checks a
-table's key-range partitioning against the configuration, and runs statements over
-temporary views of Arrow tables (read from a local Parquet file by the embedded engine,
-``sources.py``; sent inline through the session otherwise).
+(``append``) and of a query's rows (``append_query``), rewrites of a table from a query
+(``overwrite``) and whole reads of the lake's small bookkeeping tables (``read``). It also
+creates a table with its columns unless it exists (an empty DataFrame written with save
+mode ``ignore``: Sail rejects ``CREATE TABLE delta.`path```), caches each table's columns
+after the first look (``TableState``), adds missing columns (``mergeSchema``, a
+metadata-only commit), checks a table's key-range partitioning against the configuration,
+and runs statements over temporary views of Arrow tables (read from a local Parquet file
+by the embedded engine, ``sources.py``; sent inline through the session otherwise).
 """
 
 from __future__ import annotations
@@ -258,6 +258,18 @@ class LakeTables:
         writer = writer.format("delta").mode("append")
         if merge_schema:
             writer = writer.option("mergeSchema", "true")
+        if partitions:
+            writer = writer.partitionBy(*partitions)
+        writer.save(path)
+
+    def append_query(self, path: str, query: str, *, partitions: Sequence[str] = ()) -> None:
+        """Append the rows of ``query`` to the Delta table at ``path``, in one commit.
+
+        Columns are matched by name; a table column the query lacks is NULL in the new
+        rows. ``partitions`` names the table's partition column (Sail rejects an append to
+        a partitioned table without it).
+        """
+        writer = self._spark.sql(query).write.format("delta").mode("append")
         if partitions:
             writer = writer.partitionBy(*partitions)
         writer.save(path)

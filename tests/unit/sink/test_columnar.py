@@ -348,7 +348,7 @@ def _wired(change: RowChange) -> RowChange:
 
 def _fold(
     changes: list[RowChange | MessageChange], start: int = 0, rows: dict | None = None
-) -> tuple[tuple[int, int, int, int], dict, list, list, list]:
+) -> tuple[tuple[int, int, int, int, int], dict, list, list, list]:
     """Fold ``changes[start:]`` as a run of ``_FOLD_REL`` at the first change's commit time."""
     rows = {} if rows is None else rows
     folded: list[RowChange] = []
@@ -382,8 +382,10 @@ def test_fold_folds_a_run_of_plain_changes_as_the_row_path_does() -> None:
         _wired(delete(_FOLD_REL, "1", None, lsn=10, ordinal=5)),
         _wired(delete(_FOLD_REL, "9", "full", lsn=10, ordinal=6, old_kind="O")),
     ]
-    (stop, inserts, updates, deletes), rows, folded, parts, flags = _fold(changes)
+    (stop, inserts, updates, deletes, first_touches), rows, folded, parts, flags = _fold(changes)
     assert (stop, inserts, updates, deletes) == (7, 4, 1, 2)
+    # The delete of 9 is its identity's first change in the step; the others follow inserts.
+    assert first_touches == 1
     # An update moves its identity last; an insert or delete takes the identity's place.
     assert list(rows.items()) == [((2,), 3), ((1,), 5), ((None,), 4), ((9,), 6)]
     assert folded == changes
@@ -398,12 +400,17 @@ def test_fold_starts_where_it_is_told_and_replaces_what_the_row_path_planned() -
         _wired(update(_FOLD_REL, "7", "b", lsn=10, ordinal=1)),
     ]
     planned = {(7,): "a row the row path folded", (8,): "another"}
-    (stop, inserts, updates, deletes), rows, folded, _, _ = _fold(changes, 1, planned)
-    assert (stop, inserts, updates, deletes) == (2, 0, 1, 0)
+    (stop, inserts, updates, deletes, first_touches), rows, folded, _, _ = _fold(
+        changes, 1, planned
+    )
+    # The update finds 7 planned already: not its identity's first change in the step.
+    assert (stop, inserts, updates, deletes, first_touches) == (2, 0, 1, 0, 0)
     assert rows is planned
     assert list(rows.items()) == [((8,), "another"), ((7,), 0)]
     assert folded == [changes[1]]
-    assert _fold(changes, 2, {})[0] == (2, 0, 0, 0)
+    assert _fold(changes, 2, {})[0] == (2, 0, 0, 0, 0)
+    # Alone, the update of 7 is the first change of its identity.
+    assert _fold(changes, 1, {})[0] == (2, 0, 1, 0, 1)
 
 
 @pytest.mark.parametrize(
@@ -464,7 +471,7 @@ def test_fold_stops_at_the_first_change_that_is_not_plain(ends_the_run: str) -> 
         [],
         [],
     )
-    assert answer == (1, 1, 0, 0)
+    assert answer == (1, 1, 0, 0, 0)
     assert rows == {(1,): 0}
 
 
