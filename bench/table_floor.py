@@ -15,24 +15,29 @@ count, the same columns), four ways, one after the other:
   and one ``MERGE INTO ... ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED
   THEN INSERT *``, table after table;
 * ``merge, concurrent``: the same from ``concurrency`` threads (``sink.concurrency``);
-* ``append, serial`` and ``append, concurrent``: one DataFrame append of the share
-  (``createDataFrame(arrow).write.format("delta").mode("append")``).
+* ``append, serial`` and ``append, concurrent``: one DataFrame append of the share from
+  the same source (``spark.sql("SELECT * FROM source").write.format("delta")
+  .mode("append")``, as the sink's append path writes, ``sink/step_append.py``).
 
 The share's rows follow the mix: insert-only shares are new keys only; the 70/30 mix's are
 70% new keys and 30% keys the table holds (a MERGE updates those; an append writes the same
 number of rows, as the product's append path writes a batch's inserts). Every pass writes
-keys no earlier pass wrote. The figure is seconds per table: a pass's wall time over N.
+keys no earlier pass wrote. The figure is seconds per table: a pass's wall time over N, the
+median of a few rounds of the pass where N is small (``rounds_for``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import itertools
+import os
+import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -63,6 +68,8 @@ class Floor:
     seconds: dict[str, float]
     """Pass -> wall time of the pass / tables."""
     setup_seconds: float
+    load: float
+    """The 1-minute load average when the floor's passes started."""
 
 
 def share_table(meta: MetadataColumns, keys: Sequence[int], *, lsn: int, mark: int = 0) -> pa.Table:
@@ -104,34 +111,49 @@ class _Writer:
         with self._lock:
             return next(self._numbers)
 
+    @contextmanager
+    def source(self, rows: pa.Table) -> Iterator[str]:
+        """A relation over ``rows`` for the block, as the sink hands a source to the engine:
+        a Parquet file the embedded engine reads, a temporary view of rows sent inline
+        otherwise."""
+        number = self._number()
+        if self._files is None:
+            name = f"__floor_source_{number}"
+            self._spark.createDataFrame(rows).createOrReplaceTempView(name)
+            try:
+                yield f"`{name}`"
+            finally:
+                self._spark.catalog.dropTempView(name)
+            return
+        file = self._files / f"{number}.parquet"
+        pq.write_table(
+            rows, str(file), compression="none", use_dictionary=False, write_statistics=False
+        )
+        try:
+            yield f"parquet.`{file}`"
+        finally:
+            file.unlink(missing_ok=True)
+
     def append(self, path: str, rows: pa.Table) -> None:
-        """One DataFrame append of ``rows`` (a new table when ``path`` has none)."""
-        self._spark.createDataFrame(rows).write.format("delta").mode("append").save(path)
+        """One DataFrame append of ``rows`` from the source (a new table when ``path`` has
+        none)."""
+        with self.source(rows) as source:
+            frame = self._spark.sql(f"SELECT * FROM {source}")
+            frame.write.format("delta").mode("append").save(path)
 
     def merge(self, path: str, rows: pa.Table) -> None:
         """One MERGE of ``rows`` into the table at ``path`` by ``id``."""
-        number = self._number()
-        source: str
-        file: Path | None = None
-        if self._files is not None:
-            file = self._files / f"{number}.parquet"
-            pq.write_table(
-                rows, str(file), compression="none", use_dictionary=False, write_statistics=False
-            )
-            source = f"parquet.`{file}`"
-        else:
-            source = f"`__floor_source_{number}`"
-            self._spark.createDataFrame(rows).createOrReplaceTempView(source.strip("`"))
-        try:
+        with self.source(rows) as source:
             self._spark.sql(
                 f"MERGE INTO delta.`{path}` AS t USING {source} AS s ON t.id = s.id "
                 "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
             )
-        finally:
-            if file is not None:
-                file.unlink(missing_ok=True)
-            else:
-                self._spark.catalog.dropTempView(source.strip("`"))
+
+
+def rounds_for(tables: int) -> int:
+    """Rounds of each pass: enough writes for a median where there are few tables (five
+    rounds for one table, four for five, one from 20 tables on)."""
+    return max(1, min(5, 20 // tables))
 
 
 def measure_floor(
@@ -166,21 +188,27 @@ def measure_floor(
     progress(f"floor: {tables} tables created in {setup:.1f} s")
     inserted = rows_per_table - updated_per_table
     seconds: dict[str, float] = {}
-    for number, name in enumerate(PASSES, start=1):
-        # New keys above the seed and every earlier pass's; updates of the seed's first rows.
-        first_new = seed + 1 + (number - 1) * inserted
-        keys = [*range(1, updated_per_table + 1), *range(first_new, first_new + inserted)]
-        rows = share_table(meta, keys, lsn=1 + number, mark=number)
+    rounds = rounds_for(tables)
+    load = os.getloadavg()[0]
+    for number, name in enumerate(PASSES):
         write = writer.merge if name.startswith("merge") else writer.append
-        started = time.perf_counter()
-        if name.endswith("serial") or concurrency <= 1:
-            for path in paths:
-                write(path, rows)
-        else:
-            with ThreadPoolExecutor(concurrency, thread_name_prefix="floor") as pool:
-                list(pool.map(lambda path: write(path, rows), paths))  # noqa: B023
-        seconds[name] = (time.perf_counter() - started) / tables
-        progress(f"floor: {name}: {seconds[name] * 1000:.1f} ms a table")
+        timed = []
+        for round_number in range(rounds):
+            # New keys above the seed and every earlier write's; updates of the seed's rows.
+            first_new = seed + 1 + (number * rounds + round_number) * inserted
+            keys = [*range(1, updated_per_table + 1), *range(first_new, first_new + inserted)]
+            lsn = 2 + number * rounds + round_number
+            rows = share_table(meta, keys, lsn=lsn, mark=lsn)
+            started = time.perf_counter()
+            if name.endswith("serial") or concurrency <= 1:
+                for path in paths:
+                    write(path, rows)
+            else:
+                with ThreadPoolExecutor(concurrency, thread_name_prefix="floor") as pool:
+                    list(pool.map(lambda path: write(path, rows), paths))  # noqa: B023
+            timed.append((time.perf_counter() - started) / tables)
+        seconds[name] = statistics.median(timed)
+        progress(f"floor: {name}: {seconds[name] * 1000:.1f} ms a table ({rounds} rounds)")
     return Floor(
         tables=tables,
         rows_per_table=rows_per_table,
@@ -188,4 +216,5 @@ def measure_floor(
         concurrency=concurrency,
         seconds=seconds,
         setup_seconds=setup,
+        load=load,
     )

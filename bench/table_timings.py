@@ -63,6 +63,7 @@ PHASES: Final = (
     ("sink.sources", "SourceFiles", "write", "engine input: Parquet source file"),
     ("sink.tables", "LakeTables", "sql", "engine: statement (MERGE)"),
     ("sink.tables", "LakeTables", "append", "engine: DataFrame append"),
+    ("sink.tables", "LakeTables", "append_query", "engine: append of a query"),
     ("sink.tables", "LakeTables", "count", "engine: count query"),
     ("sink.tables", "LakeTables", "rows", "engine: row query"),
     ("sink.tables", "LakeTables", "load", "engine: create or read a table"),

@@ -39,8 +39,8 @@ included), and the phases of ``bench.table_timings`` in milliseconds of thread t
 table write (for the largest N).
 
 The engine's floor (``--floor``, on by default; ``bench.table_floor``): in this process,
-after the cases, one Spark session as the daemon's (embedded Sail, or the ``--engine``
-endpoint) and, for each mix and N, N small Delta tables of the daemon's columns; a MERGE
+right after each case (under the same load), one Spark session as the daemon's (embedded
+Sail, or the ``--engine`` endpoint) and N small Delta tables of the daemon's columns; a MERGE
 and a DataFrame append of each table's share of the backlog (``--changes / N`` rows, the
 mix's share of them updates of rows the table holds), one table after the other and from
 ``sink.concurrency`` threads. The daemon's cost per table write is printed against the
@@ -367,6 +367,19 @@ def _case_figures(case: Case, base: Case, *, phases: bool) -> tuple[list[Figure]
             note=f"streaming / {writes} table writes; apply {apply_seconds:.1f} s in all",
         ),
     ]
+    if phases:
+        batches = ", ".join(
+            f"{int(b['changes']):,}/{int(b['table_writes'])}/{b['seconds']:.1f} s"
+            for b in case.batches
+        )
+        figures.append(
+            median_figure(
+                f"{label}: daemon batches",
+                [len(case.batches)],
+                "batches",
+                note=f"changes/table writes/apply seconds of each: {batches}",
+            )
+        )
     if phases and writes:
         figures += [
             median_figure(
@@ -386,7 +399,7 @@ def _case_figures(case: Case, base: Case, *, phases: bool) -> tuple[list[Figure]
                 [floor.seconds[name] * 1000],
                 "ms/table",
                 note=f"{floor.rows_per_table:,} rows a table, {floor.updated_per_table:,} "
-                f"of them updates; {floor.concurrency} threads",
+                f"of them updates; {floor.concurrency} threads; load {floor.load:.2f}",
             )
             for name in PASSES
         ]
@@ -544,38 +557,32 @@ def main(argv: list[str] | None = None) -> int:
             workdir: Path = args.workdir or Path(
                 stack.enter_context(tempfile.TemporaryDirectory(prefix="w2d-bench-tables-"))
             )
-            with bench_server(workdir / "pg") as server:
-                cases = [
-                    measure_case(server, mix, count, args, workdir / f"case-{mix.name}-{count}")
-                    for mix in args.mix
-                    for count in args.tables
-                ]
             if args.floor or args.big or args.lag:
                 configure_engine_logging("warning")  # Sail logs every query at info
                 settings = bench_spark_settings() if args.engine is None else spark_settings(config)
                 spark = create_spark_session(settings)
                 stack.callback(stop_spark_session, spark)
-            if args.floor:
-                meta = sink_settings(config).metadata
-                load = os.getloadavg()[0]
-                for number, case in enumerate(cases):
-                    rows, updated = floor_shares(case.mix, args.changes, case.tables)
-                    floor = measure_floor(
-                        spark,
-                        workdir / f"floor-{number}",
-                        meta,
-                        tables=case.tables,
-                        rows_per_table=rows,
-                        updated_per_table=updated,
-                        concurrency=sink.concurrency,
-                        embedded=is_embedded(spark),
-                        progress=_printer(f"{case.label()}: "),
-                    )
-                    cases[number] = replace(case, floor=floor)
-                facts["floor"] = (
-                    f"bare MERGE / DataFrame append of each table's share, in this process "
-                    f"(load {load:.2f} at its start, {os.getloadavg()[0]:.2f} at its end)"
-                )
+            cases = []
+            with bench_server(workdir / "pg") as server:
+                for mix in args.mix:
+                    for count in args.tables:
+                        name = f"{mix.name}-{count}"
+                        case = measure_case(server, mix, count, args, workdir / f"case-{name}")
+                        if args.floor:  # right after its case, under the same load
+                            rows, updated = floor_shares(mix, args.changes, count)
+                            floor = measure_floor(
+                                spark,
+                                workdir / f"floor-{name}",
+                                sink_settings(config).metadata,
+                                tables=count,
+                                rows_per_table=rows,
+                                updated_per_table=updated,
+                                concurrency=sink.concurrency,
+                                embedded=is_embedded(spark),
+                                progress=_printer(f"{case.label()}: "),
+                            )
+                            case = replace(case, floor=floor)
+                        cases.append(case)
             if args.big:
                 facts["big: load at start"] = f"{os.getloadavg()[0]:.2f}"
                 big = measure_big(
