@@ -113,6 +113,12 @@ class Metrics:
         "Time of the MERGE of one table within a batch.", ("table",)
     )
     rows_merged = _counter("Rows written by MERGE, by table.", ("table",))
+    table_writes = _counter(
+        "Delta writes of the steps of applied batches, by kind: merge, append (a step whose "
+        "keys cannot be in the table), delete (a TRUNCATE), none (every row inserted and "
+        "deleted within the step).",
+        ("kind",),
+    )
     held_changes = _gauge(
         "Row changes the sink holds back for a later batch (sink.table_min_rows); the "
         "acknowledged position stays before the oldest of them."

@@ -333,6 +333,8 @@ class Session:
             self.metrics.rows_merged.labels(table=table).inc(sum(ops.values()))
         for table, seconds in result.seconds_by_table.items():
             self.metrics.merge_duration_seconds.labels(table=table).observe(seconds)
+        for kind, count in result.table_writes.items():
+            self.metrics.table_writes.labels(kind=kind).inc(count)
         for table, count in result.toast_anomalies_by_table.items():
             self.metrics.toast_anomalies.labels(table=table).inc(count)
         if report.result.toast_anomalies:

@@ -73,6 +73,9 @@ class BatchResult:
             transaction are not durable: the acknowledged position stays at or before it,
             whatever the batch's ``durable_lsn`` says (invariant 1).
         held_changes: how many changes the sink holds back after this batch.
+        table_writes: the Delta writes the batch's steps made, by kind: ``merge``,
+            ``append``, ``delete`` (a TRUNCATE), ``none`` (a step whose rows were all
+            inserted and deleted within it); kinds with none left out.
     """
 
     rows_by_table: Mapping[str, Mapping[str, int]]
@@ -83,6 +86,7 @@ class BatchResult:
     unrepresentable: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
     held_lsn: Lsn | None = None
     held_changes: int = 0
+    table_writes: Mapping[str, int] = field(default_factory=dict)
 
 
 class Sink(Protocol):

@@ -86,6 +86,7 @@ from sink.deltars import DeltaRsAppender
 from sink.evolution import (
     SourceCatalog,
 )
+from sink.executor import NOTHING_WRITTEN, WRITE_KINDS, StepOutcome, TableTarget, WriteKind
 from sink.fold import plan_batch, plan_copy
 from sink.follow import RelationFollower
 from sink.history import HistoryWriter, history_name
@@ -98,6 +99,7 @@ from sink.plan import (
     MergePlan,
     MergeStep,
     PlanOptions,
+    Step,
     TruncateStep,
 )
 from sink.rejects import RejectsLog, TableReject
@@ -130,6 +132,8 @@ class _TableOutcome:
     """The location of the change history it appended to, if any."""
     seconds: float
     """Wall time of its steps and history."""
+    writes: Counter[WriteKind]
+    """The Delta writes its steps made, by kind (``executor.WriteKind``)."""
 
 
 class DeltaSink:
@@ -239,6 +243,7 @@ class DeltaSink:
         written: dict[str, str] = {}
         seconds: dict[str, float] = {}
         anomalies_by_table: dict[str, int] = {}
+        table_writes: Counter[WriteKind] = Counter()
         try:
             outcomes = self._apply_tables(plan.tables, new_tables)
             origins = self._bookkeeping.flush_column_origins()
@@ -255,6 +260,7 @@ class DeltaSink:
             if outcome.anomalies:
                 anomalies_by_table[table.qualified_name] = outcome.anomalies
             anomalies += outcome.anomalies
+            table_writes.update(outcome.writes)
         if plan.messages and self._settings.messages_table:
             self._bookkeeping.write_messages(plan.messages)
         rejects = [TableReject(t.qualified_name, r) for t in plan.tables for r in t.rejects]
@@ -276,6 +282,7 @@ class DeltaSink:
             ),
             held_lsn=_earliest(self._held.low_lsn, self._copies.held_lsn),
             held_changes=self._held.count,
+            table_writes={kind: table_writes[kind] for kind in WRITE_KINDS if table_writes[kind]},
         )
 
     def after_apply(self) -> None:
@@ -430,7 +437,7 @@ class DeltaSink:
             # A table without rows (one created just now) has nothing to truncate.
             held_rows = self._holds_rows(name, target)
             if held_rows:
-                self._truncates.apply(name, target, truncate, state)
+                self._truncates.apply(TableTarget(name, path, state), truncate)
             self._follower.follow(plan, path, state, step, plan.relations[1])
         except BaseException:
             state.stale = True
@@ -677,30 +684,24 @@ class DeltaSink:
     def _apply_one(self, table: MergePlan, new_tables: frozenset[str]) -> _TableOutcome:
         """One table's steps, then its change history."""
         started = time.monotonic()
-        anomalies = self._apply_table(table, table.qualified_name in new_tables)
+        writes, anomalies = self._apply_table(table, table.qualified_name in new_tables)
         history = self._history.write(table)
-        return _TableOutcome(anomalies, history, time.monotonic() - started)
+        return _TableOutcome(anomalies, history, time.monotonic() - started, writes)
 
-    def _apply_table(self, plan: MergePlan, new_table: bool) -> int:
-        """Apply the table's steps in order; ``new_table``: the lake cannot hold any of
-        its changes in the batch yet (``replays.py``)."""
+    def _apply_table(self, plan: MergePlan, new_table: bool) -> tuple[Counter[WriteKind], int]:
+        """Apply the table's steps in order, each by the executor of its kind; return the
+        writes they made and the TOAST anomalies they found. ``new_table``: the lake cannot
+        hold any of its changes in the batch yet (``replays.py``)."""
         path, state = self._prepare_table(plan)
-        target = delta_table(path)
+        target = TableTarget(plan.qualified_name, path, state)
+        writes: Counter[WriteKind] = Counter()
         anomalies = 0
         try:
             messages = plan.relations or (None,) * len(plan.steps)
             for step, message in zip(plan.steps, messages, strict=True):
-                if isinstance(step, TruncateStep):
-                    self._truncates.apply(plan.qualified_name, target, step, state)
-                elif isinstance(step, KeylessStep):
-                    self._follower.follow(plan, path, state, step, message)
-                    self._keyless.apply(plan.qualified_name, path, step, state)
-                elif step.row_count:
-                    state.row_ids_complete = False
-                    self._follower.follow(plan, path, state, step, message)
-                    new_rows = appends(plan, step, self._meta, new_table=new_table)
-                    executor = self._appends if new_rows else self._keyed
-                    anomalies += executor.apply(plan.qualified_name, path, step, state)
+                outcome = self._apply_step(plan, target, step, message, new_table)
+                writes[outcome.write] += 1
+                anomalies += outcome.toast_anomalies
         except BaseException:
             # A failed schema change may or may not have committed: read the schema again
             # before the batch is replayed.
@@ -713,7 +714,28 @@ class DeltaSink:
                 change_count=plan.skipped,
                 reason="on_missing_key is skip",
             )
-        return anomalies
+        return writes, anomalies
+
+    def _apply_step(
+        self,
+        plan: MergePlan,
+        target: TableTarget,
+        step: Step,
+        message: Relation | None,
+        new_table: bool,
+    ) -> StepOutcome:
+        """Hand ``step`` to the executor of its kind, after the table follows the step's
+        relation (``follow.py``)."""
+        if isinstance(step, TruncateStep):
+            return self._truncates.apply(target, step)
+        if isinstance(step, MergeStep) and not step.row_count:
+            return NOTHING_WRITTEN
+        self._follower.follow(plan, target.path, target.state, step, message)
+        if isinstance(step, KeylessStep):
+            return self._keyless.apply(target, step)
+        if appends(plan, step, self._meta, new_table=new_table):
+            return self._appends.apply(target, step)
+        return self._keyed.apply(target, step)
 
     def _prepare_table(self, plan: MergePlan, staging: str | None = None) -> tuple[str, TableState]:
         """The table's location (``staging`` for an online copy's staging table) and state;

@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import pyarrow.compute as pc
 
+from sink.executor import NOTHING_WRITTEN, StepOutcome, TableTarget
 from sink.plan import MergePlan, MergeStep
 from sink.spark import engine_errors
-from sink.sql import DELETE_FLAG, MetadataColumns, delta_table, render_new_rows
+from sink.sql import DELETE_FLAG, MetadataColumns, render_new_rows
 from sink.step_keyed import KeyedSources
-from sink.tables import LakeTables, TableState
+from sink.tables import LakeTables
 
 
 def appends(plan: MergePlan, step: MergeStep, meta: MetadataColumns, *, new_table: bool) -> bool:
@@ -71,17 +72,19 @@ class KeyedAppendExecutor:
         self._meta = meta
         self._sources = sources
 
-    def apply(self, table: str, path: str, step: MergeStep, state: TableState) -> int:
+    def apply(self, target: TableTarget, step: MergeStep) -> StepOutcome:
         """Append the step's rows that are not deleted, in one commit (none when every row
-        was deleted); return the TOAST anomalies found: none, as no row keeps a column."""
-        source = self._sources.build(table, delta_table(path), step, state)
+        was deleted). No row keeps a column, so none can be a TOAST anomaly."""
+        # Rows inserted here have no keyless identity (``step_keyless.py`` backfills one).
+        target.state.row_ids_complete = False
+        source = self._sources.build(target.name, target.reference, step, target.state)
         if not pc.any(pc.invert(source.rows.column(DELETE_FLAG))).as_py():
-            return 0
+            return NOTHING_WRITTEN
         partitions = () if source.buckets is None else (source.buckets.column,)
         with (
-            engine_errors(f"appending to {table}"),
+            engine_errors(f"appending to {target.name}"),
             self._lake.view(source.rows, source.columns) as view,
         ):
             query = render_new_rows(step, self._meta, view=view, buckets=source.buckets)
-            self._lake.append_query(path, query, partitions=partitions)
-        return 0
+            self._lake.append_query(target.path, query, partitions=partitions)
+        return StepOutcome("append")

@@ -23,6 +23,7 @@ import structlog
 
 from sink.arrow import ArrowColumn, source_table
 from sink.base import SinkDataError
+from sink.executor import StepOutcome, TableTarget
 from sink.partitioning import BucketFilter, bucket_filter, bucket_of, bucket_values, bucketed_column
 from sink.plan import MergeStep
 from sink.settings import KeyBuckets
@@ -30,7 +31,6 @@ from sink.spark import engine_errors
 from sink.sql import (
     ANOMALY_COUNT,
     MetadataColumns,
-    delta_table,
     render_bucket_sample,
     render_merge,
     render_toast_anomaly_count,
@@ -116,24 +116,26 @@ class KeyedMergeExecutor:
         self._meta = meta
         self._sources = sources
 
-    def apply(self, table: str, path: str, step: MergeStep, state: TableState) -> int:
-        """MERGE the step's rows into the table; return the TOAST anomalies it counted."""
-        target = delta_table(path)
-        source = self._sources.build(table, target, step, state)
+    def apply(self, target: TableTarget, step: MergeStep) -> StepOutcome:
+        """MERGE the step's rows into the table; count the TOAST anomalies it finds."""
+        table = target.name
+        # Rows inserted here have no keyless identity (``step_keyless.py`` backfills one).
+        target.state.row_ids_complete = False
+        source = self._sources.build(table, target.reference, step, target.state)
         anomalies = 0
         with (
             engine_errors(f"merging into {table}"),
             self._lake.view(source.rows, source.columns) as view,
         ):
             count_query = render_toast_anomaly_count(
-                step, self._meta, target=target, view=view, buckets=source.buckets
+                step, self._meta, target=target.reference, view=view, buckets=source.buckets
             )
             if count_query is not None:
                 anomalies = self._lake.count(count_query, ANOMALY_COUNT)
             merge = render_merge(
                 step,
                 self._meta,
-                target=target,
+                target=target.reference,
                 view=view,
                 buckets=source.buckets,
             )
@@ -145,4 +147,4 @@ class KeyedMergeExecutor:
                 key_columns=[c.name for c in step.match_columns],
                 row_count=anomalies,
             )
-        return anomalies
+        return StepOutcome("merge", anomalies)

@@ -27,6 +27,7 @@ from sink.arrow import (
     plan_column,
 )
 from sink.base import SinkDataError
+from sink.executor import StepOutcome, TableTarget
 from sink.keyless import Candidate, FoldedStep, assign_takes, fold
 from sink.plan import KeylessStep, Position
 from sink.spark import engine_errors
@@ -58,25 +59,29 @@ class KeylessMergeExecutor:
         self._meta = meta
         self._key_buckets = key_buckets
 
-    def apply(self, table: str, path: str, step: KeylessStep, state: TableState) -> None:
+    def apply(self, target: TableTarget, step: KeylessStep) -> StepOutcome:
         """Apply a keyless step: fold it after the table's floor, assign its takes, MERGE."""
+        table, path, state = target.name, target.path, target.state
         if table in self._key_buckets:
             raise SinkDataError(
                 f"sink.partition_by_key lists {table}, but it has no key (REPLICA IDENTITY "
                 "FULL without a primary key or configured key); partition only tables with "
                 "a primary key, replica identity index or configured key"
             )
-        target = delta_table(path)
         if not state.row_ids_complete:
             self._complete_row_ids(table, path, state)
         if state.keyless_floor is None:
-            state.keyless_floor = self._newest_stamp(table, target)
+            state.keyless_floor = self._newest_stamp(table, target.reference)
         folded = fold(step, state.keyless_floor)
+        outcome = StepOutcome("none")
         if folded.takes or folded.touches:
-            self._merge_folded(table, target, folded)
+            self._merge_folded(table, target.reference, folded)
+            outcome = StepOutcome("merge")
         elif folded.new_rows:
             self._append_new_rows(table, path, folded)
+            outcome = StepOutcome("append")
         state.keyless_floor = max(state.keyless_floor, step.last_position)
+        return outcome
 
     def _append_new_rows(self, table: str, path: str, folded: FoldedStep) -> None:
         """Insert-only after the floor: no new row's identity can be in the table yet.

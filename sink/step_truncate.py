@@ -11,10 +11,11 @@ from __future__ import annotations
 import pyarrow as pa
 
 from sink.arrow import ArrowColumn
+from sink.executor import StepOutcome, TableTarget
 from sink.plan import TruncateStep
 from sink.spark import engine_errors
 from sink.sql import MetadataColumns, render_truncate, truncate_columns
-from sink.tables import LakeTables, TableState
+from sink.tables import LakeTables
 from sink.typemap import BIGINT, TIMESTAMP
 
 
@@ -25,12 +26,13 @@ class TruncateExecutor:
         self._lake = lake
         self._meta = meta
 
-    def apply(self, table: str, target: str, step: TruncateStep, state: TableState) -> None:
+    def apply(self, target: TableTarget, step: TruncateStep) -> StepOutcome:
         """Remove (or, with soft deletes, flag) every row at or below the TRUNCATE's LSN."""
-        with engine_errors(f"truncating {table}"):
+        table = target.reference
+        with engine_errors(f"truncating {target.name}"):
             if not self._meta.soft_delete:
-                self._lake.sql(render_truncate(step.lsn, self._meta, target=target, view=""))
-                return
+                self._lake.sql(render_truncate(step.lsn, self._meta, target=table, view=""))
+                return StepOutcome("delete")
             lsn_name, time_name = truncate_columns(self._meta)
             columns = [
                 ArrowColumn(lsn_name, BIGINT.spark_sql, BIGINT.arrow),
@@ -42,8 +44,9 @@ class TruncateExecutor:
                     time_name: pa.array([step.commit_time], TIMESTAMP.arrow),
                 }
             )
-            ordinal = step.ordinal if self._meta.ordinal in state.columns else None
+            ordinal = step.ordinal if self._meta.ordinal in target.state.columns else None
             with self._lake.view(arrow, columns) as view:
                 self._lake.sql(
-                    render_truncate(step.lsn, self._meta, target=target, view=view, ordinal=ordinal)
+                    render_truncate(step.lsn, self._meta, target=table, view=view, ordinal=ordinal)
                 )
+        return StepOutcome("merge")

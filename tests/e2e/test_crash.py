@@ -1,17 +1,18 @@
 """Crash harness: SIGKILL the daemon at random moments; Delta must still equal the source.
 
-A seeded, randomised multi-table workload (inserts, updates, key changes, deletes,
-truncates, savepoints, large streamed transactions, prepared transactions, identical rows
-in a table without a key, a table published with a row filter and a column list by a second
-publication, small transactions spread over 46 more small tables) runs while the real
-daemon (``wal2delta run`` in a subprocess) is killed with SIGKILL at random points - during
-the initial snapshot, mid-MERGE, between MERGE and acknowledgement, during a compaction -
-and started again, at least 20 times. The daemon applies up to four tables of a batch at
-once (``sink.concurrency``) and holds back the changes of a table that changes little
-(``sink.table_min_rows``) for up to two seconds, so kills also fall while MERGEs run side
-by side and while changes wait, unacknowledged, for a later batch. At the end every one of
-the 51 Delta tables, read with delta-rs, equals its source table: nothing lost, nothing
-duplicated, no deleted row resurrected.
+A seeded, randomised multi-table workload (inserts, updates, key changes, deletes, a table
+of mostly new keys whose batches are appended rather than merged, truncates, savepoints,
+large streamed transactions, prepared transactions, identical rows in a table without a
+key, a table published with a row filter and a column list by a second publication, small
+transactions spread over 46 more small tables) runs while the real daemon (``wal2delta
+run`` in a subprocess) is killed with SIGKILL at random points - during the initial
+snapshot, mid-MERGE, between a MERGE or an append and the batch's record and
+acknowledgement, during a compaction - and started again, at least 20 times. The daemon
+applies up to four tables of a batch at once (``sink.concurrency``) and holds back the
+changes of a table that changes little (``sink.table_min_rows``) for up to two seconds, so
+kills also fall while MERGEs run side by side and while changes wait, unacknowledged, for a
+later batch. At the end every one of the 52 Delta tables, read with delta-rs, equals its
+source table: nothing lost, nothing duplicated, no deleted row resurrected.
 
 Replay a failure with ``WAL2DELTA_CRASH_SEED=<seed> pytest tests/e2e/test_crash.py``.
 """
@@ -49,12 +50,21 @@ ROOT = Path(__file__).resolve().parents[2]
 SMALL_TABLES = tuple(f"crash.s{number:02d}" for number in range(46))
 SMALL_KEYS = 40
 """The small tables' changes pick keys 1..SMALL_KEYS; a key change moves one above them."""
-TABLES = ("crash.accounts", "crash.lines", "crash.notes", "crash.events", *SMALL_TABLES)
+TABLES = (
+    "crash.accounts",
+    "crash.lines",
+    "crash.notes",
+    "crash.events",
+    "crash.orders",
+    *SMALL_TABLES,
+)
 SCHEMA = """
 CREATE SCHEMA crash;
 CREATE TABLE crash.accounts (id int PRIMARY KEY, owner text NOT NULL, balance numeric(12, 2));
 CREATE TABLE crash.lines (order_id int, line_no int, qty int, PRIMARY KEY (order_id, line_no));
 CREATE TABLE crash.notes (id int PRIMARY KEY, body text);
+-- Mostly new keys: their batches are appended (sink/step_append.py), not merged.
+CREATE TABLE crash.orders (id bigint PRIMARY KEY, item text NOT NULL, qty int);
 ALTER TABLE crash.notes ALTER COLUMN body SET STORAGE EXTERNAL;
 -- Every committed change of crash.notes, in the order each row saw them (not published):
 -- the change history (sink.history) must hold exactly these.
@@ -233,6 +243,7 @@ class Workload:
         self.rng = rng
         self.lake = lake
         self.next_id = 10_000
+        self.next_order = 0
         self.prepared: list[str] = []
         # crash.notes changes only once the lake records the slot's snapshot as complete:
         # every change is then streamed (none copied by a snapshot), so its change history
@@ -278,8 +289,9 @@ class Workload:
                 "ledger",
                 "spread",
                 "many",
+                "orders",
             ],
-            weights=[40, 8, 12, 12, 3, 8, 8, 12, 10, 16, 3],
+            weights=[40, 8, 12, 12, 3, 8, 8, 12, 10, 16, 3, 14],
         )[0]
         if kind == "truncate" and not self.streaming:
             kind = "small"
@@ -340,6 +352,9 @@ class Workload:
                     self._small_change(conn, table)
             self._random_change(conn)
             conn.execute("COMMIT" if rng.random() > 0.1 else "ROLLBACK")
+        elif kind == "orders":
+            self._orders(conn)
+            conn.execute("COMMIT" if rng.random() > 0.1 else "ROLLBACK")
         elif kind == "truncate":
             conn.execute("TRUNCATE crash.lines")
             conn.execute(
@@ -391,6 +406,28 @@ class Workload:
             )
         else:
             conn.execute(f"DELETE FROM {table} WHERE id = %s".encode(), (key,))
+
+    def _orders(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        """New orders, now and then one of them updated or deleted in the same transaction
+        (still appended), or an older order deleted and inserted again (merged)."""
+        rng = self.rng
+        first, count = self.next_order + 1, rng.randint(1, 60)
+        self.next_order += count
+        conn.execute(
+            "INSERT INTO crash.orders SELECT g, 'order ' || g, g %% 9 "
+            "FROM generate_series(%s::bigint, %s::bigint) g",
+            (first, first + count - 1),
+        )
+        new, roll = rng.randint(first, first + count - 1), rng.random()
+        if roll < 0.15:
+            conn.execute("UPDATE crash.orders SET qty = qty + 100 WHERE id = %s", (new,))
+        elif roll < 0.25:
+            conn.execute("DELETE FROM crash.orders WHERE id = %s", (new,))
+        elif roll < 0.3 and first > 1:
+            old = rng.randint(1, first - 1)
+            deleted = conn.execute("DELETE FROM crash.orders WHERE id = %s", (old,)).rowcount
+            if deleted:
+                conn.execute("INSERT INTO crash.orders VALUES (%s, 'again', 0)", (old,))
 
     def _duplicates(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
         """Changes of the table without a key, where identical rows are the rule."""
@@ -696,4 +733,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
                 mismatches.append(comparison.describe())
         mismatches += history_mismatches(conn, lake)
     assert kills >= 20
+    orders = DeltaTable(table_path(str(lake), "crash", "orders")).history()
+    appends = [c for c in orders if c.get("operationParameters", {}).get("mode") == "Append"]
+    assert appends, "no batch of crash.orders took the append path"
     assert not mismatches, f"seed {seed}:\n" + "\n".join(mismatches)

@@ -4,7 +4,9 @@ delta-rs.
 
 * A table with 100k rows added to the publication while a workload runs on it and on
   another table: it is noticed and copied without a restart of the daemon, ends equal to
-  the source, and the other table's changes keep reaching Delta during the copy.
+  the source, and the other table's changes keep reaching Delta during the copy. New
+  keys inserted after the copy are appended, a stored key deleted and inserted again is
+  merged.
 * ``wal2delta resync`` of a damaged Delta table: the running daemon copies it again and it
   ends equal; the table goes from its old content to the copy in one commit.
 """
@@ -161,7 +163,27 @@ def test_a_table_added_to_the_publication_is_copied_while_streaming(
         writer.join(30)
         assert not errors, errors
         _wait_for_delta(dsn, lake, "w2d_online", daemon, timeout=240)
+        copied = DeltaTable(table_path(str(lake), "public", "joiner")).version()
+        # After the copy: new keys only (appended, sink/step_append.py), then a stored key
+        # deleted and inserted again (merged).
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO joiner SELECT g, 'appended', g FROM generate_series(300001, 300500) g"
+            )
+        _wait_for_delta(dsn, lake, "w2d_online", daemon, timeout=60)
+        with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+            conn.execute("DELETE FROM joiner WHERE id = 300001")
+            conn.execute("INSERT INTO joiner VALUES (300001, 'again', -1)")
+        _wait_for_delta(dsn, lake, "w2d_online", daemon, timeout=60)
         daemon.check()
+    after_copy = [
+        c
+        for c in DeltaTable(table_path(str(lake), "public", "joiner")).history()
+        if c["version"] > copied
+    ]
+    modes = [c.get("operationParameters", {}).get("mode") for c in after_copy]
+    assert "Append" in modes, after_copy
+    assert any(c["operation"] == "MERGE" for c in after_copy), after_copy
     assert steady_lag < 15, f"steady's change took {steady_lag:.1f} s to reach Delta"
     with psycopg.connect(dsn, autocommit=True) as conn:
         for table in ("public.steady", "public.joiner"):

@@ -64,7 +64,10 @@ def test_inserts_of_new_keys_are_appended_without_a_merge(
     make_sink: SinkFactory, lake: Path
 ) -> None:
     sink = make_sink()
-    sink.apply(batch(*(insert(ORDERS, str(i), f"item {i}", lsn=10, ordinal=i) for i in range(5))))
+    result = sink.apply(
+        batch(*(insert(ORDERS, str(i), f"item {i}", lsn=10, ordinal=i) for i in range(5)))
+    )
+    assert result.table_writes == {"append": 1}
     sink.apply(batch(insert(ORDERS, "5", "item 5", lsn=20), insert(ORDERS, "6", None, lsn=30)))
     assert writes(lake, "orders") == {"WRITE": 2}
     expected = rows(*((i, f"item {i}") for i in range(6)), (6, None))
@@ -95,7 +98,8 @@ def test_insert_then_update_and_insert_then_delete_in_one_batch_are_appended_as_
     assert writes(lake, "orders") == {"WRITE": 1}
     assert_delta_matches(path_of(lake, "orders"), rows((1, "a2"), (3, "c3")), key=["id"])
     # Every row of a batch inserted and deleted again: nothing to write, no commit.
-    sink.apply(batch(insert(ORDERS, "9", "x", lsn=40), delete(ORDERS, "9", None, lsn=50)))
+    result = sink.apply(batch(insert(ORDERS, "9", "x", lsn=40), delete(ORDERS, "9", None, lsn=50)))
+    assert result.table_writes == {"none": 1}
     assert writes(lake, "orders") == {"WRITE": 1}
     assert_delta_matches(path_of(lake, "orders"), rows((1, "a2"), (3, "c3")), key=["id"])
 

@@ -32,7 +32,7 @@ def dashboard_expressions() -> list[str]:
 
 def test_metric_list_follows_prometheus_naming() -> None:
     specs = metric_list()
-    assert len(specs) == 41
+    assert len(specs) == 42
     for spec in specs.values():
         assert spec.name.startswith("wal2delta_")
         assert spec.kind in {"counter", "gauge", "histogram"}
