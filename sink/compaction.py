@@ -12,6 +12,9 @@ So after every ``after_writes`` commits to a table (counted in memory, starting 
 commits after the newest compaction in the table's log when a process first writes it),
 the sink compacts it with delta-rs (``DeltaTable.optimize.compact``): files smaller than
 the target size are rewritten into few large ones in a commit with ``dataChange: false``.
+Only the partitions (the whole table, when it has none) that hold ``MIN_SMALL_FILES`` small
+files are compacted: those the batches write, not the ones left with a file or two by the
+copy that filled the table, whose rewrite would only delay the next batch.
 Readers see the same rows at every version; time travel to older versions still works
 until the files are vacuumed.
 
@@ -48,7 +51,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
@@ -60,6 +63,9 @@ from sink.settings import SinkSettings
 from sink.spark import engine_errors, engine_message
 from sink.sql import delta_table, render_live_rows
 from sink.tables import LakeTables
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 log = structlog.get_logger("wal2delta.sink")
 
@@ -75,6 +81,19 @@ due purges the table instead. Low: a reader pays for deletion vectors however fe
 delete (1.2-1.8x a full read of a 3M-row table, from 0.2% to 10% deleted; measured with Sail
 and delta-rs), so the purge keeps them from piling up on top of that, at the price of one
 rewrite per compaction for a table changed at random keys (docs/performance.md)."""
+
+
+MIN_SMALL_FILES: Final = 8
+"""A partition (the whole table when it has none) is compacted once it holds this many
+files below the target size, or ``after_writes`` when that is fewer (at least two). A
+partition the batches no longer write, with a few files already, is left alone: delta-rs
+would rewrite every partition holding two small files, and the first compaction of a table
+just copied in parallel rewrote all of it (0.9M of 1M rows, 1.2-2.6 s in front of the next
+batch; docs/performance-log.md, issue 40)."""
+
+DEFAULT_TARGET_FILE_SIZE: Final = 104_857_600
+"""delta-rs's target file size when the table sets no ``delta.targetFileSize``: files
+smaller than it are the ones a compaction rewrites."""
 
 
 class Compactor:
@@ -93,6 +112,8 @@ class Compactor:
         ``retention``: the vacuum schedule (None: nothing is ever deleted); ``settings``:
         to warn once per table when its layout is not the configured one."""
         self._after_writes = after_writes
+        self._min_files = max(2, min(MIN_SMALL_FILES, after_writes))
+        """Small files a partition must hold to be compacted (``_crowded_partitions``)."""
         self._lake = lake
         self._retention = retention
         self._settings = settings
@@ -192,7 +213,11 @@ class Compactor:
                     if deleted is not None and deleted >= PURGE_AT:
                         self._purge(path, self._lake, deleted)
                         return
-                result = table.optimize.compact()
+                due = _crowded_partitions(table, self._min_files)
+                if not due:
+                    log.debug("no partition of a Delta table to compact", table_path=path)
+                    return
+                result = table.optimize.compact(partition_filters=_filters(due))
         except Exception as exc:
             log.warning(
                 "compacting a Delta table failed; it is tried again later",
@@ -243,3 +268,39 @@ def purge_deletion_vectors(lake: LakeTables, path: str) -> None:
     """
     with engine_errors(f"purging the deletion vectors of {path}"):
         lake.overwrite(path, render_live_rows(target=delta_table(path)))
+
+
+PartitionValues = tuple[tuple[str, object], ...]
+"""One partition: (column, value) per partition column; () for a table without any."""
+
+
+def _crowded_partitions(table: DeltaTable, min_files: int) -> list[PartitionValues]:
+    """The partitions of ``table`` holding at least ``min_files`` files smaller than its
+    target size (``MIN_SMALL_FILES``); ``[()]`` for an unpartitioned table that does."""
+    import pyarrow as pa  # noqa: PLC0415 - heavy; only needed here
+
+    columns = list(table.metadata().partition_columns)
+    configured = table.metadata().configuration.get("delta.targetFileSize")
+    target = int(configured) if configured else DEFAULT_TARGET_FILE_SIZE
+    actions = pa.table(table.get_add_actions(flatten=True))
+    sizes = actions.column("size_bytes").to_pylist()
+    values = [actions.column(f"partition.{c}").to_pylist() for c in columns]
+    counts: dict[PartitionValues, int] = {}
+    for row, size in enumerate(sizes):
+        if size is not None and size < target:
+            key = tuple((c, values[n][row]) for n, c in enumerate(columns))
+            counts[key] = counts.get(key, 0) + 1
+    return [key for key, count in counts.items() if count >= min_files]
+
+
+def _filters(partitions: list[PartitionValues]) -> list[tuple[str, str, Any]] | None:
+    """delta-rs partition filters selecting exactly ``partitions``; None (the whole table)
+    for an unpartitioned table or when a partition value is null (no filter names it)."""
+    if partitions == [()] or any(v is None for p in partitions for _, v in p):
+        return None
+    columns = [c for c, _ in partitions[0]]
+    if len(columns) == 1:
+        return [(columns[0], "in", sorted({str(p[0][1]) for p in partitions}))]
+    # Several partition columns: one conjunction cannot name a set of tuples exactly;
+    # the whole table is compacted, as before (the sink partitions by one column).
+    return None
