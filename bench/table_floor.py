@@ -28,17 +28,21 @@ median of a few rounds of the pass where N is small (``rounds_for``).
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import itertools
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -218,3 +222,105 @@ def measure_floor(
         setup_seconds=setup,
         load=load,
     )
+
+
+def floor_in_child(
+    workdir: Path,
+    *,
+    tables: int,
+    rows_per_table: int,
+    updated_per_table: int,
+    concurrency: int,
+    engine: str | None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> Floor:
+    """``measure_floor`` in a process of its own (``python -m bench.table_floor``), with
+    the engine the daemon is configured with: the benchmark's process stays without an
+    engine, whose memory a daemon started from it would count as its own peak RSS (Linux
+    carries a parent's high-water mark into its child's ``ru_maxrss``).
+
+    Raises:
+        RuntimeError: the child failed (its output is in the message).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    result = workdir / "floor.json"
+    command = [
+        sys.executable,
+        "-m",
+        "bench.table_floor",
+        f"--workdir={workdir}",
+        f"--tables={tables}",
+        f"--rows-per-table={rows_per_table}",
+        f"--updated-per-table={updated_per_table}",
+        f"--concurrency={concurrency}",
+        f"--output={result}",
+        *([f"--engine={engine}"] if engine else []),
+    ]
+    root = Path(__file__).resolve().parents[1]
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+        "RUST_LOG": "warn",
+    }
+    with subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=root,
+        env=environment,
+    ) as child:
+        assert child.stdout is not None
+        lines = []
+        for line in child.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("floor:"):
+                progress(line.rstrip("\n"))
+    if child.returncode != 0 or not result.exists():
+        raise RuntimeError(
+            f"the engine floor failed (exit {child.returncode}):\n" + "\n".join(lines[-30:])
+        )
+    return Floor(**json.loads(result.read_text()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One ``measure_floor``, its ``Floor`` written as JSON to ``--output``."""
+    parser = argparse.ArgumentParser(prog="python -m bench.table_floor", description=__doc__)
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--tables", type=int, required=True)
+    parser.add_argument("--rows-per-table", type=int, required=True)
+    parser.add_argument("--updated-per-table", type=int, default=0)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--engine", metavar="URL", help="Spark Connect sc://HOST:PORT")
+    parser.add_argument("--output", type=Path, required=True)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    from bench.settings import bench_sink_settings, bench_spark_settings
+    from daemon.logging import configure_engine_logging
+    from sink import create_spark_session, stop_spark_session
+    from sink.spark import is_embedded
+
+    configure_engine_logging("warning")  # Sail logs every query at info
+    settings = bench_spark_settings()
+    if args.engine is not None:
+        settings = replace(settings, mode="connect", url=args.engine)
+    spark = create_spark_session(settings)
+    try:
+        floor = measure_floor(
+            spark,
+            args.workdir,
+            bench_sink_settings(args.workdir / "unused").metadata,
+            tables=args.tables,
+            rows_per_table=args.rows_per_table,
+            updated_per_table=args.updated_per_table,
+            concurrency=args.concurrency,
+            embedded=is_embedded(spark),
+            progress=lambda line: print(line, flush=True),
+        )
+    finally:
+        stop_spark_session(spark)
+    args.output.write_text(json.dumps(asdict(floor)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

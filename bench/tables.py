@@ -38,9 +38,11 @@ write: streaming seconds over table writes (wall time, everything the daemon doe
 included), and the phases of ``bench.table_timings`` in milliseconds of thread time per
 table write (for the largest N).
 
-The engine's floor (``--floor``, on by default; ``bench.table_floor``): in this process,
-right after each case (under the same load), one Spark session as the daemon's (embedded
-Sail, or the ``--engine`` endpoint) and N small Delta tables of the daemon's columns; a MERGE
+The engine's floor (``--floor``, on by default; ``bench.table_floor``): right after each
+case (under the same load), in a process of its own (the benchmark's process holds no
+engine while daemons run: Linux would count its memory in a child's peak RSS), one Spark
+session as the daemon's (embedded Sail, or the ``--engine`` endpoint) and N small Delta
+tables of the daemon's columns; a MERGE
 and a DataFrame append of each table's share of the backlog (``--changes / N`` rows, the
 mix's share of them updates of rows the table holds), one table after the other and from
 ``sink.concurrency`` threads. The daemon's cost per table write is printed against the
@@ -92,7 +94,7 @@ from bench.postgres import bench_server
 from bench.report import Figure, Ratio, median_figure, print_report
 from bench.settings import bench_spark_settings
 from bench.table_big import BigRun, measure_big
-from bench.table_floor import PASSES, Floor, measure_floor
+from bench.table_floor import PASSES, Floor, floor_in_child
 from bench.table_timings import PROFILE_ENV, TIMINGS_ENV
 from bench.table_workload import MIXES, Mix, MixWriter, write_backlog
 from bench.workload import PUBLICATION, Backlog, create_source_slot, create_tables, table_names
@@ -101,7 +103,6 @@ from daemon.logging import configure_engine_logging
 from daemon.wiring import sink_settings, spark_settings
 from devtools.pgserver import LocalPostgres
 from sink import DeltaSink, create_spark_session, stop_spark_session, table_path
-from sink.spark import is_embedded
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -557,11 +558,6 @@ def main(argv: list[str] | None = None) -> int:
             workdir: Path = args.workdir or Path(
                 stack.enter_context(tempfile.TemporaryDirectory(prefix="w2d-bench-tables-"))
             )
-            if args.floor or args.big or args.lag:
-                configure_engine_logging("warning")  # Sail logs every query at info
-                settings = bench_spark_settings() if args.engine is None else spark_settings(config)
-                spark = create_spark_session(settings)
-                stack.callback(stop_spark_session, spark)
             cases = []
             with bench_server(workdir / "pg") as server:
                 for mix in args.mix:
@@ -570,19 +566,25 @@ def main(argv: list[str] | None = None) -> int:
                         case = measure_case(server, mix, count, args, workdir / f"case-{name}")
                         if args.floor:  # right after its case, under the same load
                             rows, updated = floor_shares(mix, args.changes, count)
-                            floor = measure_floor(
-                                spark,
-                                workdir / f"floor-{name}",
-                                sink_settings(config).metadata,
-                                tables=count,
-                                rows_per_table=rows,
-                                updated_per_table=updated,
-                                concurrency=sink.concurrency,
-                                embedded=is_embedded(spark),
-                                progress=_printer(f"{case.label()}: "),
-                            )
+                            try:
+                                floor = floor_in_child(
+                                    workdir / f"floor-{name}",
+                                    tables=count,
+                                    rows_per_table=rows,
+                                    updated_per_table=updated,
+                                    concurrency=sink.concurrency,
+                                    engine=args.engine,
+                                    progress=_printer(f"{case.label()}: "),
+                                )
+                            except RuntimeError as exc:
+                                raise MeasurementError(f"{case.label()}: {exc}") from exc
                             case = replace(case, floor=floor)
                         cases.append(case)
+            if args.big or args.lag:
+                configure_engine_logging("warning")  # Sail logs every query at info
+                settings = bench_spark_settings() if args.engine is None else spark_settings(config)
+                spark = create_spark_session(settings)
+                stack.callback(stop_spark_session, spark)
             if args.big:
                 facts["big: load at start"] = f"{os.getloadavg()[0]:.2f}"
                 big = measure_big(
