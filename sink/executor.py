@@ -11,7 +11,7 @@ from the plan, not per step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeVar
 
 from sink.plan import Step
@@ -35,16 +35,16 @@ class TableTarget:
         name: its qualified source name, ``schema.table``.
         path: its location.
         state: what the sink knows of it (``tables.TableState``).
+        reference: the table reference SQL names it by (``sql.delta_table``).
     """
 
     name: str
     path: str
     state: TableState
+    reference: str = field(init=False)
 
-    @property
-    def reference(self) -> str:
-        """The table reference SQL names it by (``sql.delta_table``)."""
-        return delta_table(self.path)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reference", delta_table(self.path))
 
 
 @dataclass(frozen=True, slots=True)
