@@ -108,7 +108,27 @@ class LagSink(WrapsDeltaSink):
     (replayed by a session restarted from the acknowledged position) is not counted twice."""
     waiting: dict[int, float] = field(default_factory=dict)
     """Commit LSN -> commit time (UNIX) of applied transactions the sink holds back."""
+    upkeeps: list[tuple[float, float]] = field(default_factory=list)
+    """(time ended, seconds) of every upkeep (``after_apply``, ``settle``): a batch offered
+    meanwhile waits for it, so a long one shows in the lag of the transactions behind it."""
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def after_apply(self) -> None:
+        """The wrapped sink's upkeep after a batch, timed."""
+        started = time.perf_counter()
+        self.inner.after_apply()
+        self._upkept(started)
+
+    def settle(self) -> bool:
+        """The wrapped sink's upkeep when idle, timed; whether some is still due."""
+        started = time.perf_counter()
+        more = self.inner.settle()
+        self._upkept(started)
+        return more
+
+    def _upkept(self, started: float) -> None:
+        with self.lock:
+            self.upkeeps.append((time.time(), time.perf_counter() - started))
 
     def apply(self, batch: Batch) -> BatchResult:
         """Apply through the wrapped sink, then record the lags."""
@@ -274,12 +294,19 @@ class SteadyRun:
     def facts(self, rate: float, seconds: float) -> dict[str, object]:
         """The rate written (``rate`` asked, for ``seconds``) and the batches' sizes."""
         sizes = [size for at, size, _ in self.sink.batches if at >= self.measured_from]
+        upkeeps = [(at, took) for at, took in self.sink.upkeeps if at >= self.measured_from]
+        longest = max(upkeeps, key=lambda upkeep: upkeep[1], default=None)
         return {
             "rate": f"{self.achieved:,.0f} changes/s written (asked {rate:,.0f}) for {seconds} s",
             "transactions measured": len(self.sink.transaction_lags),
             "batches": f"{len(sizes)}, changes per batch: min {min(sizes)}, "
             f"median {statistics.median(sizes):.0f}, max {max(sizes)}",
             "batch sizes in order": " ".join(str(size) for size in sizes),
+            "upkeep between batches": "none"
+            if longest is None
+            else f"{sum(took for _, took in upkeeps):.1f} s in all; over 0.05 s: "
+            f"{sum(1 for _, took in upkeeps if took > 0.05)}; longest {longest[1]:.2f} s, "
+            f"{longest[0] - self.measured_from:.0f} s into the run",
         }
 
 
