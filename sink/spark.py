@@ -339,6 +339,17 @@ _RETRYABLE_MARKERS: Final = (
     "Failed to commit transaction: ",
     "Tried committing existing table version: ",
 )
+# A Spark Connect server that restarted while a call was in flight: pyspark's client retries
+# the call (reattaches to its operation) until the server is back, and the new server knows
+# nothing of the operation. Sail 0.7.2 answers ``IllegalArgumentException: invalid argument:
+# operation not found: <operation id>`` - an exception class that otherwise means bad data,
+# so it is recognised first, by the whole shape of the message at its start (a row value
+# quoted later in a data error cannot match). The operation died with the old server, so
+# nothing of it can still commit: replaying the batch is safe (decision 0124).
+_LOST_OPERATION: Final = re.compile(
+    r"(?:invalid argument: )?operation not found: [0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}"
+    r"-[0-9a-fA-F]{12}(?:\s|$)"
+)
 _DATA_ERROR_CLASSES: Final = frozenset(
     {
         "ArithmeticException",
@@ -406,6 +417,11 @@ def classify_engine_error(exc: BaseException, action: str) -> SinkError:
     if code in _RETRYABLE_GRPC_CODES or isinstance(exc, ConnectionError | TimeoutError):
         return SinkRetryableError(
             f"the Spark engine could not be reached while {action} ({detail}); "
+            "the batch will be replayed"
+        )
+    if _LOST_OPERATION.match(text):
+        return SinkRetryableError(
+            f"the Spark engine lost the operation while {action} ({detail}: it restarted); "
             "the batch will be replayed"
         )
     if any(marker in text or marker in kind for marker in _RETRYABLE_MARKERS):

@@ -102,6 +102,31 @@ def test_data_that_does_not_fit_is_a_terminal_data_error(exc: Exception) -> None
     assert not error.retryable
 
 
+class IllegalArgumentException(FakeGrpcError):  # noqa: N818 - named as pyspark names it
+    pass
+
+
+def test_an_operation_a_restarted_engine_lost_is_retryable_not_a_data_error() -> None:
+    # What pyspark raises for a call in flight when the Sail server it reattaches to was
+    # restarted (seen with a SIGKILLed local-cluster server, decision 0124).
+    exc = IllegalArgumentException(
+        "invalid argument: operation not found: 73c1943a-8b45-4d70-b955-ce905b5ab92c",
+        StatusCode.INTERNAL,
+    )
+    error = classify_engine_error(exc, "merging into a.b")
+    assert type(error) is SinkRetryableError
+    assert "lost the operation while merging into a.b" in str(error)
+    # The same exception class with anything else stays a data error, and a row value that
+    # quotes the words does not make one retryable.
+    for text in (
+        "invalid argument: bad value",
+        "invalid argument: value 'operation not found: 73c1943a-8b45-4d70-b955-ce905b5ab92c'",
+    ):
+        assert type(
+            classify_engine_error(IllegalArgumentException(text, StatusCode.INTERNAL), "x")
+        ) is (SinkDataError)
+
+
 def test_other_engine_failures_are_terminal_and_say_what_the_engine_said() -> None:
     exc = AnalysisException(
         "[PATH_NOT_FOUND] Path does not exist: s3://lake/t; token=abc123\n\tat org.apache...",
