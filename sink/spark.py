@@ -350,6 +350,11 @@ _LOST_OPERATION: Final = re.compile(
     r"(?:invalid argument: )?operation not found: [0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}"
     r"-[0-9a-fA-F]{12}(?:\s|$)"
 )
+# The same restart between two calls of one step: a MERGE's inline source, registered as a
+# temporary view of the session (``sink.tables``, connect mode) on the old server, is not on
+# the new one: ``AnalysisException: Temporary View not found: __w2d_source_<n>``. The name
+# is wal2delta's own (``sink.plan.HELPER_PREFIX``), at the start of the message.
+_LOST_VIEW: Final = re.compile(r"(?:\[[A-Z_.]+\] )?Temporary View not found: __w2d_source_\d+\b")
 _DATA_ERROR_CLASSES: Final = frozenset(
     {
         "ArithmeticException",
@@ -419,10 +424,10 @@ def classify_engine_error(exc: BaseException, action: str) -> SinkError:
             f"the Spark engine could not be reached while {action} ({detail}); "
             "the batch will be replayed"
         )
-    if _LOST_OPERATION.match(text):
+    if _LOST_OPERATION.match(text) or _LOST_VIEW.match(text):
         return SinkRetryableError(
-            f"the Spark engine lost the operation while {action} ({detail}: it restarted); "
-            "the batch will be replayed"
+            f"the Spark engine lost the session's state while {action} ({detail}: it "
+            "restarted); the batch will be replayed"
         )
     if any(marker in text or marker in kind for marker in _RETRYABLE_MARKERS):
         return SinkRetryableError(

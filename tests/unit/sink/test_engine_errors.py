@@ -115,7 +115,14 @@ def test_an_operation_a_restarted_engine_lost_is_retryable_not_a_data_error() ->
     )
     error = classify_engine_error(exc, "merging into a.b")
     assert type(error) is SinkRetryableError
-    assert "lost the operation while merging into a.b" in str(error)
+    assert "lost the session's state while merging into a.b" in str(error)
+    # A restart between registering a MERGE's inline source and the MERGE.
+    lost_view = AnalysisException(
+        "Temporary View not found: __w2d_source_6", StatusCode.INTERNAL, None
+    )
+    assert type(classify_engine_error(lost_view, "merging into a.b")) is SinkRetryableError
+    other_view = AnalysisException("Temporary View not found: users", StatusCode.INTERNAL)
+    assert type(classify_engine_error(other_view, "reading")) is SinkError
     # The same exception class with anything else stays a data error, and a row value that
     # quotes the words does not make one retryable.
     for text in (
