@@ -37,11 +37,8 @@ stays 0.
 from __future__ import annotations
 
 import json
-import os
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import psycopg
 from psycopg import sql
@@ -55,6 +52,8 @@ from sink import (
     ColumnNamePolicy,
     column_map,
     delta_can_hold,
+    local_directory,
+    newest_logged_version,
     table_of_path,
     table_path,
 )
@@ -150,7 +149,8 @@ class CopyStatus:
 
 def _copies(root: str) -> list[CopyStatus]:
     """The recorded online copies, not yet finished first."""
-    if _local(root) is not None and _delta_version(f"{root.rstrip('/')}/{COPIES_TABLE}") is None:
+    log_table = f"{root.rstrip('/')}/{COPIES_TABLE}"
+    if local_directory(root) is not None and _delta_version(log_table) is None:
         return []  # Without loading the copies' reader (delta-rs, Arrow and the sink's writer).
     from sink import read_copy_records  # noqa: PLC0415
 
@@ -166,35 +166,16 @@ def _copies(root: str) -> list[CopyStatus]:
     return sorted(copies, key=lambda c: (c.state == "done", c.table))
 
 
-_LOG_ENTRY = re.compile(r"(\d{20})\.(?:json|checkpoint(?:\.\d{10}\.\d{10})?\.parquet)")
-"""A commit (``N.json``) or a classic or multi-part checkpoint of version N in
-``_delta_log`` (Delta protocol, "Delta Log Entries"); writers' temporary files and the
-``_last_checkpoint`` hint do not match. Log clean-up removes only versions older than a
-checkpoint, so the newest version always has its commit file listed."""
-
-
-def _local(path: str) -> Path | None:
-    """The directory of a local lake path (no URL scheme, or ``file://``); None for an
-    object store."""
-    local = path.removeprefix("file://")
-    return None if "://" in local else Path(local)
-
-
 def _delta_version(path: str) -> int | None:
     """The newest version of the Delta table at ``path``; None while it has none."""
-    local = _local(path)
-    if local is None:
-        from deltalake import DeltaTable  # noqa: PLC0415 - only needed here
+    local = local_directory(path)
+    if local is not None:
+        return newest_logged_version(local)
+    from deltalake import DeltaTable  # noqa: PLC0415 - only needed here
 
-        if not DeltaTable.is_deltatable(path):
-            return None
-        return int(DeltaTable(path).version())
-    try:
-        names = os.listdir(local / "_delta_log")
-    except (FileNotFoundError, NotADirectoryError):
+    if not DeltaTable.is_deltatable(path):
         return None
-    versions = [int(match[1]) for name in names if (match := _LOG_ENTRY.fullmatch(name))]
-    return max(versions, default=None)
+    return int(DeltaTable(path).version())
 
 
 def collect_status(config: AppConfig) -> Status:
@@ -279,7 +260,7 @@ def _other_delta_tables(root: str, published: set[str]) -> list[TableStatus] | N
 
     Only a local lake is listed (``root`` without a URL scheme, or ``file://``).
     """
-    base = _local(root)
+    base = local_directory(root)
     if base is None:
         return None
     found = []

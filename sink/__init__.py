@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from sink.evolution import CatalogColumn, CatalogTable, SourceCatalog
     from sink.fold import copy_truncate
     from sink.history import history_path
+    from sink.logversion import local_directory, newest_logged_version
     from sink.naming import column_map, delta_can_hold, delta_column_name, table_of_path, table_path
     from sink.rejects import rejects_path
     from sink.settings import (
@@ -131,6 +132,8 @@ __all__ = [
     "engine_call",
     "history_path",
     "install_call_deadlines",
+    "local_directory",
+    "newest_logged_version",
     "oldest_retained_boundary",
     "pg_text_form",
     "read_commit_records",
@@ -189,6 +192,8 @@ _EXPORTS: Final[dict[str, str]] = {
     "copy_truncate": "sink.fold",
     "history_path": "sink.history",
     "column_map": "sink.naming",
+    "local_directory": "sink.logversion",
+    "newest_logged_version": "sink.logversion",
     "delta_can_hold": "sink.naming",
     "delta_column_name": "sink.naming",
     "table_of_path": "sink.naming",

@@ -27,9 +27,17 @@ LAZY_ROOTS = ("decoder", "sink", "capture", "daemon")
 # startup benchmark checks too); the sink's modules are checked against SINK_PURE below.
 ENGINE = tuple(module for module in HEAVY if not module.startswith("sink."))
 # The sink's pure modules: its settings and contract (``daemon.wiring`` translates the
-# configuration into them) and its naming (``status`` shows each table's Delta path); no
-# other sink module (the writers, the type mapping and Arrow, the copies' reader).
-SINK_PURE = ("sink", "sink.base", "sink.constants", "sink.naming", "sink.settings")
+# configuration into them), its naming (``status`` shows each table's Delta path) and the
+# log listing that gives a local table's version (standard library only); no other sink
+# module (the writers, the type mapping and Arrow, the copies' reader).
+SINK_PURE = (
+    "sink",
+    "sink.base",
+    "sink.constants",
+    "sink.logversion",
+    "sink.naming",
+    "sink.settings",
+)
 # Nor the daemon's logging and metrics (the source monitor's): a quick command prints.
 DAEMON_OUTPUTS = ("structlog", "prometheus_client", "capture.monitor", "capture.metrics")
 # Nor, for --version and --help, the configuration and the source's driver.
