@@ -51,6 +51,7 @@ from decoder import Lsn, cause_line, pg_timestamp_to_datetime
 from sink.arrow import ArrowColumn, arrow_table
 from sink.base import Batch, SinkRetryableError, WrittenTimeline
 from sink.constants import COMMITS_TABLE
+from sink.logversion import local_directory, newest_logged_version
 from sink.spark import engine_errors
 from sink.sql import delta_table, render_max, render_newest_timeline
 from sink.tables import LakeTables
@@ -316,6 +317,12 @@ class CommitLog:
         return int(rows[0]["m"]) if rows and rows[0]["m"] is not None else 0
 
     def _version(self, name: str, path: str) -> int:
+        local = local_directory(path)
+        if local is not None:
+            # The log's names (sink/logversion.py): a hundredth of delta-rs's update.
+            version = newest_logged_version(local)
+            if version is not None:
+                return version
         table = self._tables.get(path)
         try:
             if table is None:
