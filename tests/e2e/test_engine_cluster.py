@@ -6,10 +6,10 @@ one server for the module.
   values left unchanged by updates, TRUNCATE, streamed and two-phase transactions with
   savepoints, columns added and dropped, and a table added to the publication while
   streaming (copied online).
-* A short crash harness: a seeded random workload of the same kinds as ``test_crash.py``'s
-  while the daemon is SIGKILLed four times at random points. A remote engine outlives a
-  killed daemon, so a MERGE the dead daemon started may still run (and commit) while the
-  next daemon replays its batch.
+* A short crash harness: ``test_crash.py``'s workload and kill points
+  (``tests/support/crash_harness.py``) with four SIGKILLs of the daemon. A remote engine
+  outlives a killed daemon, so a MERGE the dead daemon started may still run (and commit)
+  while the next daemon replays its batch.
 * The engine SIGKILLed mid-stream and started again on the same port: the daemon keeps
   running (the call in flight waits in pyspark's retries and, with the server back, fails
   as a lost operation, which is retryable: decision 0124), nothing is acknowledged while
@@ -20,8 +20,6 @@ Each test ends with every Delta table, read with delta-rs, equal to its source t
 
 from __future__ import annotations
 
-import os
-import random
 import signal
 import threading
 import time
@@ -36,7 +34,8 @@ import yaml
 from deltalake import DeltaTable
 
 from capture.slots import current_wal_lsn
-from decoder import format_lsn
+from devtools.pgserver import LocalPostgres
+from tests.support.crash_harness import run_crash_harness
 from tests.support.harness import (
     confirmed_flush,
     log_events,
@@ -220,226 +219,25 @@ def test_the_end_to_end_core_through_a_local_cluster_engine(
 
 
 # --- a short crash harness ------------------------------------------------------------------
-# test_crash.py's harness lives in that test module, which another may not import
-# (tests/unit/test_layers.py); this is a compact one of the same kind.
 
-CRASH_KILLS = 4
-CRASH_TABLES = ("kc.accounts", "kc.lines", "kc.notes", "kc.events")
-CRASH_SCHEMA = """
-CREATE SCHEMA kc;
-CREATE TABLE kc.accounts (id int PRIMARY KEY, owner text NOT NULL, balance numeric(12, 2));
-CREATE TABLE kc.lines (order_id int, line_no int, qty int, PRIMARY KEY (order_id, line_no));
-CREATE TABLE kc.notes (id int PRIMARY KEY, rev int NOT NULL, body text);
-ALTER TABLE kc.notes ALTER COLUMN body SET STORAGE EXTERNAL;
-CREATE TABLE kc.events (kind int, note text);
-ALTER TABLE kc.events REPLICA IDENTITY FULL;
-INSERT INTO kc.accounts SELECT g, 'owner ' || g, g FROM generate_series(1, 2000) g;
-INSERT INTO kc.lines SELECT g / 10, g % 10, g FROM generate_series(1, 2000) g;
-INSERT INTO kc.notes SELECT g, 0, repeat(md5(g::text), 100) FROM generate_series(1, 100) g;
-INSERT INTO kc.events SELECT g % 20, 'n' || (g % 3) FROM generate_series(1, 300) g;
-CREATE PUBLICATION w2d_kc FOR TABLE kc.accounts, kc.lines, kc.notes, kc.events;
-"""
+CLUSTER_KILLS = 4
 
 
-class CrashWorkload:
-    """Seeded random transactions over the kc tables: single changes, streamed large
-    ones, savepoints, prepared transactions, truncates, identical rows, TOAST."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-        self.next_id = 10_000
-        self.prepared: list[str] = []
-
-    def step(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
-        rng = self.rng
-        kind = rng.choices(
-            ["small", "large", "savepoints", "prepare", "truncate", "events"],
-            weights=[50, 5, 10, 8, 2, 15],
-        )[0]
-        if kind == "prepare" and len(self.prepared) >= 3:
-            conn.execute(f"COMMIT PREPARED '{self.prepared.pop(0)}'".encode())
-            return
-        conn.execute("BEGIN")
-        if kind == "large":
-            first = self.next_id + 1
-            self.next_id += 1500
-            conn.execute(
-                "INSERT INTO kc.accounts SELECT g, 'bulk', g FROM generate_series(%s::int, %s) g",
-                (first, first + 1499),
-            )
-            conn.execute("UPDATE kc.accounts SET balance = balance + 1 WHERE id % 11 = 0")
-        elif kind == "savepoints":
-            self._change(conn)
-            conn.execute("SAVEPOINT a")
-            for _ in range(rng.randint(1, 50)):
-                self._change(conn)
-            conn.execute("ROLLBACK TO SAVEPOINT a" if rng.random() < 0.5 else "RELEASE SAVEPOINT a")
-        elif kind == "truncate":
-            conn.execute("TRUNCATE kc.lines")
-            conn.execute(
-                "INSERT INTO kc.lines SELECT g / 10, g % 10, g FROM generate_series(1, 99) g"
-            )
-        elif kind == "events":
-            kind_, note = rng.randrange(20), f"n{rng.randrange(3)}"
-            conn.execute(
-                "INSERT INTO kc.events SELECT %s, %s FROM generate_series(1, 2)", (kind_, note)
-            )
-            conn.execute(
-                "UPDATE kc.events SET note = note || '+' WHERE ctid = "
-                "(SELECT min(ctid) FROM kc.events WHERE kind = %s)",
-                (kind_,),
-            )
-            conn.execute(
-                "DELETE FROM kc.events WHERE ctid = (SELECT max(ctid) FROM kc.events "
-                "WHERE kind = %s)",
-                ((kind_ + 1) % 20,),
-            )
-        elif kind == "small":
-            for _ in range(rng.randint(1, 10)):
-                self._change(conn)
-        if kind == "prepare":
-            for _ in range(rng.randint(1, 20)):  # new rows only: no locks to wait on
-                self.next_id += 1
-                conn.execute("INSERT INTO kc.accounts VALUES (%s, 'prepared', 1)", (self.next_id,))
-            gid = f"kc_{self.next_id}"
-            conn.execute(f"PREPARE TRANSACTION '{gid}'".encode())
-            self.prepared.append(gid)
-        else:
-            conn.execute("COMMIT" if rng.random() > 0.1 else "ROLLBACK")
-
-    def _change(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
-        rng, roll = self.rng, self.rng.random()
-        if roll < 0.3:
-            self.next_id += 1
-            conn.execute(
-                "INSERT INTO kc.accounts VALUES (%s, %s, %s)",
-                (self.next_id, f"o{self.next_id}", rng.randrange(10**6) / 100),
-            )
-        elif roll < 0.5:
-            conn.execute(
-                "UPDATE kc.accounts SET balance = balance * 2, owner = owner || '+' WHERE id = %s",
-                (rng.randrange(1, self.next_id),),
-            )
-        elif roll < 0.6:
-            conn.execute("DELETE FROM kc.accounts WHERE id = %s", (rng.randrange(1, self.next_id),))
-        elif roll < 0.7:  # a key change
-            conn.execute(
-                "UPDATE kc.lines SET line_no = line_no + 1000 WHERE order_id = %s "
-                "AND line_no < 1000",
-                (rng.randrange(200),),
-            )
-        elif roll < 0.85:  # TOAST: the body unchanged, or a new one
-            note = rng.randrange(1, 150)
-            if rng.random() < 0.6:
-                conn.execute("UPDATE kc.notes SET rev = rev + 1 WHERE id = %s", (note,))
-            else:
-                conn.execute(
-                    "INSERT INTO kc.notes VALUES (%s, 0, %s) ON CONFLICT (id) DO UPDATE "
-                    "SET body = EXCLUDED.body",
-                    (note, rng.randbytes(2000).hex()),
-                )
-        else:
-            conn.execute(
-                "UPDATE kc.lines SET qty = qty + 1 WHERE order_id = %s", (rng.randrange(200),)
-            )
-
-
-def _walsender(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> int | None:
-    row = conn.execute(
-        "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)
-    ).fetchone()
-    return None if row is None else row[0]  # type: ignore[no-any-return]
-
-
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_sigkill_of_the_daemon_at_random_points_with_a_remote_engine(
-    pg18_dsn: str, tmp_path: Path, sail_cluster: SailCluster
+    pg18: LocalPostgres, pg18_dsn: str, tmp_path: Path, sail_cluster: SailCluster
 ) -> None:
-    """The daemon SIGKILLed at random points - while starting, mid-MERGE, between a MERGE
-    and its acknowledgement, during a compaction - while a remote engine may go on with a
-    dead daemon's MERGE. Replay a failure with ``WAL2DELTA_CRASH_SEED=<seed>``."""
-    seed = int(os.environ.get("WAL2DELTA_CRASH_SEED", random.randrange(10**6)))
-    rng = random.Random(seed)
-    slot, lake, log = "w2d_kc", tmp_path / "lake", tmp_path / "daemon.log"
-    config = write_config(
-        tmp_path / "source.yaml",
-        {
-            "source": {
-                "dsn": pg18_dsn,
-                "slot": slot,
-                "publication": slot,
-                "create_publication": False,
-                "tables": list(CRASH_TABLES),
-                "two_phase": True,
-                "status_interval": "500ms",
-            },
-            "snapshot": {"mode": "initial"},
-            "sink": {
-                "path": str(lake),
-                "batch": {"max_rows": 1000, "max_age": "200ms"},
-                "compact_after_writes": 3,
-                "concurrency": 4,
-            },
-            "spool": {"dir": str(tmp_path / "spool"), "memory_limit": "256KiB"},
-            "metrics": {"enabled": False},
-            "logging": {"format": "json", "level": "warning"},
-        },
-        sail_cluster.url,
+    """``test_crash.py``'s harness (``tests/support/crash_harness.py``) with four kills, one
+    of them before the first complete snapshot, the daemon's engine the module's server.
+    Replay a failure with ``WAL2DELTA_CRASH_SEED=<seed>`` (the seed is in the message)."""
+    run_crash_harness(
+        pg18,
+        pg18_dsn,
+        tmp_path,
+        kills=CLUSTER_KILLS,
+        snapshot_kills=1,
+        spark={"mode": "connect", "url": sail_cluster.url},
     )
-    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
-        conn.execute(CRASH_SCHEMA)
-        workload = CrashWorkload(rng)
-        # The first daemon copies the tables and streams before any kill: prepared
-        # transactions and TRUNCATEs then never meet the slot's creation.
-        daemon = start_daemon(config, log)
-        try:
-            streaming(pg18_dsn, slot, "UPDATE kc.accounts SET owner = 'first' WHERE id = 1")
-        except BaseException:
-            daemon.kill()
-            raise
-        kills = 0
-        while True:
-            # Half the kills a random time after the start (start-up included), half a
-            # random time after this daemon's walsender took the slot (mid-stream).
-            started, by_walsender = time.monotonic(), rng.random() < 0.5
-            previous = _walsender(conn, slot) if kills else None
-            deadline = None if by_walsender else started + rng.uniform(0.5, 8.0)
-            while daemon.poll() is None and (deadline is None or time.monotonic() < deadline):
-                if deadline is None:
-                    pid = _walsender(conn, slot)
-                    if pid is not None and pid != previous:
-                        deadline = time.monotonic() + rng.uniform(0.2, 3.0)
-                    elif time.monotonic() - started > 120:
-                        pytest.fail(f"seed {seed}: no walsender:\n{log.read_text()[-3000:]}")
-                workload.step(conn)
-                time.sleep(0.02)
-            exited = daemon.poll()
-            assert exited in (None, 3), f"seed {seed}: exited {exited}:\n{log.read_text()[-3000:]}"
-            if exited is None:
-                daemon.send_signal(signal.SIGKILL)
-                daemon.wait(30)
-                kills += 1
-            if kills == CRASH_KILLS:
-                break
-            time.sleep(0.5 if exited == 3 else 0)  # the slot still held: as Kubernetes would
-            daemon = start_daemon(config, log)
-        for gid in workload.prepared:
-            conn.execute(f"COMMIT PREPARED '{gid}'".encode())
-        endpos = format_lsn(current_wal_lsn(conn))
-        for _ in range(20):
-            final = start_daemon(config, log, "--endpos", endpos)
-            try:
-                final.wait(300)
-            finally:
-                if final.poll() is None:
-                    final.kill()
-                    final.wait(30)
-            if final.returncode != 3:
-                break
-            time.sleep(0.5)
-        assert final.returncode == 0, f"seed {seed}:\n{log.read_text()[-3000:]}"
-    mismatches = table_mismatches(pg18_dsn, lake, CRASH_TABLES)
-    assert not mismatches, f"seed {seed}:\n" + "\n".join(mismatches)
 
 
 # --- the engine killed mid-stream and started again -----------------------------------------
