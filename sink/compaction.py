@@ -283,6 +283,8 @@ def _crowded_partitions(table: DeltaTable, min_files: int) -> list[PartitionValu
     configured = table.metadata().configuration.get("delta.targetFileSize")
     target = int(configured) if configured else DEFAULT_TARGET_FILE_SIZE
     actions = pa.table(table.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return []  # no file at all (truncated): nothing to compact
     sizes = actions.column("size_bytes").to_pylist()
     values = [actions.column(f"partition.{c}").to_pylist() for c in columns]
     counts: dict[PartitionValues, int] = {}

@@ -12,8 +12,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from structlog.testing import capture_logs
 
-from sink.compaction import MIN_SMALL_FILES, Compactor
+from sink.compaction import MIN_SMALL_FILES, Compactor, _filters
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -79,3 +80,38 @@ def test_an_unpartitioned_table_is_compacted_once_it_holds_enough_small_files(
     assert DeltaTable(path).history(limit=1)[0]["operation"] == "OPTIMIZE"
     assert len(DeltaTable(path).file_uris()) == 1
     assert _ids(path) == [0, 1, 2]
+
+
+def test_a_table_without_files_is_not_compacted_and_not_warned_about(tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    _append(path, 0, [1])
+    _append(path, 0, [2])
+    write_deltalake(
+        path,
+        pa.table({"id": pa.array([], pa.int64()), "bucket": pa.array([], pa.int64())}),
+        mode="overwrite",
+        partition_by=["bucket"],
+    )
+    compactor = Compactor(2)
+    with capture_logs() as logs:
+        compactor.wrote([path])
+        compactor.compact_due()
+    assert [e for e in logs if e["log_level"] == "warning"] == []
+    assert DeltaTable(path).history(limit=1)[0]["operation"] == "WRITE"
+    assert _ids(path) == []
+
+
+@pytest.mark.parametrize(
+    ("partitions", "expected"),
+    [
+        ([(("bucket", -1),), (("bucket", 0),)], [("bucket", "in", ["-1", "0"])]),
+        ([()], None),  # unpartitioned: the whole table
+        ([(("bucket", None),)], None),  # a null partition: no filter names it
+        ([(("a", 1), ("b", 2))], None),  # several partition columns: the whole table
+    ],
+)
+def test_the_filter_names_exactly_the_crowded_partitions_or_the_whole_table(
+    partitions: list[tuple[tuple[str, object], ...]],
+    expected: list[tuple[str, str, object]] | None,
+) -> None:
+    assert _filters(partitions) == expected
