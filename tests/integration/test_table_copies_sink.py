@@ -114,10 +114,10 @@ def test_a_copy_that_starts_waits_for_the_batch_being_applied(
         merging, release = threading.Event(), threading.Event()
         apply_tables = sink._apply_tables
 
-        def held_at_the_merge(tables: Any) -> Any:
+        def held_at_the_merge(*arguments: Any) -> Any:
             merging.set()
             assert release.wait(60)
-            return apply_tables(tables)
+            return apply_tables(*arguments)
 
         monkeypatch.setattr(sink, "_apply_tables", held_at_the_merge)
         applying = threading.Thread(
