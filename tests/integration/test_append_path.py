@@ -9,17 +9,16 @@ each test asserts the path through the table's Delta history (``WRITE`` for an a
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from deltalake import DeltaTable
 
-from sink import DeltaSink, SinkRetryableError, table_path
+from sink import SinkRetryableError, table_path
 from sink.tables import LakeTables
 from tests.support.oracle import assert_delta_matches, delta_rows
-from tests.support.settings import sink_settings
+from tests.support.settings import SinkFactory
 from tests.support.sink_changes import INT4, batch, col, delete, insert, rel, update
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -29,21 +28,6 @@ NOTES = rel("public.notes", col("id", INT4, key=True), col("body"), relation_id=
 # No key flagged and REPLICA IDENTITY NOTHING: the key comes from sink.keys, which the
 # source does not keep unique.
 TAGS = rel("public.tags", col("id", INT4), col("label"), identity="n", relation_id=16392)
-
-SinkFactory = Callable[..., DeltaSink]
-
-
-@pytest.fixture
-def lake(tmp_path: Path) -> Path:
-    return tmp_path / "lake"
-
-
-@pytest.fixture
-def make_sink(spark_session: Any, lake: Path) -> SinkFactory:
-    def make(**settings: Any) -> DeltaSink:
-        return DeltaSink(spark_session, sink_settings(lake, **settings))
-
-    return make
 
 
 def path_of(lake: Path, table: str) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import tempfile
-from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,7 @@ from sink import (
 )
 from sink.sources import SourceFiles
 from tests.support.oracle import assert_delta_matches, delta_rows, postgres_rows
-from tests.support.settings import sink_settings, spark_settings
+from tests.support.settings import SinkFactory, sink_settings, spark_settings
 from tests.support.sink_changes import (
     INT4,
     U,
@@ -64,21 +63,6 @@ from tests.support.sink_changes import (
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 DOCS = rel("public.docs", col("id", INT4, key=True), col("body"), col("rev", INT4))
-
-SinkFactory = Callable[..., DeltaSink]
-
-
-@pytest.fixture
-def lake(tmp_path: Path) -> Path:
-    return tmp_path / "lake"
-
-
-@pytest.fixture
-def make_sink(spark_session: Any, lake: Path) -> SinkFactory:
-    def make(**settings: Any) -> DeltaSink:
-        return DeltaSink(spark_session, sink_settings(lake, **settings))
-
-    return make
 
 
 def docs_path(lake: Path) -> str:

@@ -6,7 +6,6 @@ rows themselves, which must be what the same changes give in an unpartitioned ta
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from deltalake import DeltaTable
 
 from sink import DeltaSink, SinkDataError, table_path
 from tests.support.oracle import assert_delta_matches, delta_rows
-from tests.support.settings import sink_settings
+from tests.support.settings import SinkFactory, sink_settings
 from tests.support.sink_changes import (
     INT4,
     INT8,
@@ -42,14 +41,8 @@ TENANTS = rel(
 )
 NAMED = rel("public.named", col("name", TEXT, key=True), col("body"))
 
-SinkFactory = Callable[..., DeltaSink]
 #: One table's ``sink.partition_by_key`` entry, as in YAML: ``{width: 10, column: tenant}``.
 Buckets = dict[str, Any]
-
-
-@pytest.fixture
-def lake(tmp_path: Path) -> Path:
-    return tmp_path / "lake"
 
 
 @pytest.fixture

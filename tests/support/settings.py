@@ -8,7 +8,7 @@ its settings here, so they run with the defaults ``wal2delta run`` runs with.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,10 @@ from config import AppConfig, parse_config
 from daemon.wiring import capture_settings as wired_capture_settings
 from daemon.wiring import sink_settings as wired_sink_settings
 from daemon.wiring import spark_settings as wired_spark_settings
-from sink import MetadataColumns, SinkSettings, SparkSettings
+from sink import DeltaSink, MetadataColumns, SinkSettings, SparkSettings
+
+SinkFactory = Callable[..., DeltaSink]
+"""Makes a ``DeltaSink`` from ``sink`` section keys (the ``make_sink`` fixture)."""
 
 
 def sink_config(
