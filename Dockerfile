@@ -33,7 +33,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 RUN python -m venv /opt/wal2delta
 
-# A C compiler for the two kernels (decoder/_tuplewalk.c, sink/_columnar.c), built into
+# A C compiler for the two kernels (decoder/_tuplewalk.c, sink/planning/_columnar.c), built into
 # the wheel below; only in this stage: the runtime image gets the built module, not gcc.
 # hadolint ignore=DL3008
 RUN apt-get update \

@@ -10,7 +10,7 @@ PG15_BIN := /usr/lib/postgresql/15/bin
 
 # Every dependency comes from the lock (exact versions and hashes, see `make lock`); the
 # project itself is installed editable on top, without resolving anything again.
-$(BIN)/wal2delta: pyproject.toml setup.py requirements/test.lock decoder/_tuplewalk.c decoder/_tuplewire.h sink/_columnar.c
+$(BIN)/wal2delta: pyproject.toml setup.py requirements/test.lock decoder/_tuplewalk.c decoder/_tuplewire.h sink/planning/_columnar.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet --require-hashes -r requirements/test.lock

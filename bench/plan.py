@@ -65,9 +65,9 @@ from decoder import (
 )
 from decoder.native import PURE_PYTHON_ENV
 from sink import Batch
-from sink.arrow import source_table
-from sink.fold import plan_batch
-from sink.plan import BatchPlan, MergeStep
+from sink.engine.arrow import source_table
+from sink.planning.fold import plan_batch
+from sink.planning.plan import BatchPlan, MergeStep
 
 TRANSACTION: Final = 1000
 

@@ -80,8 +80,8 @@ from sink import (
     stop_spark_session,
     table_path,
 )
-from sink.compaction import purge_deletion_vectors
-from sink.tables import LakeTables
+from sink.lake.tables import LakeTables
+from sink.upkeep.compaction import purge_deletion_vectors
 
 SCALING_TARGET: Final = 2.0
 VECTORS_SPEEDUP_TARGET: Final = 3.0

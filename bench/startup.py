@@ -59,8 +59,8 @@ HEAVY: Final = (
     "daemon.supervisor",
     "capture.session",
     "sink.delta",
-    "sink.copies",
-    "sink.typemap",
+    "sink.copies.copies",
+    "sink.values.typemap",
 )
 """Modules no quick command may import (``tests/unit/daemon/test_cli_imports.py``)."""
 

@@ -11,13 +11,13 @@ count, the same columns), four ways, one after the other:
 
 * ``merge, serial``: each table's share as a MERGE source - a Parquet file the engine
   reads (``parquet.`path```) with the embedded engine, a temporary view of the Arrow table
-  sent inline through Spark Connect otherwise, as the sink does (``sink/sources.py``) -
+  sent inline through Spark Connect otherwise, as the sink does (``sink/engine/sources.py``) -
   and one ``MERGE INTO ... ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED
   THEN INSERT *``, table after table;
 * ``merge, concurrent``: the same from ``concurrency`` threads (``sink.concurrency``);
 * ``append, serial`` and ``append, concurrent``: one DataFrame append of the share from
   the same source (``spark.sql("SELECT * FROM source").write.format("delta")
-  .mode("append")``, as the sink's append path writes, ``sink/step_append.py``).
+  .mode("append")``, as the sink's append path writes, ``sink/steps/step_append.py``).
 
 The share's rows follow the mix: insert-only shares are new keys only; the 70/30 mix's are
 70% new keys and 30% keys the table holds (a MERGE updates those; an append writes the same
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.settings import bench_sink_settings, bench_spark_settings
     from daemon.logging import configure_engine_logging
     from sink import create_spark_session, stop_spark_session
-    from sink.spark import is_embedded
+    from sink.engine.spark import is_embedded
 
     configure_engine_logging("warning")  # Sail logs every query at info
     settings = bench_spark_settings()

@@ -22,7 +22,7 @@ EXIT_FATAL = 1
 EXIT_CONFIG = 2
 EXIT_SLOT_IN_USE = 3
 EXIT_ENGINE_DEADLINE = 4
-"""An engine or store call passed ``sink.spark.call_timeout`` (``sink/deadline.py``);
+"""An engine or store call passed ``sink.spark.call_timeout`` (``sink/engine/deadline.py``);
 the process ends at once, since the call cannot be cancelled for sure (decision 0114)."""
 
 
@@ -57,7 +57,7 @@ class ReceiveTimeoutError(ReplicationConnectionLostError):
 class StreamRewindError(CaptureError):
     """A table copied while streaming landed: the session ends, and a new one starts at
     once from the acknowledged position, so the changes dropped during the copy come
-    again (``sink/copies.py``). Not a failure: no backoff, no error counted."""
+    again (``sink/copies/copies.py``). Not a failure: no backoff, no error counted."""
 
     retryable: ClassVar[bool] = True
 

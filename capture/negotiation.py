@@ -91,7 +91,7 @@ def negotiate(request: ReplicationRequest, server_version_num: int) -> ProtocolO
         two_phase=request.two_phase,
         binary=request.binary,
         # Asked for whenever the server can send them (PostgreSQL 14+): ``wal2delta
-        # resync`` requests travel as logical decoding messages (sink/copies.py); the sink
+        # resync`` requests travel as logical decoding messages (sink/copies/copies.py); the sink
         # keeps other messages only with ``sink.messages: table``.
         messages=request.messages or major >= MIN_MESSAGES_MAJOR,
     )

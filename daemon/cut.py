@@ -2,7 +2,7 @@
 
 Delta has no multi-table transactions, so a reader of two tables may see one after batch
 N and the other after batch N-1. The sink records every batch in the commit log
-(``<sink.path>/_wal2delta_commits``, ``sink/commits.py``): its number, its durable LSN
+(``<sink.path>/_wal2delta_commits``, ``sink/records/commits.py``): its number, its durable LSN
 (NULL for a batch holding part of a large transaction), its newest commit time and the
 Delta version of each table it wrote, plus an intent row per batch written before its
 first write, with ``high_lsn``, its newest change. A *boundary* is a recorded batch with

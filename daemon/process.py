@@ -6,7 +6,7 @@ into a Delta sink on a Spark session and a ``Supervisor``, serves ``/metrics``,
 process exit code.
 
 Every call into the engine or the store runs under ``sink.spark.call_timeout``
-(``sink/deadline.py``). One that passes it ends the process at once with
+(``sink/engine/deadline.py``). One that passes it ends the process at once with
 ``EXIT_ENGINE_DEADLINE`` (``exit_on_overdue_call``), whatever the other threads do: the
 call cannot be cancelled for sure (Sail runs an interrupted operation to its end), so no
 new session may start while it might still commit, and a graceful stop would call into

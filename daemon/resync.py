@@ -4,7 +4,7 @@ The request is a transactional logical decoding message on the source
 (``pg_logical_emit_message(true, 'wal2delta.resync', '{"tables": [...]}')``): the daemon
 reads it in commit order through its own slot, records it next to the data
 (``<path>/_wal2delta_copies``) and copies the tables while streaming
-(``sink/copies.py``, ``capture/tablecopy.py``). No port to reach, no pod to find: any
+(``sink/copies/copies.py``, ``capture/tablecopy.py``). No port to reach, no pod to find: any
 process that can connect to the source can ask. The command returns once the message is
 committed (the request is on record in the WAL the daemon reads); ``--wait`` then polls
 the lake until every table's copy made after the request is done.

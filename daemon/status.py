@@ -139,7 +139,7 @@ class Status:
 
 @dataclass(frozen=True)
 class CopyStatus:
-    """One table's online copy, as recorded in the lake (``sink/copies.py``)."""
+    """One table's online copy, as recorded in the lake (``sink/copies/copies.py``)."""
 
     table: str
     state: str

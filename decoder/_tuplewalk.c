@@ -5,7 +5,7 @@
  * -------------------
  * A row message is walked once per layer: validated when it arrives
  * (parser.row_message_is_valid) and converted by the sink (values.load_tuple_wire, through
- * tupledata.walk_tuple, or sink/_columnar.c); an UPDATE with an old tuple is skipped over
+ * tupledata.walk_tuple, or sink/planning/_columnar.c); an UPDATE with an old tuple is skipped over
  * once more when read back (parser.row_parts). Why not once in all:
  * docs/decisions/0102-a-tupledata-is-walked-once-per-layer.md. On CPython the loop over the columns was a fifth of the capture
  * path's CPU and a quarter of the planner's. This module runs that one loop (walk_part) in
@@ -25,7 +25,7 @@
  * in-memory records - what Assembler.feed does one frame at a time, which stays the
  * reference (tests/unit/decoder/test_bulk_frames.py feeds both ways).
  *
- * The sink's columnar planner has a kernel of its own (sink/_columnar.c); the TupleData
+ * The sink's columnar planner has a kernel of its own (sink/planning/_columnar.c); the TupleData
  * wire helpers both use are in decoder/_tuplewire.h.
  *
  * The Python functions stay the reference (decoder/native.py picks one of the two forms at

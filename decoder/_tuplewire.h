@@ -1,6 +1,6 @@
 /*
  * The TupleData wire helpers the decoder's kernel (decoder/_tuplewalk.c) and the sink's
- * columnar kernel (sink/_columnar.c) share: borrowing bytes, calling loaders, the one walk
+ * columnar kernel (sink/planning/_columnar.c) share: borrowing bytes, calling loaders, the one walk
  * over a part's columns (walk_part, as tupledata.walk_tuple_reference), the text columns of a
  * part, the interned attribute names of RowChange and TupleData, and reading slots of the
  * decoder's slotted classes. Static: each extension compiles and initialises its own copy.

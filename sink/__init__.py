@@ -1,19 +1,14 @@
 """The Delta sink: PostgreSQL changes merged into Delta Lake tables through Spark.
 
-``DeltaSink`` (``delta``) plans each batch without Spark (``plan``, keyless tables in
-``keyless``), renders MERGE statements (``sql``), ships the rows as Arrow (``arrow``) and
-runs them on the process's Spark session (``spark``), over the tables ``tables`` creates
-and caches. ``typemap`` maps PostgreSQL types to Delta types; ``convert`` turns sent values
-into Delta values; ``unrepresentable`` stores legal values a Delta type cannot hold under
-their conventions, and ``rejects`` keeps their exact text; ``evolution`` decides how a
-table follows a changed relation, with the source catalog (``SourceCatalog``) that capture
-injects, and ``follow`` carries it out; ``bookkeeping`` keeps the lake's own tables
-(snapshot markers, column origins, messages), ``commits`` the commit log ``wal2delta cut``
-reads and the versions a cut can still name, ``history`` each table's change history;
-``layout`` gives a table its properties (deletion vectors), ``compaction`` compacts and
-purges tables between batches and ``retention`` vacuums them; ``constants`` holds the
-names and vocabularies defined once; ``naming`` says where a table lands in the lake
-(``table_path``) and what its columns are called in Delta.
+``DeltaSink`` (``delta``) orders each batch over the sink's parts, one subpackage per job
+(docs/architecture.md, The sink's parts): ``values`` (types, values, names), ``planning``
+(the batch folded into per-table plans, pure), ``engine`` (the Spark session, the SQL, the
+Arrow sources), ``lake`` (the lake port: every statement on a table and every delta-rs
+call), ``records`` (commit log, bookkeeping, rejects, change histories), ``steps`` (one
+executor per step kind), ``copies`` (the initial snapshot and copies while streaming) and
+``upkeep`` (compaction, retention). The root holds the contract (``base``), the names
+defined once (``constants``) and the plain settings (``settings``). This module is the
+sink's public surface: capture and the daemon import only from here.
 """
 
 from typing import TYPE_CHECKING, Final
@@ -40,25 +35,24 @@ if TYPE_CHECKING:
         TimelineStore,
         WrittenTimeline,
     )
-    from sink.bulk import RANGE_ORDINAL_STRIDE, BulkTarget
-    from sink.commits import (
+    from sink.constants import COPIES_TABLE, REJECTS_TABLE, ColumnTypeOverride
+    from sink.copies.bulk import RANGE_ORDINAL_STRIDE, BulkTarget
+    from sink.copies.copies import RESYNC_PREFIX, TableCopy, read_copy_records, resync_message
+    from sink.delta import DeltaSink
+    from sink.engine.deadline import CallDeadlines, OverdueCall, engine_call, install_call_deadlines
+    from sink.engine.spark import create_spark_session, stop_spark_session
+    from sink.lake.logversion import local_directory, newest_logged_version
+    from sink.planning.evolution import CatalogColumn, CatalogTable, SourceCatalog
+    from sink.planning.fold import copy_truncate
+    from sink.records.commits import (
         commits_path,
         consistent_boundaries,
         oldest_retained_boundary,
         read_commit_records,
         retained_versions,
     )
-    from sink.constants import COPIES_TABLE, REJECTS_TABLE, ColumnTypeOverride
-    from sink.convert import pg_text_form, to_delta_value
-    from sink.copies import RESYNC_PREFIX, TableCopy, read_copy_records, resync_message
-    from sink.deadline import CallDeadlines, OverdueCall, engine_call, install_call_deadlines
-    from sink.delta import DeltaSink
-    from sink.evolution import CatalogColumn, CatalogTable, SourceCatalog
-    from sink.fold import copy_truncate
-    from sink.history import history_path
-    from sink.logversion import local_directory, newest_logged_version
-    from sink.naming import column_map, delta_can_hold, delta_column_name, table_of_path, table_path
-    from sink.rejects import rejects_path
+    from sink.records.history import history_path
+    from sink.records.rejects import rejects_path
     from sink.settings import (
         ColumnNamePolicy,
         KeyBuckets,
@@ -66,9 +60,16 @@ if TYPE_CHECKING:
         SinkSettings,
         SparkSettings,
     )
-    from sink.spark import create_spark_session, stop_spark_session
-    from sink.typemap import NUMERIC_OID, ColumnTypeError, DeltaType, ValueForm, delta_type
-    from sink.unrepresentable import (
+    from sink.values.convert import pg_text_form, to_delta_value
+    from sink.values.naming import (
+        column_map,
+        delta_can_hold,
+        delta_column_name,
+        table_of_path,
+        table_path,
+    )
+    from sink.values.typemap import NUMERIC_OID, ColumnTypeError, DeltaType, ValueForm, delta_type
+    from sink.values.unrepresentable import (
         DATE_INFINITY,
         DATE_MINUS_INFINITY,
         TIMESTAMP_INFINITY,
@@ -165,57 +166,57 @@ _EXPORTS: Final[dict[str, str]] = {
     "SnapshotStatus": "sink.base",
     "TimelineStore": "sink.base",
     "WrittenTimeline": "sink.base",
-    "RANGE_ORDINAL_STRIDE": "sink.bulk",
-    "BulkTarget": "sink.bulk",
-    "commits_path": "sink.commits",
-    "consistent_boundaries": "sink.commits",
-    "oldest_retained_boundary": "sink.commits",
-    "read_commit_records": "sink.commits",
-    "retained_versions": "sink.commits",
+    "RANGE_ORDINAL_STRIDE": "sink.copies.bulk",
+    "BulkTarget": "sink.copies.bulk",
+    "commits_path": "sink.records.commits",
+    "consistent_boundaries": "sink.records.commits",
+    "oldest_retained_boundary": "sink.records.commits",
+    "read_commit_records": "sink.records.commits",
+    "retained_versions": "sink.records.commits",
     "COPIES_TABLE": "sink.constants",
     "REJECTS_TABLE": "sink.constants",
     "ColumnTypeOverride": "sink.constants",
-    "pg_text_form": "sink.convert",
-    "to_delta_value": "sink.convert",
-    "RESYNC_PREFIX": "sink.copies",
-    "TableCopy": "sink.copies",
-    "read_copy_records": "sink.copies",
-    "resync_message": "sink.copies",
-    "CallDeadlines": "sink.deadline",
-    "OverdueCall": "sink.deadline",
-    "engine_call": "sink.deadline",
-    "install_call_deadlines": "sink.deadline",
+    "pg_text_form": "sink.values.convert",
+    "to_delta_value": "sink.values.convert",
+    "RESYNC_PREFIX": "sink.copies.copies",
+    "TableCopy": "sink.copies.copies",
+    "read_copy_records": "sink.copies.copies",
+    "resync_message": "sink.copies.copies",
+    "CallDeadlines": "sink.engine.deadline",
+    "OverdueCall": "sink.engine.deadline",
+    "engine_call": "sink.engine.deadline",
+    "install_call_deadlines": "sink.engine.deadline",
     "DeltaSink": "sink.delta",
-    "CatalogColumn": "sink.evolution",
-    "CatalogTable": "sink.evolution",
-    "SourceCatalog": "sink.evolution",
-    "copy_truncate": "sink.fold",
-    "history_path": "sink.history",
-    "column_map": "sink.naming",
-    "local_directory": "sink.logversion",
-    "newest_logged_version": "sink.logversion",
-    "delta_can_hold": "sink.naming",
-    "delta_column_name": "sink.naming",
-    "table_of_path": "sink.naming",
-    "table_path": "sink.naming",
-    "rejects_path": "sink.rejects",
+    "CatalogColumn": "sink.planning.evolution",
+    "CatalogTable": "sink.planning.evolution",
+    "SourceCatalog": "sink.planning.evolution",
+    "copy_truncate": "sink.planning.fold",
+    "history_path": "sink.records.history",
+    "column_map": "sink.values.naming",
+    "local_directory": "sink.lake.logversion",
+    "newest_logged_version": "sink.lake.logversion",
+    "delta_can_hold": "sink.values.naming",
+    "delta_column_name": "sink.values.naming",
+    "table_of_path": "sink.values.naming",
+    "table_path": "sink.values.naming",
+    "rejects_path": "sink.records.rejects",
     "ColumnNamePolicy": "sink.settings",
     "KeyBuckets": "sink.settings",
     "MetadataColumns": "sink.settings",
     "SinkSettings": "sink.settings",
     "SparkSettings": "sink.settings",
-    "create_spark_session": "sink.spark",
-    "stop_spark_session": "sink.spark",
-    "NUMERIC_OID": "sink.typemap",
-    "ColumnTypeError": "sink.typemap",
-    "DeltaType": "sink.typemap",
-    "ValueForm": "sink.typemap",
-    "delta_type": "sink.typemap",
-    "DATE_INFINITY": "sink.unrepresentable",
-    "DATE_MINUS_INFINITY": "sink.unrepresentable",
-    "TIMESTAMP_INFINITY": "sink.unrepresentable",
-    "TIMESTAMP_MINUS_INFINITY": "sink.unrepresentable",
-    "Reason": "sink.unrepresentable",
+    "create_spark_session": "sink.engine.spark",
+    "stop_spark_session": "sink.engine.spark",
+    "NUMERIC_OID": "sink.values.typemap",
+    "ColumnTypeError": "sink.values.typemap",
+    "DeltaType": "sink.values.typemap",
+    "ValueForm": "sink.values.typemap",
+    "delta_type": "sink.values.typemap",
+    "DATE_INFINITY": "sink.values.unrepresentable",
+    "DATE_MINUS_INFINITY": "sink.values.unrepresentable",
+    "TIMESTAMP_INFINITY": "sink.values.unrepresentable",
+    "TIMESTAMP_MINUS_INFINITY": "sink.values.unrepresentable",
+    "Reason": "sink.values.unrepresentable",
 }
 """Each public name and the module that defines it (``module:name`` when renamed): the root
 imports a module on the first use of one of its names (PEP 562), so a command imports only

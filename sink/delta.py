@@ -59,12 +59,6 @@ from decoder import (
     ValueDecoder,
     pg_timestamp_to_datetime,
 )
-from sink.adoption import StagedFileAdopter, remove_directory, remove_stale_staging
-from sink.arrow import (
-    ArrowColumn,
-    metadata_columns,
-    plan_column,
-)
 from sink.base import (
     Batch,
     BatchResult,
@@ -74,27 +68,30 @@ from sink.base import (
     SnapshotMarker,
     WrittenTimeline,
 )
-from sink.bookkeeping import Bookkeeping
-from sink.bulk import BulkTarget, frame_columns
-from sink.commits import CommitLog, commits_path
-from sink.compaction import UPKEEP_BUDGET_SECONDS, Compactor
 from sink.constants import REJECTS_TABLE
-from sink.convert import column_converter
-from sink.copies import TableCopies
-from sink.deadline import engine_call
-from sink.deltars import DeltaRsAppender
-from sink.evolution import (
+from sink.copies.bulk import BulkTarget, frame_columns
+from sink.copies.copies import TableCopies
+from sink.copies.step_bulk import BulkAppendExecutor
+from sink.engine.arrow import (
+    ArrowColumn,
+    metadata_columns,
+    plan_column,
+)
+from sink.engine.deadline import engine_call
+from sink.engine.sources import SourceFiles
+from sink.engine.spark import engine_errors, is_embedded
+from sink.engine.sql import delta_table, render_select_all
+from sink.lake.adoption import StagedFileAdopter, remove_directory, remove_stale_staging
+from sink.lake.deltars import DeltaRsAppender
+from sink.lake.layout import table_properties
+from sink.lake.tables import LakeTables, TableState
+from sink.planning.evolution import (
     SourceCatalog,
 )
-from sink.executor import NOTHING_WRITTEN, WRITE_KINDS, StepOutcome, TableTarget, WriteKind
-from sink.fold import plan_batch, plan_copy
-from sink.follow import RelationFollower
-from sink.history import HistoryWriter, history_name
-from sink.holdback import HeldChanges
-from sink.layout import table_properties
-from sink.naming import staging_path, table_path
-from sink.partitioning import bucketed_column
-from sink.plan import (
+from sink.planning.fold import plan_batch, plan_copy
+from sink.planning.holdback import HeldChanges
+from sink.planning.partitioning import bucketed_column
+from sink.planning.plan import (
     KeylessStep,
     MergePlan,
     MergeStep,
@@ -102,19 +99,22 @@ from sink.plan import (
     Step,
     TruncateStep,
 )
-from sink.rejects import RejectsLog, TableReject
-from sink.replays import ReplayHorizon
+from sink.planning.replays import ReplayHorizon
+from sink.records.bookkeeping import Bookkeeping
+from sink.records.commits import CommitLog, commits_path
+from sink.records.history import HistoryWriter, history_name
+from sink.records.rejects import RejectsLog, TableReject
 from sink.settings import SinkSettings
-from sink.sources import SourceFiles
-from sink.spark import engine_errors, is_embedded
-from sink.sql import delta_table, render_select_all
-from sink.step_append import KeyedAppendExecutor, appends
-from sink.step_bulk import BulkAppendExecutor
-from sink.step_keyed import KeyedMergeExecutor, KeyedSources
-from sink.step_keyless import KeylessMergeExecutor
-from sink.step_truncate import TruncateExecutor
-from sink.tables import LakeTables, TableState
-from sink.typemap import BIGINT
+from sink.steps.executor import NOTHING_WRITTEN, WRITE_KINDS, StepOutcome, TableTarget, WriteKind
+from sink.steps.follow import RelationFollower
+from sink.steps.step_append import KeyedAppendExecutor, appends
+from sink.steps.step_keyed import KeyedMergeExecutor, KeyedSources
+from sink.steps.step_keyless import KeylessMergeExecutor
+from sink.steps.step_truncate import TruncateExecutor
+from sink.upkeep.compaction import UPKEEP_BUDGET_SECONDS, Compactor
+from sink.values.convert import column_converter
+from sink.values.naming import staging_path, table_path
+from sink.values.typemap import BIGINT
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -286,7 +286,7 @@ class DeltaSink:
         )
 
     def after_apply(self) -> None:
-        """Compact the tables due after the batch just applied (``sink/compaction.py``),
+        """Compact the tables due after the batch just applied (``sink/upkeep/compaction.py``),
         for at most ``UPKEEP_BUDGET_SECONDS``; the rest waits for the next batch or
         ``settle``.
 

@@ -67,7 +67,7 @@ class MetadataColumns:
             (``floor(key / width)``, ``SinkSettings.key_buckets``).
         row_lsn: with ``row_ordinal``, the hidden identity of each row of a table without
             any key under REPLICA IDENTITY FULL: the position of the INSERT that created
-            it (``sink/keyless.py``).
+            it (``sink/planning/keyless.py``).
         row_ordinal: see ``row_lsn``.
     """
 

@@ -49,7 +49,7 @@ def hadoop_aws_package(jars_dir: Path) -> str:
 def check_jars(jars_dir: Path) -> str | None:
     """What a classic session (``sink.spark``) would miss in ``jars_dir``, or None."""
     from sink import SinkError  # noqa: PLC0415 - the installed wal2delta
-    from sink.spark import classic_session_conf  # noqa: PLC0415
+    from sink.engine.spark import classic_session_conf  # noqa: PLC0415
 
     try:
         conf = classic_session_conf(jars_dir)

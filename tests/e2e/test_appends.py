@@ -1,5 +1,5 @@
 """Rows whose keys cannot be in the table are appended, end to end from PostgreSQL 18: real
-pgoutput folded by the kernel, the append path (``sink/step_append.py``) and the MERGE
+pgoutput folded by the kernel, the append path (``sink/steps/step_append.py``) and the MERGE
 beside it, every table read back with delta-rs and compared row by row with the source.
 
 Each pattern of one key within one batch - inserted; inserted then updated; inserted then

@@ -27,7 +27,7 @@ from daemon.verify import verify_source
 from daemon.wiring import prepare_configured_source, sink_settings
 from decoder import Lsn
 from sink import DeltaSink
-from sink.deltalog import read_table_files
+from sink.lake.deltalog import read_table_files
 from tests.support.configs import make_config
 from tests.support.harness import run_statements, table_mismatches
 

@@ -47,7 +47,7 @@ TABLES = ["failover.accounts", "failover.events"]
 
 AFTER_FAILOVER = {"MERGE", "WRITE Append", "OPTIMIZE"}
 """The only Delta operations allowed after the failover: applied changes (replayed ones
-included; rows of new keys appended, sink/step_append.py) and the daemon's compaction,
+included; rows of new keys appended, sink/steps/step_append.py) and the daemon's compaction,
 which changes no data - no copy of a table."""
 
 

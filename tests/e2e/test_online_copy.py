@@ -1,4 +1,4 @@
-"""Tables copied while the stream runs (``sink/copies.py``, ``capture/tablecopy.py``), end
+"""Tables copied while the stream runs (``sink/copies/copies.py``, ``capture/tablecopy.py``), end
 to end on PostgreSQL 18 (a new table on 14 too) with the real supervisor, read back with
 delta-rs.
 
@@ -164,7 +164,7 @@ def test_a_table_added_to_the_publication_is_copied_while_streaming(
         assert not errors, errors
         _wait_for_delta(dsn, lake, "w2d_online", daemon, timeout=240)
         copied = DeltaTable(table_path(str(lake), "public", "joiner")).version()
-        # After the copy: new keys only (appended, sink/step_append.py), then a stored key
+        # After the copy: new keys only (appended, sink/steps/step_append.py), then a stored key
         # deleted and inserted again (merged).
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(

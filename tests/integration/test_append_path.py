@@ -1,4 +1,4 @@
-"""The append path (``sink/step_append.py``) on a real embedded Sail session, read back with
+"""The append path (``sink/steps/step_append.py``) on a real embedded Sail session, read back with
 delta-rs: which steps are appended, which are merged, and that both end exact.
 
 A step is appended only when none of its rows can be in the table (the module's theory);
@@ -16,7 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from sink import SinkRetryableError, table_path
-from sink.tables import LakeTables
+from sink.lake.tables import LakeTables
 from tests.support.oracle import assert_delta_matches, delta_rows
 from tests.support.settings import SinkFactory
 from tests.support.sink_changes import INT4, batch, col, delete, insert, rel, update

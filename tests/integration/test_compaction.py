@@ -17,9 +17,9 @@ from deltalake import DeltaTable, write_deltalake
 from structlog.testing import capture_logs
 
 from sink import DeltaSink, table_path
-from sink.commits import commits_path
-from sink.compaction import Compactor
-from sink.history import history_path
+from sink.records.commits import commits_path
+from sink.records.history import history_path
+from sink.upkeep.compaction import Compactor
 from tests.support.settings import sink_settings
 from tests.support.sink_changes import INT4, batch, col, delete, insert, rel, update
 

@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from structlog.testing import capture_logs
 
-from sink.compaction import MIN_SMALL_FILES, Compactor, _filters
+from sink.upkeep.compaction import MIN_SMALL_FILES, Compactor, _filters
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

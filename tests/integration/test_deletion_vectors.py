@@ -24,8 +24,8 @@ from structlog.testing import capture_logs
 from daemon.cut import choose_cut
 from decoder import Lsn, RowChange
 from sink import Batch, DeltaSink, read_commit_records, table_path
-from sink.compaction import PURGE_AT
-from sink.deltalog import read_table_files
+from sink.lake.deltalog import read_table_files
+from sink.upkeep.compaction import PURGE_AT
 from tests.support.oracle import read_delta_table
 from tests.support.settings import sink_settings
 from tests.support.sink_changes import INT4, col, delete, insert, rel, update

@@ -15,7 +15,7 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from sink.base import SinkError, SinkRetryableError
-from sink.deltars import DeltaRsAppender
+from sink.lake.deltars import DeltaRsAppender
 from tests.support.appends import append_from_threads
 
 ROWS = pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", None]})

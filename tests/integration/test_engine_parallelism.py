@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from sink.spark import SAIL_PARALLELISM_ENV
+from sink.engine.spark import SAIL_PARALLELISM_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = """
 import glob, sys
-from sink.spark import create_spark_session, stop_spark_session
+from sink.engine.spark import create_spark_session, stop_spark_session
 from tests.support.settings import spark_settings
 
 lake, parallelism = sys.argv[1], sys.argv[2]

@@ -17,8 +17,8 @@ from deltalake import DeltaTable, write_deltalake
 from daemon.cut import choose_cut
 from decoder import Lsn, RowChange
 from sink import Batch, DeltaSink, table_path
-from sink.commits import commits_path
-from sink.history import history_path
+from sink.records.commits import commits_path
+from sink.records.history import history_path
 from tests.support.settings import sink_settings
 from tests.support.sink_changes import (
     INT4,

@@ -2,7 +2,7 @@
 
 The reference is PostgreSQL's apply worker: every INSERT adds a row, every UPDATE or DELETE
 (old tuple = the whole row) changes or removes exactly one equal row, NULLs matching NULLs;
-and replaying what Delta already holds changes nothing (``sink/keyless.py``).
+and replaying what Delta already holds changes nothing (``sink/planning/keyless.py``).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from deltalake import DeltaTable
 
 from decoder import Relation
 from sink import Batch, DeltaSink, SinkError, table_path
-from sink.commits import commits_path
+from sink.records.commits import commits_path
 from tests.support.oracle import delta_rows
 from tests.support.settings import sink_settings
 from tests.support.sink_changes import INT4, batch, col, delete, insert, rel, update

@@ -72,8 +72,8 @@ def test_wheel_installed_in_a_clean_venv_runs_the_entrypoint(tmp_path: Path) -> 
         [
             str(python),
             "-c",
-            "import capture, sink, decoder, config, sink.kernel; "
-            "print(capture.__file__, decoder.DECODER_KERNEL, sink.kernel.KERNEL)",
+            "import capture, sink, decoder, config, sink.planning.kernel; "
+            "print(capture.__file__, decoder.DECODER_KERNEL, sink.planning.kernel.KERNEL)",
         ],
         check=True,
         capture_output=True,
@@ -81,10 +81,10 @@ def test_wheel_installed_in_a_clean_venv_runs_the_entrypoint(tmp_path: Path) -> 
         cwd=tmp_path,
     ).stdout.split()
     assert origin.startswith(purelib), origin
-    # The wheel carries both C kernels, built with it (decoder/native.py, sink/kernel.py).
+    # The wheel carries both C kernels, built with it (decoder/native.py, sink/planning/kernel.py).
     assert (kernel, sink_kernel) == ("compiled", "compiled")
     assert list(Path(purelib, "decoder").glob("_tuplewalk*.so"))
-    assert list(Path(purelib, "sink").glob("_columnar*.so"))
+    assert list(Path(purelib, "sink", "planning").glob("_columnar*.so"))
 
     config = tmp_path / "config.yaml"
     config.write_text(

@@ -23,8 +23,8 @@ from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from daemon.cut import CutError, choose_cut
 from decoder import Lsn, RowChange
 from sink import Batch, DeltaSink, commits_path, read_commit_records, table_path
-from sink.deltalog import read_table_files
-from sink.retention import Retention, vacuum_interval
+from sink.lake.deltalog import read_table_files
+from sink.upkeep.retention import Retention, vacuum_interval
 from tests.support.settings import sink_settings
 from tests.support.sink_changes import INT4, col, delete, insert, rel, update
 

@@ -1,5 +1,5 @@
 """A MERGE source's view on the embedded engine: read from a local Parquet file
-(``sink/sources.py``) or sent inline, it has the types of the sink's columns, and leaves
+(``sink/engine/sources.py``) or sent inline, it has the types of the sink's columns, and leaves
 no file behind."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from sink.arrow import ArrowColumn
-from sink.sources import LOCK_NAME, SourceFiles
-from sink.tables import LakeTables
-from sink.typemap import BIGINT, STRING
+from sink.engine.arrow import ArrowColumn
+from sink.engine.sources import LOCK_NAME, SourceFiles
+from sink.lake.tables import LakeTables
+from sink.values.typemap import BIGINT, STRING
 from tests.support.settings import sink_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -1,4 +1,4 @@
-"""A table copied while streaming, at the sink (``sink/copies.py``), on a real Sail session,
+"""A table copied while streaming, at the sink (``sink/copies/copies.py``), on a real Sail session,
 read back with delta-rs.
 
 The order of events a copy goes through, with the stream's changes at each step: applied
@@ -20,8 +20,8 @@ from deltalake import DeltaTable
 
 from decoder import Lsn, datetime_to_pg_timestamp
 from sink import DeltaSink, SinkError, table_path
-from sink.copies import RESYNC_PREFIX, resync_message
-from sink.deltalog import read_table_files
+from sink.copies.copies import RESYNC_PREFIX, resync_message
+from sink.lake.deltalog import read_table_files
 from tests.support.oracle import delta_rows
 from tests.support.settings import sink_settings
 from tests.support.sink_changes import INT4, batch, col, commit_time, insert, message, rel, update

@@ -8,7 +8,7 @@ import threading
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from sink.deltars import DeltaRsAppender
+from sink.lake.deltars import DeltaRsAppender
 
 
 def append_from_threads(path: str, *, threads: int = 4, appends: int = 3) -> None:

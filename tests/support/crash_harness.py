@@ -42,7 +42,7 @@ from decoder import format_lsn
 from devtools.pgserver import LocalPostgres
 from sink import history_path, table_path
 from sink.constants import SNAPSHOTS_TABLE
-from sink.sql import SNAPSHOT_COLUMNS
+from sink.engine.sql import SNAPSHOT_COLUMNS
 from tests.support.harness import start_daemon
 from tests.support.oracle import compare_table
 
@@ -64,7 +64,7 @@ CREATE SCHEMA crash;
 CREATE TABLE crash.accounts (id int PRIMARY KEY, owner text NOT NULL, balance numeric(12, 2));
 CREATE TABLE crash.lines (order_id int, line_no int, qty int, PRIMARY KEY (order_id, line_no));
 CREATE TABLE crash.notes (id int PRIMARY KEY, body text);
--- Mostly new keys: their batches are appended (sink/step_append.py), not merged.
+-- Mostly new keys: their batches are appended (sink/steps/step_append.py), not merged.
 CREATE TABLE crash.orders (id bigint PRIMARY KEY, item text NOT NULL, qty int);
 ALTER TABLE crash.notes ALTER COLUMN body SET STORAGE EXTERNAL;
 -- Every committed change of crash.notes, in the order each row saw them (not published):
@@ -84,7 +84,7 @@ CREATE TRIGGER notes_audit AFTER INSERT OR UPDATE OR DELETE ON crash.notes
     FOR EACH ROW EXECUTE FUNCTION crash.audit_note();
 INSERT INTO crash.accounts SELECT g, 'owner ' || g, g FROM generate_series(1, 5000) g;
 INSERT INTO crash.lines SELECT g / 10, g % 10, g FROM generate_series(1, 5000) g;
--- No key: identical rows must stay as many as in PostgreSQL (sink/keyless.py).
+-- No key: identical rows must stay as many as in PostgreSQL (sink/planning/keyless.py).
 CREATE TABLE crash.events (kind int, note text);
 ALTER TABLE crash.events REPLICA IDENTITY FULL;
 INSERT INTO crash.events SELECT g % 40, 'n' || (g % 3) FROM generate_series(1, 1200) g;

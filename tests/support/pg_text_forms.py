@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from decoder import RowChange, TupleData
 from sink import Batch
-from sink.convert import pg_text_form
+from sink.values.convert import pg_text_form
 from tests.support.pgoutput_builder import encode_tuple
 from tests.support.sink_changes import U, Value, batch, col, delete, insert, rel, update
 

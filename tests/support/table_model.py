@@ -17,10 +17,8 @@ from dataclasses import dataclass, field
 from decoder import UNCHANGED_TOAST, RowChange, TruncateChange, ValueDecoder
 from decoder.lsn import pg_timestamp_to_datetime
 from sink import Batch
-from sink.convert import to_delta_value
-from sink.keyless import Candidate, assign_takes, fold, row_key
-from sink.matching import hashable
-from sink.plan import (
+from sink.planning.keyless import Candidate, assign_takes, fold, row_key
+from sink.planning.plan import (
     NO_POSITION,
     BatchPlan,
     KeylessStep,
@@ -28,7 +26,9 @@ from sink.plan import (
     PlannedRow,
     TruncateStep,
 )
-from sink.typemap import delta_type
+from sink.values.convert import to_delta_value
+from sink.values.matching import hashable
+from sink.values.typemap import delta_type
 
 Row = dict[str, object]
 LSN = "__lsn"

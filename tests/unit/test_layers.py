@@ -8,23 +8,24 @@ layers below get plain settings. Across packages only the package root is import
 Repetition that stays (docs/architecture.md, Design guide): ``duplicates`` over the product
 packages reports these pairs by shape; they are declarations, not a rule written twice, and
 stay. Dataclass field lists (``capture/settings.py`` with ``decoder/usertypes.py`` and
-``sink/bulk.py``, ``decoder/changes.py`` with itself and ``decoder/messages.py``,
-``sink/evolution.py``); a position property of small dataclasses (``sink/keyless.py`` with
-itself and ``sink/plan.py``); ``StrEnum`` vocabularies (``decoder/messages.py``,
-``sink/typemap.py``, ``sink/unrepresentable.py``); ``Final`` constants
-(``sink/constants.py`` with ``sink/rejects.py``); keyword arguments handing an object's
-fields on (``daemon/supervisor.py`` with itself, ``daemon/wiring.py`` and
-``decoder/assembler.py``); constructors storing their arguments, and their signatures
-(``capture/monitor.py``, ``capture/session.py``, ``decoder/errors.py``,
-``capture/batcher.py``, ``daemon/supervisor.py``); read-only properties
-(``capture/feedback.py`` with ``decoder/assembler.py``) and ``decoder/wire.py``'s typed
-readers; functions sharing a parameter list (``config/interpolation.py``, ``sink/sql.py``,
+``sink/copies/bulk.py``, ``decoder/changes.py`` with itself and ``decoder/messages.py``,
+``sink/planning/evolution.py``); a position property of small dataclasses
+(``sink/planning/keyless.py`` with itself and ``sink/planning/plan.py``); ``StrEnum``
+vocabularies (``decoder/messages.py``, ``sink/values/typemap.py``,
+``sink/values/unrepresentable.py``); ``Final`` constants (``sink/constants.py`` with
+``sink/records/rejects.py``); keyword arguments handing an object's fields on
+(``daemon/supervisor.py`` with itself, ``daemon/wiring.py`` and ``decoder/assembler.py``);
+constructors storing their arguments, and their signatures (``capture/monitor.py``,
+``capture/session.py``, ``decoder/errors.py``, ``capture/batcher.py``,
+``daemon/supervisor.py``); read-only properties (``capture/feedback.py`` with
+``decoder/assembler.py``) and ``decoder/wire.py``'s typed readers; functions sharing a
+parameter list (``config/interpolation.py``, ``sink/engine/sql.py``,
 ``capture/snapshot.py``); ``decoder/assembler.py``'s one ``match`` case a message; the step
-executors' constructors (``sink/step_keyed.py`` with ``sink/step_keyless.py``: each
-executor reads alone); CPython's C-API boilerplate - an entry point's argument checks, error
-handling, the module definition - in ``decoder/_tuplewalk.c`` and ``sink/_columnar.c``. The
-twins of other kinds are named by the tests that guard them (``tests/unit/decoder``,
-``tests/unit/sink/test_columnar.py``, ``tests/unit/config``).
+executors' constructors (``sink/steps/step_keyed.py`` with ``sink/steps/step_keyless.py``:
+each executor reads alone); CPython's C-API boilerplate - an entry point's argument checks,
+error handling, the module definition - in ``decoder/_tuplewalk.c`` and
+``sink/planning/_columnar.c``. The twins of other kinds are named by the tests that guard
+them (``tests/unit/decoder``, ``tests/unit/sink/test_columnar.py``, ``tests/unit/config``).
 """
 
 from __future__ import annotations
@@ -189,3 +190,73 @@ def test_no_module_imports_itself_through_others() -> None:
 def test_the_circle_finder_finds_circles() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+# The sink's parts (docs/architecture.md, The sink's parts): its contract and settings at
+# the root (``sink.base``, ``sink.constants``, ``sink.settings``), the subpackages each
+# owning one job, and ``sink.delta``, the one module that orders a batch over them. Each
+# subpackage's docstring ends with a ``May import:`` line: the sink's parts its modules may
+# use besides their own subpackage. That line is the rule; this test enforces it.
+SINK_CORE = ("sink.base", "sink.constants", "sink.settings")
+
+
+def _may_import(subpackage: Path) -> set[str]:
+    docstring = ast.get_docstring(ast.parse((subpackage / "__init__.py").read_text())) or ""
+    _, found, rule = docstring.partition("May import:")
+    assert found, f"{subpackage.relative_to(ROOT)}/__init__.py names no 'May import:' line"
+    return {name.strip() for name in rule.replace("\n", " ").split(",") if name.strip()}
+
+
+def _sink_part(module: str) -> str:
+    """``sink.steps.step_keyed`` -> ``sink.steps``; a root module is its own part."""
+    return ".".join(module.split(".")[:2])
+
+
+def _subpackages() -> list[Path]:
+    return sorted(p.parent for p in (ROOT / "sink").glob("*/__init__.py"))
+
+
+def test_every_sink_module_lives_in_a_part() -> None:
+    """Only the contract, the settings and the orderer stay at the sink's root."""
+    loose = sorted(
+        p.name
+        for p in (ROOT / "sink").glob("*.py")
+        if p.stem not in ("__init__", "delta", *(m.split(".")[1] for m in SINK_CORE))
+    )
+    assert loose == []
+
+
+@pytest.mark.parametrize("subpackage", _subpackages(), ids=lambda p: p.name)
+def test_sink_parts_import_only_what_their_docstring_allows(subpackage: Path) -> None:
+    allowed = _may_import(subpackage)
+    own = f"sink.{subpackage.name}"
+    parts = {f"sink.{p.name}" for p in _subpackages()}
+    assert allowed <= parts | set(SINK_CORE), f"{own} names unknown parts: {allowed}"
+    graph = _module_graph()
+    problems = [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph.items())
+        if _sink_part(module) == own
+        for target in sorted(targets)
+        if target.startswith("sink") and _sink_part(target) not in {own, *allowed}
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_sink_root_modules_import_only_each_other() -> None:
+    graph = _module_graph()
+    problems = [
+        f"{module} imports {target}"
+        for module in SINK_CORE
+        for target in sorted(graph[module])
+        if target.startswith("sink") and target not in SINK_CORE
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_sink_parts_form_no_circle() -> None:
+    """Between parts the imports run one way: no two parts allow each other, even
+    through a third."""
+    rules = {f"sink.{p.name}": _may_import(p) for p in _subpackages()}
+    graph = {part: {a for a in allowed if a in rules} for part, allowed in rules.items()}
+    assert _cycles(graph) == []

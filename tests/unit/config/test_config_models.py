@@ -35,8 +35,8 @@ from decoder import (
     TupleData,
 )
 from sink import Batch, KeyBuckets
-from sink.fold import plan_batch
-from sink.plan import MergeStep
+from sink.planning.fold import plan_batch
+from sink.planning.plan import MergeStep
 
 SECRET = "hunter2-very-secret"
 

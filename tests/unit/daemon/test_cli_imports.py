@@ -28,14 +28,17 @@ LAZY_ROOTS = ("decoder", "sink", "capture", "daemon")
 ENGINE = tuple(module for module in HEAVY if not module.startswith("sink."))
 # The sink's pure modules: its settings and contract (``daemon.wiring`` translates the
 # configuration into them), its naming (``status`` shows each table's Delta path) and the
-# log listing that gives a local table's version (standard library only); no other sink
-# module (the writers, the type mapping and Arrow, the copies' reader).
+# log listing that gives a local table's version (standard library only), and the roots of
+# the subpackages they live in (docstrings only); no other sink module (the writers, the
+# type mapping and Arrow, the copies' reader).
 SINK_PURE = (
     "sink",
     "sink.base",
     "sink.constants",
-    "sink.logversion",
-    "sink.naming",
+    "sink.lake",
+    "sink.lake.logversion",
+    "sink.values",
+    "sink.values.naming",
     "sink.settings",
 )
 # Nor the daemon's logging and metrics (the source monitor's): a quick command prints.

@@ -9,7 +9,7 @@ import pytest
 from daemon.cut import CutError, choose_cut, parse_point, render_cut
 from decoder import Lsn
 from sink import Batch
-from sink.commits import transaction_boundary
+from sink.records.commits import transaction_boundary
 from tests.support.sink_changes import INT4, col, insert, rel
 
 T = rel("public.t", col("id", INT4, key=True))

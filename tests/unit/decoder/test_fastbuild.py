@@ -36,8 +36,8 @@ from decoder.changes import new_row_change
 from decoder.fastbuild import TwinClassError
 from decoder.frames import _new_xlog_data
 from decoder.messages import _binary_value, _text_value, new_wire_tuple
-from sink.fold import _new_planned_row
-from sink.plan import PlannedRow
+from sink.planning.fold import _new_planned_row
+from sink.planning.plan import PlannedRow
 from tests.support.pgoutput_builder import (
     INT4_OID,
     TEXT_OID,

@@ -18,14 +18,13 @@ import pyarrow as pa
 import pytest
 
 from decoder import ColumnKind, Lsn, ValueDecoder
-from sink.arrow import ArrowColumn
 from sink.base import SinkDataError
-from sink.bulk import BulkTarget, bulk_arrays, bulk_table
-from sink.convert import column_converter
-from sink.partitioning import bucket_of, key_buckets
-from sink.plan import PlanColumn
-from sink.typemap import BIGINT, BOOLEAN, TIMESTAMP, delta_type
-from sink.unrepresentable import Reason, substitute
+from sink.copies.bulk import BulkTarget, bulk_arrays, bulk_table
+from sink.engine.arrow import ArrowColumn
+from sink.planning.partitioning import bucket_of, key_buckets
+from sink.values.convert import column_converter
+from sink.values.typemap import BIGINT, BOOLEAN, TIMESTAMP, PlanColumn, delta_type
+from sink.values.unrepresentable import Reason, substitute
 from tests.support.pg_text_forms import TEXT_FORM_CASES
 
 

@@ -1,5 +1,5 @@
 """The watchdog of engine and store calls reports a call past its deadline, once, and
-only such a call (``sink/deadline.py``).
+only such a call (``sink/engine/deadline.py``).
 
 Calls here are real blocked threads; the deadlines are short, and nothing asserts how long
 anything took: a report arrives or the test's own timeout fails it.
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sink.deadline import CallDeadlines, OverdueCall, engine_call, install_call_deadlines
-from sink.spark import engine_errors
+from sink.engine.deadline import CallDeadlines, OverdueCall, engine_call, install_call_deadlines
+from sink.engine.spark import engine_errors
 
 
 @pytest.fixture

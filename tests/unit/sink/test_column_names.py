@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from sink import ColumnNamePolicy, SinkDataError
-from sink.fold import plan_batch
-from sink.partitioning import bucketed_column
-from sink.plan import MergeStep
+from sink.planning.fold import plan_batch
+from sink.planning.partitioning import bucketed_column
+from sink.planning.plan import MergeStep
 from sink.settings import KeyBuckets
 from tests.support.sink_changes import INT4, INT8, batch, col, insert, rel, update
 

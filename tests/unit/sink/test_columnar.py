@@ -8,8 +8,8 @@ the same errors - on generated batches with NULLs, unchanged TOAST, key changes,
 and values the converters refuse, and on the text forms of every Delta type, edges
 included. The kernel's ``pick`` and ``gather`` are pinned on golden and damaged parts.
 
-``fold`` in ``sink/_columnar.pyi`` (the C function's types) and ``fold_text_rows`` in
-``sink/kernel.py`` (its documented wrapper) are deliberate twins with one parameter list,
+``fold`` in ``sink/planning/_columnar.pyi`` (the C function's types) and ``fold_text_rows`` in
+``sink/planning/kernel.py`` (its documented wrapper) are deliberate twins with one parameter list,
 which ``duplicates`` reports as a pair.
 """
 
@@ -33,12 +33,13 @@ from decoder import (
     TruncateChange,
     TupleData,
 )
-from sink import Batch, SinkDataError, kernel
-from sink.arrow import source_table
-from sink.fold import plan_batch
-from sink.kernel import fold_text_rows, gather_text_columns, pick_text_values
-from sink.partitioning import bucket_of, bucket_values
-from sink.plan import BatchPlan, KeylessStep, MergeStep
+from sink import Batch, SinkDataError
+from sink.engine.arrow import source_table
+from sink.planning import kernel
+from sink.planning.fold import plan_batch
+from sink.planning.kernel import fold_text_rows, gather_text_columns, pick_text_values
+from sink.planning.partitioning import bucket_of, bucket_values
+from sink.planning.plan import BatchPlan, KeylessStep, MergeStep
 from tests.support.pg_text_forms import (
     TEXT_FORM_CASES,
     TYPED,
@@ -724,9 +725,9 @@ def test_the_installed_daemon_runs_the_compiled_columnar_kernel() -> None:
 
 
 def test_the_environment_can_ask_for_the_planner_reference_path() -> None:
-    probe = "import sink.kernel as k; print(k.KERNEL, k.fold_text_rows.__module__)"
+    probe = "import sink.planning.kernel as k; print(k.KERNEL, k.fold_text_rows.__module__)"
     env = {**os.environ, PURE_PYTHON_ENV: "1"}
     out = subprocess.run(
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
     ).stdout.split()
-    assert out == ["python", "sink.kernel"]
+    assert out == ["python", "sink.planning.kernel"]

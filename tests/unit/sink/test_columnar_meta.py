@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decoder import Lsn, PgTimestamp, RowChange
-from sink import kernel as sink_kernel
-from sink.columnar import columnar_rows
-from sink.kernel import ColumnarMeta, columnar_meta
+from sink.planning import kernel as sink_kernel
+from sink.planning.columnar import columnar_rows
+from sink.planning.kernel import ColumnarMeta, columnar_meta
 from tests.support.sink_changes import col, rel
 
 RELATION = rel("t", col("id", key=True))

@@ -36,13 +36,13 @@ from decoder import (
     datetime_to_pg_timestamp,
 )
 from sink import Batch, SinkDataError
-from sink.arrow import commit_time_array as _commit_time_array
-from sink.arrow import source_table
 from sink.constants import ColumnTypeOverride
-from sink.convert import column_converter, convert_value
-from sink.fold import _new_planned_row, plan_batch
-from sink.plan import BatchPlan, MergeStep, PlanColumn, PlannedRow
-from sink.typemap import ValueForm, delta_type
+from sink.engine.arrow import commit_time_array as _commit_time_array
+from sink.engine.arrow import source_table
+from sink.planning.fold import _new_planned_row, plan_batch
+from sink.planning.plan import BatchPlan, MergeStep, PlannedRow
+from sink.values.convert import column_converter, convert_value
+from sink.values.typemap import PlanColumn, ValueForm, delta_type
 from tests.support.pg_text_forms import (
     NUMERIC_5_0,
     NUMERIC_10_2,

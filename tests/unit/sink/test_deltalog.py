@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sink.deltalog import (
+from sink.lake.deltalog import (
     LogUnreadableError,
     deletion_vector_file,
     read_table_files,

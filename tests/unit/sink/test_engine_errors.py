@@ -9,7 +9,7 @@ import pytest
 
 from sink import SinkDataError, SinkError, SinkRetryableError
 from sink.base import SinkStoreError
-from sink.spark import (
+from sink.engine.spark import (
     STORE_OPERATIONS,
     classify_engine_error,
     engine_errors,

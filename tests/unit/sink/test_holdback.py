@@ -1,4 +1,4 @@
-"""Held-back changes of small tables (``sink/holdback.py``, ``sink.table_min_rows``).
+"""Held-back changes of small tables (``sink/planning/holdback.py``, ``sink.table_min_rows``).
 
 What must hold whatever the rule decides: every change is applied exactly once, in commit
 order per table; nothing held is in a batch with a ``durable_lsn`` (the commit log records
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from decoder import RowChange
 from sink import Batch
-from sink.holdback import HeldChanges
+from sink.planning.holdback import HeldChanges
 from tests.support.sink_changes import INT4, batch, col, insert, rel, truncate
 
 BIG = rel("public.big", col("id", INT4, key=True))

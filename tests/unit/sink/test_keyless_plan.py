@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from decoder import RowChange
 from sink import Batch
-from sink.fold import plan_batch
-from sink.keyless import Candidate, FoldedStep, Take, assign_takes, fold
-from sink.plan import NO_POSITION, KeylessStep
+from sink.planning.fold import plan_batch
+from sink.planning.keyless import Candidate, FoldedStep, Take, assign_takes, fold
+from sink.planning.plan import NO_POSITION, KeylessStep
 from tests.support.sink_changes import INT4, batch, col, commit_time, delete, insert, rel, update
 from tests.support.table_model import TableModel, apply_plan, replay_changes
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from sink.logversion import local_directory, newest_logged_version
+from sink.lake.logversion import local_directory, newest_logged_version
 
 
 def test_the_newest_logged_version_is_the_version_delta_rs_reads(tmp_path: Path) -> None:

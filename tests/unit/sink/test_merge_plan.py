@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from decoder import Lsn, Relation, RowChange, TruncateChange
 from sink import Batch, SinkDataError
-from sink.fold import plan_batch
-from sink.plan import KeylessStep, MergeStep, PlannedRow, TruncateStep
+from sink.planning.fold import plan_batch
+from sink.planning.plan import KeylessStep, MergeStep, PlannedRow, TruncateStep
 from tests.support.sink_changes import (
     INT4,
     U,

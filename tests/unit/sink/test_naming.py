@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sink.naming import (
+from sink.values.naming import (
     DELTA_INVALID_CHARACTERS,
     column_map,
     decode,

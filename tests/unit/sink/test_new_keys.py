@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from decoder import Lsn
 from sink import Batch
-from sink.fold import plan_batch
-from sink.kernel import COMPILED
-from sink.plan import MergePlan, MergeStep
-from sink.replays import ReplayHorizon, first_lsn
-from sink.sql import render_new_rows
-from sink.step_append import appends
+from sink.engine.sql import render_new_rows
+from sink.planning.fold import plan_batch
+from sink.planning.kernel import COMPILED
+from sink.planning.plan import MergePlan, MergeStep
+from sink.planning.replays import ReplayHorizon, first_lsn
+from sink.steps.step_append import appends
 from tests.support.pg_text_forms import as_wire
 from tests.support.settings import metadata_columns
 from tests.support.sink_changes import INT4, batch, col, delete, insert, rel, truncate, update

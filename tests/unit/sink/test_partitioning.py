@@ -6,9 +6,9 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sink.fold import plan_batch
-from sink.partitioning import bucket_filter, bucket_of, bucket_values, bucketed_column
-from sink.plan import MergeStep
+from sink.planning.fold import plan_batch
+from sink.planning.partitioning import bucket_filter, bucket_of, bucket_values, bucketed_column
+from sink.planning.plan import MergeStep
 from sink.settings import KeyBuckets
 from tests.support.sink_changes import INT8, batch, col, delete, insert, rel
 

@@ -1,7 +1,7 @@
 """``sink.retained_versions``: the versions a vacuum keeps so that every cut cut may still
 take reads, and ``choose_cut`` refusing the boundaries older than that.
 
-The argument (sink/retention.py): a cut at a boundary recorded at or after the cutoff names
+The argument (sink/upkeep/retention.py): a cut at a boundary recorded at or after the cutoff names
 versions recorded at or after it - whose files were removed later still, so a vacuum
 keeping files removed after the cutoff keeps them - or a table's newest version recorded
 before the cutoff; the newest boundary recorded before the cutoff names its own. The

@@ -5,9 +5,14 @@ from __future__ import annotations
 import pytest
 
 from sink import CatalogColumn, CatalogTable, SinkDataError
-from sink.evolution import ColumnOrigin, SchemaChange, delta_type_name, evolve, pg_type_label
-from sink.plan import PlanColumn
-from sink.typemap import delta_type
+from sink.planning.evolution import (
+    ColumnOrigin,
+    SchemaChange,
+    delta_type_name,
+    evolve,
+    pg_type_label,
+)
+from sink.values.typemap import PlanColumn, delta_type
 
 INT4, INT8, TEXT, VARCHAR, NUMERIC, INT4_ARRAY = 23, 20, 25, 1043, 1700, 1007
 

@@ -1,4 +1,4 @@
-"""Parquet files the embedded engine reads MERGE sources from (``sink/sources.py``): one
+"""Parquet files the embedded engine reads MERGE sources from (``sink/engine/sources.py``): one
 file per view, gone after it; a private directory, removed on close, and directories
 left by a dead process removed by the next one. The engine reading them is covered by
 ``tests/integration/test_delta_sink.py`` (every type, inline and from a file)."""
@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sink.sources import DIRECTORY_PREFIX, LOCK_NAME, SourceFiles, remove_abandoned
+from sink.engine.sources import DIRECTORY_PREFIX, LOCK_NAME, SourceFiles, remove_abandoned
 
 TABLE = pa.table(
     {"id": pa.array([1, 2, None], pa.int64()), "note": pa.array(["a", None, "ü"], pa.string())}
@@ -106,7 +106,7 @@ def _child_writing_a_file(tmp_path: Path, ending: str) -> tuple[int, Path]:
         import os, signal, sys
         from pathlib import Path
         import pyarrow as pa
-        from sink.sources import SourceFiles
+        from sink.engine.sources import SourceFiles
         files = SourceFiles(Path({str(tmp_path)!r}))
         print(files.write(pa.table({{"id": [1]}})), flush=True)
         {ending}

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-import sink.spark
+import sink.engine.spark
 from sink import SinkError
-from sink.spark import classic_session_conf, create_spark_session
+from sink.engine.spark import classic_session_conf, create_spark_session
 from tests.support.settings import spark_settings
 
 DELTA_JARS = ("delta-spark_4.2_2.13-4.4.1.jar", "delta-storage-4.4.1.jar")
@@ -54,7 +54,7 @@ class RecordingBuilder:
 @pytest.fixture
 def builder(monkeypatch: pytest.MonkeyPatch) -> RecordingBuilder:
     recorder = RecordingBuilder()
-    monkeypatch.setattr(sink.spark, "_classic_builder", lambda: recorder)
+    monkeypatch.setattr(sink.engine.spark, "_classic_builder", lambda: recorder)
     return recorder
 
 
@@ -183,6 +183,6 @@ def test_the_jar_directory_is_spark_home_or_the_installed_pyspark(
     import pyspark
 
     monkeypatch.setenv("SPARK_HOME", str(tmp_path))
-    assert sink.spark._spark_jars_dir() == tmp_path / "jars"
+    assert sink.engine.spark._spark_jars_dir() == tmp_path / "jars"
     monkeypatch.delenv("SPARK_HOME")
-    assert sink.spark._spark_jars_dir() == Path(pyspark.__file__).parent / "jars"
+    assert sink.engine.spark._spark_jars_dir() == Path(pyspark.__file__).parent / "jars"

@@ -7,10 +7,7 @@ from dataclasses import replace
 import pytest
 
 from decoder import RowChange
-from sink.fold import plan_batch
-from sink.partitioning import MAX_LISTED_BUCKETS, BucketFilter
-from sink.plan import MergeStep
-from sink.sql import (
+from sink.engine.sql import (
     delta_table,
     quote,
     render_added_columns_select,
@@ -22,6 +19,9 @@ from sink.sql import (
     render_truncate,
     source_columns,
 )
+from sink.planning.fold import plan_batch
+from sink.planning.partitioning import MAX_LISTED_BUCKETS, BucketFilter
+from sink.planning.plan import MergeStep
 from tests.support.settings import metadata_columns
 from tests.support.sink_changes import INT4, U, batch, col, insert, rel, update
 

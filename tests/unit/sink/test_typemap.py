@@ -13,8 +13,13 @@ import pytest
 from psycopg import postgres
 from psycopg.types.range import Range
 
-from sink.convert import UnrepresentableValueError, binary_text_form, pg_text_form, to_delta_value
-from sink.typemap import (
+from sink.values.convert import (
+    UnrepresentableValueError,
+    binary_text_form,
+    pg_text_form,
+    to_delta_value,
+)
+from sink.values.typemap import (
     ARRAY_ELEMENT_OIDS,
     SCALAR_TYPE_NAMES,
     ValueForm,

@@ -17,10 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decoder import ColumnKind, ValueDecoder, builtin_text_reader
-from sink.convert import column_converter
-from sink.plan import PlanColumn
-from sink.typemap import delta_type
-from sink.unrepresentable import (
+from sink.values.convert import column_converter
+from sink.values.typemap import PlanColumn, delta_type
+from sink.values.unrepresentable import (
     DATE_INFINITY,
     TIMESTAMP_INFINITY,
     TIMESTAMP_MINUS_INFINITY,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sink import spark
-from sink.spark import embedded_parallelism, usable_cores
+from sink.engine import spark
+from sink.engine.spark import embedded_parallelism, usable_cores
 
 
 @pytest.mark.parametrize(("cores", "expected"), [(1, 1), (2, 1), (3, 2), (16, 15)])

@@ -1,0 +1,310 @@
+"""The lake port: every engine call of the sink goes through ``LakeTables``.
+
+``LakeTables`` wraps the Spark session for the sink - no other sink module holds it. SQL is
+rendered in ``sql.py`` and executed here: statements (``sql``), queries whose rows the
+sink reads (``rows``, ``count``, ``newest_position``), appends of Arrow tables
+(``append``) and of a query's rows (``append_query``), rewrites of a table from a query
+(``overwrite``) and whole reads of the lake's small bookkeeping tables (``read``). It also
+creates a table with its columns unless it exists (an empty DataFrame written with save
+mode ``ignore``: Sail rejects ``CREATE TABLE delta.`path```), caches each table's columns
+after the first look (``TableState``), adds missing columns (``mergeSchema``, a
+metadata-only commit), checks a table's key-range partitioning against the configuration,
+and runs statements over temporary views of Arrow tables (read from a local Parquet file
+by the embedded engine, ``sources.py``; sent inline through the session otherwise).
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import structlog
+
+from decoder import Relation
+from sink.base import SinkDataError
+from sink.engine.arrow import ArrowColumn, ddl
+from sink.engine.sources import FILE_FORMAT, SourceFiles
+from sink.engine.spark import engine_errors
+from sink.engine.sql import MetadataColumns, quote, render_any_row, render_newest_position
+from sink.planning.evolution import delta_type_name
+from sink.planning.plan import NO_POSITION, Position
+from sink.settings import KeyBuckets
+from sink.values.typemap import BIGINT, PlanColumn
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = structlog.get_logger("wal2delta.sink")
+
+
+@dataclass(slots=True)
+class TableState:
+    """What the sink knows of one Delta table.
+
+    Attributes:
+        columns: every column (data and metadata) in Delta order, with its type as
+            ``evolution.delta_type_name`` normalises it.
+        relation: the columns of the last merge step applied in this process; None until
+            one was.
+        message: the Relation message object of that step; a step with another one
+            (even an equal one) makes the table follow its relation again.
+        stale: a statement failed; ``columns`` must be read from the table again.
+        partition_column: the key-range partition column when the table has one.
+        buckets_checked: the stored buckets were compared with the configured width.
+        row_ids_complete: every row has a keyless identity and stamp (checked before the
+            first keyless step; a keyed step may insert rows without them).
+        keyless_floor: the newest change of the table known to be applied; keyless changes
+            at or before it are replays (``keyless.py``). Read from the table once.
+    """
+
+    columns: dict[str, str]
+    relation: tuple[PlanColumn, ...] | None = None
+    message: Relation | None = None
+    stale: bool = False
+    partition_column: str | None = None
+    buckets_checked: bool = False
+    row_ids_complete: bool = False
+    keyless_floor: Position | None = None
+
+
+class LakeTables:
+    """The sink's Delta tables and its Spark session's statements, for one sink instance."""
+
+    def __init__(
+        self, spark: SparkSession, meta: MetadataColumns, files: SourceFiles | None = None
+    ) -> None:
+        """``files``: where views of Arrow tables are written for the engine to read; None
+        sends the tables inline through the session."""
+        self._spark = spark
+        self._meta = meta
+        self._files = files
+        self._states: dict[str, TableState] = {}
+        self._view_numbers = itertools.count(1)
+
+    def state(self, path: str) -> TableState | None:
+        """The cached state of the table at ``path``, None before ``load``."""
+        return self._states.get(path)
+
+    def forget(self, path: str) -> None:
+        """Drop the cached state of the table at ``path``; the next look reads it again."""
+        self._states.pop(path, None)
+
+    def clear(self) -> None:
+        """Forget every cached table, and remove the source files' directory (the next
+        view makes a new one)."""
+        self._states.clear()
+        if self._files is not None:
+            self._files.close()
+
+    def load(
+        self,
+        path: str,
+        table: str,
+        wanted: Sequence[ArrowColumn],
+        *,
+        data: bool = False,
+        partition: str | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> TableState:
+        """Create the table with ``wanted`` unless it exists; read and cache its schema.
+
+        ``partition`` names the partition column of a table created here (an existing
+        table keeps its layout; ``check_partitioning`` compares); ``properties`` are the
+        Delta table properties it is created with (``layout.table_properties``).
+
+        A data table is created with the ``timestampNtz`` table feature even when it has
+        no ``TIMESTAMP_NTZ`` column yet: Delta refuses to add such a column (a PostgreSQL
+        ``timestamp`` added later) to a table whose protocol lacks the feature, and the
+        protocol cannot be upgraded through Sail afterwards.
+        """
+        writer = self.empty_frame(wanted).write.format("delta").mode("ignore")
+        if data:
+            writer = writer.option("delta.feature.timestampNtz", "supported")
+        if partition is not None:
+            writer = writer.partitionBy(partition)
+        for key, value in (properties or {}).items():
+            writer = writer.option(key, value)
+        with engine_errors(f"creating or reading the Delta table of {table}"):
+            writer.save(path)
+            schema = self._spark.read.format("delta").load(path).schema
+        state = self._states[path] = TableState(
+            {field.name: delta_type_name(field.dataType.simpleString()) for field in schema.fields}
+        )
+        if self._meta.key_bucket in state.columns:
+            state.partition_column = self._meta.key_bucket
+        return state
+
+    def check_partitioning(self, table: str, state: TableState, spec: KeyBuckets | None) -> None:
+        """The table's layout must be the configured one: a MERGE relies on it."""
+        column = self._meta.key_bucket
+        if spec is not None and state.partition_column is None:
+            raise SinkDataError(
+                f"sink.partition_by_key lists {table}, but its Delta table exists without "
+                f"the partition column {column!r}; Delta cannot partition an existing table: "
+                "remove the entry, or rewrite the table (drop it and take a new snapshot)"
+            )
+        if spec is None and state.partition_column is not None:
+            raise SinkDataError(
+                f"the Delta table of {table} is partitioned by key range ({column!r}) but "
+                "sink.partition_by_key does not list it; put its entry back, with the same "
+                "width"
+            )
+
+    def ensure_columns(self, path: str, table: str, wanted: Sequence[ArrowColumn]) -> None:
+        """Create the table, or add the columns it lacks (NULL in existing rows)."""
+        state = self._states.get(path)
+        if state is None:
+            state = self.load(path, table, wanted)
+        self.add_columns(path, table, state, [c for c in wanted if c.name not in state.columns])
+
+    def add_columns(
+        self, path: str, table: str, state: TableState, columns: Sequence[ArrowColumn]
+    ) -> None:
+        """Append ``columns`` to the table's schema; a metadata-only Delta commit."""
+        if not columns:
+            return
+        frame_columns = list(columns)
+        partition = state.partition_column
+        if partition is not None:
+            # Sail rejects an append to a partitioned table without its partition column.
+            frame_columns.append(ArrowColumn(partition, BIGINT.spark_sql, BIGINT.arrow))
+        with engine_errors(f"adding columns {', '.join(c.name for c in columns)} to {table}"):
+            writer = (
+                self.empty_frame(frame_columns)
+                .write.format("delta")
+                .mode("append")
+                .option("mergeSchema", "true")
+            )
+            if partition is not None:
+                writer = writer.partitionBy(partition)
+            writer.save(path)
+        state.columns.update((c.name, delta_type_name(c.spark_sql)) for c in columns)
+
+    def empty_frame(self, columns: Sequence[ArrowColumn]) -> DataFrame:
+        """An empty DataFrame with ``columns``."""
+        schema = pa.schema([pa.field(c.name, c.arrow) for c in columns])
+        return self._spark.createDataFrame(schema.empty_table(), schema=ddl(columns))
+
+    @contextmanager
+    def view(self, table: pa.Table, columns: Sequence[ArrowColumn]) -> Iterator[str]:
+        """A relation reference to ``table``, usable in SQL for the duration of the block.
+
+        The embedded engine reads the table's file itself (``parquet.`path```,
+        ``sources.py``); otherwise the table is sent inline and registered as a temporary
+        view, dropped at the end.
+        """
+        path = self._source_file(table, columns)
+        if path is not None:
+            try:
+                yield f"{FILE_FORMAT}.{quote(str(path))}"
+            finally:
+                if self._files is not None:
+                    self._files.remove(path)
+            return
+        name = f"__w2d_source_{next(self._view_numbers)}"
+        self._spark.createDataFrame(table, schema=ddl(columns)).createOrReplaceTempView(name)
+        try:
+            yield quote(name)
+        finally:
+            self._spark.catalog.dropTempView(name)
+
+    def _source_file(self, table: pa.Table, columns: Sequence[ArrowColumn]) -> Path | None:
+        """``table`` written for the engine to read (``sources.py``); None: send it inline."""
+        if self._files is None:
+            return None
+        # The engine takes the types from the file: cast to those of ``columns``, as the
+        # inline path's explicit schema does.
+        schema = pa.schema([pa.field(c.name, c.arrow) for c in columns])
+        if not table.schema.equals(schema):
+            table = table.cast(schema)
+        try:
+            return self._files.write(table)
+        except OSError as exc:
+            log.warning(
+                "MERGE sources cannot be written to local files",
+                directory=str(self._files.directory or tempfile.gettempdir()),
+                error=f"{type(exc).__name__}: {exc}",
+                consequence="every later source goes to the engine inline, which is slower",
+            )
+            self._files.close()
+            self._files = None
+            return None
+
+    def rows(self, query: str) -> list[Any]:
+        """The rows of ``query`` (pyspark ``Row`` objects, read by column name)."""
+        return list(self._spark.sql(query).collect())
+
+    def read(self, path: str) -> list[Any]:
+        """Every row of the Delta table at ``path`` (the lake's small bookkeeping tables)."""
+        return list(self._spark.read.format("delta").load(path).collect())
+
+    def append(
+        self,
+        path: str,
+        table: pa.Table,
+        columns: Sequence[ArrowColumn],
+        *,
+        partitions: Sequence[str] = (),
+        merge_schema: bool = False,
+    ) -> None:
+        """Append ``table`` (typed as ``columns``) to the Delta table at ``path``, one commit."""
+        writer = self._spark.createDataFrame(table, schema=ddl(columns)).write
+        writer = writer.format("delta").mode("append")
+        if merge_schema:
+            writer = writer.option("mergeSchema", "true")
+        if partitions:
+            writer = writer.partitionBy(*partitions)
+        writer.save(path)
+
+    def append_query(self, path: str, query: str, *, partitions: Sequence[str] = ()) -> None:
+        """Append the rows of ``query`` to the Delta table at ``path``, in one commit.
+
+        Columns are matched by name; a table column the query lacks is NULL in the new
+        rows. ``partitions`` names the table's partition column (Sail rejects an append to
+        a partitioned table without it).
+        """
+        writer = self._spark.sql(query).write.format("delta").mode("append")
+        if partitions:
+            writer = writer.partitionBy(*partitions)
+        writer.save(path)
+
+    def overwrite(
+        self, path: str, query: str, *, merge_schema: bool = False, partitions: Sequence[str] = ()
+    ) -> None:
+        """Replace the Delta table at ``path`` by the rows of ``query``, in one commit (the
+        table is created when it does not exist, partitioned by ``partitions``)."""
+        writer = self._spark.sql(query).write.format("delta").mode("overwrite")
+        if merge_schema:
+            writer = writer.option("mergeSchema", "true")
+        if partitions:
+            writer = writer.partitionBy(*partitions)
+        writer.save(path)
+
+    def holds_rows(self, target: str) -> bool:
+        """Whether the table ``target`` (``sql.delta_table``) has any row."""
+        return bool(self.rows(render_any_row(target=target)))
+
+    def newest_position(self, target: str) -> Position:
+        """The newest (commit LSN, ordinal) stamp of ``target``; ``NO_POSITION`` when empty."""
+        rows = self.rows(render_newest_position(self._meta, target=target))
+        return (int(rows[0]["l"]), int(rows[0]["o"])) if rows else NO_POSITION
+
+    def sql(self, statement: str) -> None:
+        """Run ``statement`` (a command: MERGE, DELETE, UPDATE) to completion.
+
+        Spark Connect runs a command when ``sql`` is called (Sail and Spark alike, as
+        classic Spark does): the call returns after the Delta commit, and fetching its
+        result rows (the operation metrics, unused) would only cost another round trip.
+        """
+        self._spark.sql(statement)
+
+    def count(self, query: str, column: str) -> int:
+        """The integer in ``column`` of the first row of ``query`` (0 without rows)."""
+        rows = self._spark.sql(query).collect()
+        return int(rows[0][column]) if rows else 0

@@ -1,0 +1,76 @@
+"""The contract every step executor keeps: one table and one step in, one outcome out.
+
+``DeltaSink`` hands each step of a table's plan, in order, to the executor of its kind -
+``step_append.KeyedAppendExecutor`` (a keyed step whose keys cannot be in the table),
+``step_keyed.KeyedMergeExecutor``, ``step_keyless.KeylessMergeExecutor``,
+``step_truncate.TruncateExecutor`` - with the same arguments, and reads the same result:
+which Delta write the step made (one commit at most) and the unchanged-TOAST rows it found
+missing. The change history (``history.py``) is written once per table after its steps,
+from the plan, not per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, TypeVar
+
+from sink.engine.sql import delta_table
+from sink.lake.tables import TableState
+from sink.planning.plan import Step
+
+StepT_contra = TypeVar("StepT_contra", bound=Step, contravariant=True)
+
+WriteKind = Literal["merge", "append", "delete", "none"]
+"""The Delta write a step made: a MERGE, an append, a DELETE (a TRUNCATE without soft
+deletes), or nothing (every row of the step was inserted and deleted within it)."""
+
+WRITE_KINDS: tuple[WriteKind, ...] = ("merge", "append", "delete", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class TableTarget:
+    """The Delta table a step writes.
+
+    Attributes:
+        name: its qualified source name, ``schema.table``.
+        path: its location.
+        state: what the sink knows of it (``tables.TableState``).
+        reference: the table reference SQL names it by (``sql.delta_table``).
+    """
+
+    name: str
+    path: str
+    state: TableState
+    reference: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reference", delta_table(self.path))
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """What one step did.
+
+    Attributes:
+        write: the Delta write it made.
+        toast_anomalies: rows whose unchanged-TOAST value exists nowhere in the table
+            (counted, not written).
+    """
+
+    write: WriteKind
+    toast_anomalies: int = 0
+
+
+NOTHING_WRITTEN = StepOutcome("none")
+
+
+class StepExecutor(Protocol[StepT_contra]):
+    """Applies one kind of step."""
+
+    def apply(self, target: TableTarget, step: StepT_contra) -> StepOutcome:
+        """Write ``step`` to ``target`` (one Delta commit at most).
+
+        Raises:
+            SinkDataError, SinkRetryableError, SinkError: as ``DeltaSink.apply``.
+        """
+        ...
