@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         SlotUndecodableError,
         SourceRefusedError,
         StreamRewindError,
+        TableChangedSinceSnapshotError,
         map_psycopg_errors,
     )
     from capture.feedback import FeedbackPolicy, FlushTracker
@@ -106,6 +107,7 @@ __all__ = [
     "SourceMonitor",
     "SourceRefusedError",
     "StreamRewindError",
+    "TableChangedSinceSnapshotError",
     "TimelineCheck",
     "certificate_problem",
     "check_lake_timeline",
@@ -143,6 +145,7 @@ _EXPORTS: Final[dict[str, str]] = {
     "SlotNotFoundError": "capture.errors",
     "SlotUndecodableError": "capture.errors",
     "SourceRefusedError": "capture.errors",
+    "TableChangedSinceSnapshotError": "capture.errors",
     "StreamRewindError": "capture.errors",
     "map_psycopg_errors": "capture.errors",
     "FeedbackPolicy": "capture.feedback",

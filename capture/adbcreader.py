@@ -20,7 +20,7 @@ through the same vectorised casts and per-value fallback as the csv path (``sink
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Final
 
@@ -85,10 +85,12 @@ class AdbcSnapshotReader(AbstractContextManager["AdbcSnapshotReader"]):
         pages: PageRange | None,
         block_bytes: int,
         on_bytes: Callable[[int], None],
+        nulls: Mapping[str, str] | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """The rows of one range as record batches of about ``block_bytes`` (Arrow size)."""
+        """The rows of one range as record batches of about ``block_bytes`` (Arrow size);
+        ``nulls`` as for ``select_query``."""
         query = select_query(
-            relation, row_filter, only=only, pages=pages, native=NATIVE_TYPE_OIDS
+            relation, row_filter, only=only, pages=pages, native=NATIVE_TYPE_OIDS, nulls=nulls
         ).as_string(None)
         with _adbc_errors(f"copying {relation.qualified_name} (ADBC)"):
             statement = self._cursor.adbc_statement

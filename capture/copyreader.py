@@ -22,7 +22,7 @@ from __future__ import annotations
 import io
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -72,18 +72,25 @@ def select_query(
     only: bool,
     pages: PageRange | None = None,
     native: frozenset[int] | None = None,
+    nulls: Mapping[str, str] | None = None,
 ) -> sql.Composed:
     """The SELECT of the relation's published columns and rows (of one page range).
 
     Columns whose type OID is in ``native`` are selected as they are; with ``native``
     given, every other column as ``format('%s', col)``: its output function's text, SQL
     NULL kept (``num_nulls``: a composite of NULL fields is a value; ``adbcreader``).
-    Without ``native`` every column is selected as it is.
+    Without ``native`` every column is selected as it is. Columns named in ``nulls``
+    (dropped since the snapshot: their values can no longer be read) are NULL of the
+    type given there (``format_type``'s SQL spelling).
     """
     columns: list[sql.Composable] = []
     for column in relation.columns:
         name = sql.Identifier(column.name)
-        if native is None or column.type_oid in native:
+        if nulls is not None and column.name in nulls:
+            # A typed NULL: ADBC reads native types as they are.
+            null = sql.SQL("CAST(NULL AS " + nulls[column.name] + ")")
+            columns.append(sql.SQL("{} AS {}").format(null, name))
+        elif native is None or column.type_oid in native:
             columns.append(name)
         else:
             columns.append(
@@ -108,11 +115,17 @@ def select_query(
 
 
 def copy_query(
-    relation: Relation, row_filter: str | None, *, only: bool, pages: PageRange | None = None
+    relation: Relation,
+    row_filter: str | None,
+    *,
+    only: bool,
+    pages: PageRange | None = None,
+    nulls: Mapping[str, str] | None = None,
 ) -> sql.Composed:
-    """The COPY csv of the relation's published columns and rows (of one page range)."""
+    """The COPY csv of the relation's published columns and rows (of one page range);
+    ``nulls`` as for ``select_query``."""
     return sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(
-        select_query(relation, row_filter, only=only, pages=pages)
+        select_query(relation, row_filter, only=only, pages=pages, nulls=nulls)
     )
 
 

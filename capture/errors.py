@@ -150,6 +150,17 @@ class CertificateError(CaptureError):
     exit_code: ClassVar[int] = EXIT_CONFIG
 
 
+class TableChangedSinceSnapshotError(CaptureError):
+    """A table changed, between the moment a snapshot was exported and the moment its copy
+    locked it, in a way that leaves the snapshot's rows unreadable: renamed or dropped, a
+    column renamed or given another type, a key column dropped, or rewritten by an ``ALTER
+    TABLE`` (which makes the table look empty to the older snapshot). The copy starts over
+    in a new snapshot, as PostgreSQL's table sync does after its COPY fails: the initial
+    snapshot with a new slot, an online copy after its retry delay (decision 0125)."""
+
+    retryable: ClassVar[bool] = True
+
+
 class PublicationError(CaptureError):
     """The publications are missing, or publish what cannot be replicated as asked."""
 

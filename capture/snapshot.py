@@ -41,6 +41,14 @@ else than MERGEd inserts) and every table of a sink without bulk appends are cop
 before: inserts with the consistent point as commit LSN, preceded by a TRUNCATE with the
 same LSN, applied through ``apply`` in batches of ``chunk_rows``.
 
+A table is locked (ACCESS SHARE, in the snapshot's transaction) just before its copy reads
+it, as PostgreSQL's table sync holds it while it copies; until then anyone may alter it.
+The snapshot shows its columns as they were, but the copy's query names them as they are:
+``_lock`` compares the two catalogs once the lock is held. A column dropped since is read
+as NULL (its values are gone from every view); any other change that leaves the
+snapshot's rows unreadable raises ``TableChangedSinceSnapshotError`` (retryable: the copy
+starts over in a newer snapshot). Decision 0125.
+
 Whether the snapshot of a slot finished is recorded by the sink (``SnapshotMarkerStore``)
 next to the data. A slot without a "complete" marker is dropped and snapshotted again: an
 interrupted snapshot restarts cleanly.
@@ -53,13 +61,14 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
 import psycopg
 import structlog
+from psycopg import errors as pg_errors
 from psycopg import sql
 
 from capture.adbcreader import AdbcSnapshotReader, adbc_available
@@ -71,7 +80,7 @@ from capture.copyreader import (
     prefetched,
     read_text_batches,
 )
-from capture.errors import CaptureError
+from capture.errors import CaptureError, TableChangedSinceSnapshotError
 from capture.metrics import Metrics
 from capture.settings import SnapshotTuning
 from capture.slots import PublishedTable, read_published_tables, require_publications
@@ -169,20 +178,29 @@ def relation_from_catalog(conn: Conn, table: PublishedTable) -> Relation:
 
 
 def copy_rows(
-    conn: Conn, relation: Relation, row_filter: str | None, chunk_rows: int
+    conn: Conn,
+    relation: Relation,
+    row_filter: str | None,
+    chunk_rows: int,
+    nulls: Collection[str] = (),
 ) -> Iterator[list[TupleData]]:
     """Yield the table's rows as text TupleData, ``chunk_rows`` at a time.
 
     ``row_filter`` is the publications' combined WHERE clause, read back from the
     catalog. A regular table is read without its inheritance children (published as
     tables of their own); a partitioned table (published via its root) with all its
-    partitions.
+    partitions. Columns named in ``nulls`` (dropped since the snapshot) are NULL.
     """
     row = conn.execute(
         "SELECT relkind FROM pg_class WHERE oid = %s", (relation.relation_id,)
     ).fetchone()
     only = row is not None and str(row[0]) == "r"
-    columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in relation.columns)
+    columns = sql.SQL(", ").join(
+        sql.SQL("NULL AS {}").format(sql.Identifier(c.name))
+        if c.name in nulls
+        else sql.Identifier(c.name)
+        for c in relation.columns
+    )
     query = sql.SQL("COPY (SELECT {} FROM {}{}{}) TO STDOUT").format(
         columns,
         sql.SQL("ONLY ") if only else sql.SQL(""),
@@ -229,6 +247,8 @@ class _TableJob:
     pages: int
     ranges: int
     lock: threading.Lock = field(default_factory=threading.Lock)
+    nulls: dict[str, str] = field(default_factory=dict)
+    """Columns dropped since the snapshot, by their type: copied as NULL (``_lock``)."""
     rows: int = 0
     bytes: int = 0
     started: float = 0.0
@@ -282,6 +302,11 @@ class SnapshotCopier:
         self._progress_interval = progress_interval
         self._remaining = 0
         self._remaining_lock = threading.Lock()
+        self._conn: Conn | None = None
+        """The connection in the snapshot that holds the tables' locks (``run``)."""
+        self._catalog: Conn | None = None
+        """An autocommit connection that reads the catalog as it is now (``_lock``)."""
+        self._catalog_lock = threading.Lock()
 
     def run(self, snapshot: ExportedSnapshot, *, only: Collection[str] | None = None) -> int:
         """Copy all published tables (``only``: those of these names); return the number of
@@ -297,8 +322,13 @@ class SnapshotCopier:
         commit_time = datetime_to_pg_timestamp(datetime.now(UTC))
         total = 0
         started = time.monotonic()
-        with psycopg.connect(self._conninfo, application_name="wal2delta-snapshot") as conn:
+        with (
+            psycopg.connect(self._conninfo, application_name="wal2delta-snapshot") as conn,
+            contextlib.ExitStack() as stack,
+        ):
+            stack.callback(self._close_catalog)
             _enter_snapshot(conn, snapshot.snapshot_name)
+            self._conn = conn
             tables = self._published_tables(conn)
             if only is not None:
                 tables = [t for t in tables if f"{t.schema}.{t.name}" in only]
@@ -334,6 +364,71 @@ class SnapshotCopier:
             parallelism=self._tuning.parallelism,
         )
         return total
+
+    def _close_catalog(self) -> None:
+        self._conn = None
+        if self._catalog is not None:
+            self._catalog.close()
+            self._catalog = None
+
+    def _lock(self, relation: Relation) -> dict[str, str]:
+        """Lock the table in the snapshot before its copy reads it; return the columns
+        dropped since the snapshot was taken, by type: the copy reads them as NULL.
+
+        Until it is locked, a table can be altered by anyone; the snapshot still shows
+        it as it was, but a query names columns as they are now. Once the connection in
+        the snapshot holds ACCESS SHARE (as PostgreSQL's table sync holds it while it
+        copies), no ``ALTER TABLE`` can change it before the snapshot ends, and what
+        changed before is what the catalog shows now besides what the snapshot shows
+        (decision 0125).
+
+        Raises:
+            TableChangedSinceSnapshotError: the snapshot's rows cannot be read as they
+                were (the table dropped or renamed, a column renamed or given another
+                type, a key column dropped, the table rewritten or its partitions
+                changed): the copy must start over in a newer snapshot.
+        """
+        assert self._conn is not None
+        name = relation.qualified_name
+        oid = int(relation.relation_id)
+        with self._catalog_lock:
+            if self._catalog is None:
+                self._catalog = psycopg.connect(
+                    self._conninfo, autocommit=True, application_name="wal2delta-snapshot"
+                )
+            now = _table_shape(self._catalog, oid)
+            if now is not None:
+                only = sql.SQL("ONLY " if now.kind == "r" else "")
+                statement = sql.SQL("LOCK TABLE {}{} IN ACCESS SHARE MODE")
+                try:
+                    self._conn.execute(statement.format(only, sql.Identifier(*now.name)))
+                except (pg_errors.UndefinedTable, pg_errors.DeadlockDetected) as exc:
+                    raise TableChangedSinceSnapshotError(
+                        f"{name} could not be locked for its copy: {exc.diag.message_primary}; "
+                        "it was altered since the snapshot was taken. The copy starts over "
+                        "in a new snapshot."
+                    ) from exc
+                now = _table_shape(self._catalog, oid)  # cannot change any more
+            then = _table_shape(self._conn, oid)
+        assert then is not None, "the snapshot published the table"
+        if now is None:
+            problems = ["it was dropped"]
+            nulls: dict[str, str] = {}
+        else:
+            problems, nulls = _changes(relation, then, now)
+        if problems:
+            raise TableChangedSinceSnapshotError(
+                f"{name} changed after the snapshot was taken: {'; '.join(problems)}. The "
+                "rows the snapshot shows can no longer be read as they were; the copy starts "
+                "over in a new snapshot."
+            )
+        if nulls:
+            log.warning(
+                "snapshot: columns dropped after the snapshot was taken are copied as NULL",
+                table=name,
+                columns=sorted(nulls),
+            )
+        return nulls
 
     def _table_done(self) -> None:
         with self._remaining_lock:
@@ -457,6 +552,7 @@ class SnapshotCopier:
                         pages=pages,
                         block_bytes=block,
                         on_bytes=on_bytes,
+                        nulls=job.nulls,
                     )
 
                 yield read_adbc
@@ -472,7 +568,9 @@ class SnapshotCopier:
             def read_csv(
                 job: _TableJob, pages: PageRange, on_bytes: Callable[[int], None]
             ) -> Iterator[pa.RecordBatch]:
-                query = copy_query(job.relation, job.row_filter, only=job.only, pages=pages)
+                query = copy_query(
+                    job.relation, job.row_filter, only=job.only, pages=pages, nulls=job.nulls
+                )
                 columns = len(job.relation.columns)
                 return read_text_batches(
                     csv_conn, query, columns, block_bytes=block, on_bytes=on_bytes
@@ -509,6 +607,7 @@ class SnapshotCopier:
         name = job.target.table
         with job.lock:
             if not job.started:
+                job.nulls = self._lock(job.relation)
                 job.started = job.last_report = time.monotonic()
         bytes_counter = self._metrics.snapshot_bytes.labels(table=name)
 
@@ -559,6 +658,7 @@ class SnapshotCopier:
         commit_time: PgTimestamp,
     ) -> int:
         name = relation.qualified_name
+        nulls = self._lock(relation)
         estimate = _estimated_rows(conn, relation)
         self._metrics.snapshot_table_rows_estimated.labels(table=name).set(estimate)
         # Replaces whatever an interrupted earlier snapshot left behind.
@@ -568,7 +668,7 @@ class SnapshotCopier:
         started = last_report = time.monotonic()
         counter = self._metrics.snapshot_rows.labels(table=name)
         bytes_counter = self._metrics.snapshot_bytes.labels(table=name)
-        for chunk in copy_rows(conn, relation, row_filter, self._chunk_rows):
+        for chunk in copy_rows(conn, relation, row_filter, self._chunk_rows, nulls):
             size = sum(len(v.data or b"") for data in chunk for v in data.values)
             read += size
             bytes_counter.inc(size)
@@ -649,3 +749,99 @@ def _batch(changes: Sequence[Change]) -> Batch:
         transaction_count=0,
         last_commit_time=None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    name: str
+    type_oid: int
+    type_name: str
+    """``format_type``'s SQL spelling, with the type modifier."""
+    dropped: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _TableShape:
+    """What one view of the catalog says of a table."""
+
+    name: tuple[str, str]
+    kind: str
+    files: frozenset[tuple[int, int]]
+    """(oid, relfilenode) of the table and, when partitioned, of its partitions."""
+    columns: Mapping[int, _Column]
+    """By attnum; dropped columns too."""
+
+
+def _table_shape(conn: Conn, oid: int) -> _TableShape | None:
+    """The table as ``conn`` sees the catalog (the snapshot's, or now in autocommit);
+    None when it does not exist there."""
+    row = conn.execute(
+        "SELECT n.nspname, c.relname, c.relkind FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = %s",
+        (oid,),
+    ).fetchone()
+    if row is None:
+        return None
+    kind = str(row[2])
+    files = conn.execute(
+        """
+        WITH RECURSIVE tree(oid) AS (
+            SELECT %s::oid
+            UNION ALL
+            SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.oid
+            WHERE %s = 'p'
+        )
+        SELECT c.oid, c.relfilenode FROM tree JOIN pg_class c ON c.oid = tree.oid
+        """,
+        (oid, kind),
+    ).fetchall()
+    columns = conn.execute(
+        "SELECT attnum, attname, atttypid, format_type(atttypid, atttypmod), attisdropped "
+        "FROM pg_attribute WHERE attrelid = %s AND attnum > 0",
+        (oid,),
+    ).fetchall()
+    return _TableShape(
+        name=(str(row[0]), str(row[1])),
+        kind=kind,
+        files=frozenset((int(str(o)), int(str(f))) for o, f in files),
+        columns={
+            int(str(n)): _Column(str(a), int(str(t)), str(f), bool(d)) for n, a, t, f, d in columns
+        },
+    )
+
+
+def _changes(
+    relation: Relation, then: _TableShape, now: _TableShape
+) -> tuple[list[str], dict[str, str]]:
+    """What changed from the snapshot's view of the table (``then``) to the locked table
+    (``now``): the changes that leave its rows unreadable, and the published columns
+    dropped (their type names), which the copy reads as NULL."""
+    problems: list[str] = []
+    if now.name != then.name:
+        problems.append(f"it was renamed to {'.'.join(now.name)}")
+    if {o for o, _ in now.files} != {o for o, _ in then.files}:
+        problems.append("partitions were attached or detached")
+    identity_keys = {c.name for c in relation.columns if c.is_key}
+    keys = set() if relation.replica_identity == "f" else identity_keys
+    attnums = {c.name: n for n, c in then.columns.items() if not c.dropped}
+    nulls: dict[str, str] = {}
+    for column in relation.columns:
+        attnum = attnums[column.name]
+        was, is_ = then.columns[attnum], now.columns.get(attnum)
+        if is_ is None or is_.dropped:
+            if column.name in keys:
+                problems.append(f"its key column {column.name!r} was dropped")
+            else:
+                nulls[column.name] = was.type_name
+        elif is_.name != was.name:
+            problems.append(f"column {was.name!r} was renamed to {is_.name!r}")
+        elif is_.type_oid != was.type_oid:
+            problems.append(
+                f"column {was.name!r} changed its type from {was.type_name} to {is_.type_name}"
+            )
+    added = [n for n, c in now.columns.items() if not c.dropped and n not in then.columns]
+    if added and now.files != then.files:
+        # An ADD COLUMN with a volatile default writes every row anew, in its own
+        # transaction: the older snapshot sees the table empty.
+        problems.append("it was rewritten by ALTER TABLE (a column added to every row)")
+    return problems, nulls

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from capture.copyreader import PageRange, copy_query, page_ranges
+from capture.copyreader import PageRange, copy_query, page_ranges, select_query
 from decoder import Oid, Relation, RelationColumn
 
 
@@ -44,3 +44,21 @@ def test_copy_query_reads_published_columns_rows_and_one_range() -> None:
 def test_copy_query_of_a_whole_partitioned_table_has_no_condition() -> None:
     text = copy_query(_relation(), None, only=False, pages=PageRange(0, None)).as_string(None)
     assert text == 'COPY (SELECT "id", "Value" FROM "my schema"."odd""name") TO STDOUT (FORMAT csv)'
+
+
+def test_columns_dropped_since_the_snapshot_are_selected_as_typed_nulls() -> None:
+    relation = Relation(
+        xid=None,
+        relation_id=Oid(1),
+        namespace="public",
+        relation_name="t",
+        replica_identity="d",
+        columns=(
+            RelationColumn(flags=1, name="id", type_oid=Oid(23), type_modifier=-1),
+            RelationColumn(flags=0, name="gone", type_oid=Oid(1700), type_modifier=-1),
+        ),
+    )
+    query = select_query(
+        relation, None, only=True, native=frozenset({23}), nulls={"gone": "numeric(10,2)"}
+    ).as_string(None)
+    assert query == ('SELECT "id", CAST(NULL AS numeric(10,2)) AS "gone" FROM ONLY "public"."t"')
