@@ -82,7 +82,7 @@ from sink.engine.sources import SourceFiles
 from sink.engine.spark import engine_errors, is_embedded
 from sink.engine.sql import delta_table, render_select_all
 from sink.lake.adoption import StagedFileAdopter, remove_directory, remove_stale_staging
-from sink.lake.deltars import DeltaRsAppender
+from sink.lake.deltars import DeltaRsAppender, is_delta_table
 from sink.lake.layout import table_properties
 from sink.lake.tables import LakeTables, TableState
 from sink.planning.evolution import (
@@ -526,9 +526,7 @@ class DeltaSink:
         path = table_path(self._settings.path, schema, table)
         if self._lake.state(path) is not None:
             return True
-        from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
-
-        return bool(DeltaTable.is_deltatable(path))
+        return is_delta_table(path)
 
     def knows_table(self, schema: str, table: str) -> bool:
         """Whether ``schema.table`` has a Delta table or a copy record."""

@@ -53,6 +53,7 @@ from sink.constants import CONTROL_MESSAGE_PREFIX, COPIES_TABLE
 from sink.engine.arrow import ArrowColumn, typed_columns
 from sink.engine.spark import engine_errors
 from sink.engine.sql import COPY_COLUMNS, delta_table, render_replace_by_key
+from sink.lake.deltars import is_delta_table, read_rows
 from sink.lake.tables import LakeTables
 from sink.values.typemap import BIGINT, STRING, TIMESTAMP
 
@@ -311,7 +312,7 @@ class TableCopies:
         if self._records is not None:
             return
         rows = []
-        if _exists(self._path):  # created by the first copy recorded, not before
+        if is_delta_table(self._path):  # created by the first copy recorded, not before
             with engine_errors("reading the table copy states"):
                 rows = self._lake.read(self._path)
         name, state, point, reason, _ = COPY_COLUMNS
@@ -365,29 +366,21 @@ class TableCopies:
             self._records[record.table] = record
 
 
-def _exists(path: str) -> bool:
-    from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
-
-    return bool(DeltaTable.is_deltatable(path))
-
-
 def read_copy_records(root: str) -> list[TableCopy]:
     """The copy states recorded in the lake at ``root``, read with delta-rs (for ``wal2delta
     status`` and ``resync --wait``, beside the running daemon); empty when none is."""
-    from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
-
     path = f"{root.rstrip('/')}/{COPIES_TABLE}"
-    if not _exists(path):
+    if not is_delta_table(path):
         return []
     name, state, point, reason, _ = COPY_COLUMNS
     return [
         TableCopy(
             str(row[name]),
             _state(row[state]),
-            None if row[point] is None else Lsn(int(row[point])),
+            None if row[point] is None else Lsn(int(str(row[point]))),
             str(row[reason] or ""),
         )
-        for row in DeltaTable(path).to_pyarrow_table().to_pylist()
+        for row in read_rows(path)
     ]
 
 

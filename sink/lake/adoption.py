@@ -40,8 +40,6 @@ start of the next copy of the table: the first is deleted, the second loses only
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
-from typing import Any
 
 import structlog
 
@@ -50,6 +48,7 @@ from sink.base import SinkError, SinkRetryableError
 from sink.constants import STAGING_PREFIX
 from sink.engine.spark import engine_message, store_fault
 from sink.lake.deltalog import LogUnreadableError, read_table_files, table_filesystem
+from sink.lake.deltars import DeltaRsConflictError, DeltaRsRefusedError, adopt_files, is_delta_table
 
 log = structlog.get_logger("wal2delta.sink")
 
@@ -69,54 +68,21 @@ class StagedFileAdopter:
             SinkRetryableError: the lake could not be reached, or the commit conflicted.
             SinkError: the staging table's log cannot be read.
         """
-        from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
-        from deltalake.exceptions import (  # noqa: PLC0415
-            CommitFailedError,
-            DeltaError,
-        )
-
         with self._lock:
             if target in self._refused:
                 return False
         prefix = _relative_directory(target, staging)
         try:
-            staged = DeltaTable(staging)
             files = read_table_files(staging, with_actions=True)
             assert files.added is not None, "asked for"
-            adds = [_adopted(action, prefix) for action in files.added.values()]
-            metadata = staged.metadata()
-            if DeltaTable.is_deltatable(target):
-                table = DeltaTable(target)
-                mismatch = _mismatch(table, staged)
-                if mismatch is not None:
-                    _through_engine(target, mismatch)
-                    return False
-                table.create_write_transaction(
-                    adds,
-                    mode="overwrite",
-                    schema=table.schema(),
-                    partition_by=list(metadata.partition_columns) or None,
-                )
-            else:
-                from deltalake.transaction import (  # noqa: PLC0415
-                    create_table_with_add_actions,
-                )
-
-                create_table_with_add_actions(
-                    target,
-                    staged.schema(),
-                    adds,
-                    mode="error",
-                    partition_by=list(metadata.partition_columns) or None,
-                    configuration=_table_properties(metadata.configuration) or None,
-                )
-        except (CommitFailedError, OSError) as exc:
+            mismatch = adopt_files(target, staging, list(files.added.values()), prefix)
+        except (DeltaRsConflictError, OSError) as exc:
             raise store_fault(exc, action) or SinkRetryableError(
                 f"delta-rs could not commit while {action} ({type(exc).__name__}: "
                 f"{engine_message(exc)}); the copy will be retried"
             ) from exc
-        except (DeltaError, NotImplementedError) as exc:
-            store = store_fault(exc, action)
+        except DeltaRsRefusedError as exc:
+            store = store_fault(exc.__cause__ or exc, action)
             if store is not None:  # the store failed; delta-rs did not refuse the table
                 raise store from exc
             # A feature, property or type delta-rs does not handle (DeltaProtocolError,
@@ -124,10 +90,13 @@ class StagedFileAdopter:
             # was committed, and the engine can always replace the table.
             with self._lock:
                 self._refused.add(target)
-            _through_engine(target, engine_message(exc))
+            _through_engine(target, str(exc))
             return False
         except LogUnreadableError as exc:
             raise SinkError(f"the staging table cannot be read while {action}: {exc}") from exc
+        if mismatch is not None:
+            _through_engine(target, mismatch)
+            return False
         remove_directory(f"{staging.rstrip('/')}/_delta_log", "the log of an adopted staging table")
         return True
 
@@ -136,7 +105,6 @@ def remove_stale_staging(target: str) -> None:
     """Delete what earlier copies of the table at ``target`` left (the module docstring):
     a staging directory no live file of the table names goes, one whose files are live
     loses its log only. Failures only warn."""
-    from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
     from pyarrow import fs as pa_fs  # noqa: PLC0415 - already loaded by deltalog
 
     try:
@@ -149,7 +117,7 @@ def remove_stale_staging(target: str) -> None:
         ]
         if not stale:
             return
-        live = read_table_files(target).live_paths if DeltaTable.is_deltatable(target) else set()
+        live = read_table_files(target).live_paths if is_delta_table(target) else set()
     except (OSError, LogUnreadableError) as exc:
         log.warning("old staging tables could not be listed", table_path=target, error=str(exc))
         return
@@ -181,44 +149,6 @@ def _relative_directory(target: str, staging: str) -> str:
     from urllib.parse import quote  # noqa: PLC0415
 
     return quote(staging[len(base) :].strip("/"))
-
-
-def _adopted(action: Mapping[str, Any], prefix: str) -> Any:
-    """The ``AddAction`` naming the staged file from the table's root."""
-    from deltalake.transaction import AddAction  # noqa: PLC0415
-
-    path = str(action["path"])
-    if "://" in path:
-        raise ValueError(f"a staged file has an absolute path ({path})")
-    return AddAction(
-        path=f"{prefix}/{path}",
-        size=int(action["size"]),
-        partition_values=dict(action.get("partitionValues") or {}),
-        modification_time=int(action["modificationTime"]),
-        data_change=True,
-        stats=str(action.get("stats") or ""),
-    )
-
-
-def _table_properties(configuration: Mapping[str, str]) -> dict[str, str]:
-    """The staging table's properties a new table is created with: its features
-    (``delta.feature.*``, which delta-rs derives from the schema and properties itself)
-    aside."""
-    return {k: v for k, v in configuration.items() if not k.startswith("delta.feature.")}
-
-
-def _mismatch(table: Any, staged: Any) -> str | None:
-    """Why the table cannot adopt the staged files, or None: a column differs (name or type;
-    nullability and metadata aside), or a partition column does."""
-
-    def columns(delta: Any) -> list[tuple[str, str]]:
-        return [(field.name, str(field.type)) for field in delta.schema().fields]
-
-    if columns(table) != columns(staged):
-        return "its columns differ from the copy's"
-    if list(table.metadata().partition_columns) != list(staged.metadata().partition_columns):
-        return "its partition columns differ from the copy's"
-    return None
 
 
 def _through_engine(target: str, reason: str) -> None:

@@ -21,6 +21,7 @@ from typing import Final
 
 import structlog
 
+from sink.lake.deltars import table_configuration
 from sink.settings import SinkSettings
 from sink.values.naming import table_of_path
 
@@ -53,10 +54,8 @@ def warn_if_without_deletion_vectors(settings: SinkSettings, path: str) -> None:
     names = table_of_path(settings.path, path)
     if names is None or not uses_deletion_vectors(settings, f"{names[0]}.{names[1]}"):
         return
-    from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
-
     try:
-        configuration = DeltaTable(path).metadata().configuration
+        configuration = table_configuration(path)
     except Exception:
         return
     if configuration.get(DELETION_VECTORS_PROPERTY) != "true":

@@ -39,10 +39,9 @@ does; the table objects are kept and brought forward incrementally.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import pyarrow.fs as pa_fs
 import structlog
@@ -53,12 +52,10 @@ from sink.constants import COMMITS_TABLE
 from sink.engine.arrow import ArrowColumn, arrow_table
 from sink.engine.spark import engine_errors
 from sink.engine.sql import delta_table, render_max, render_newest_timeline
+from sink.lake.deltars import TableVersions, is_delta_table, read_rows
 from sink.lake.logversion import local_directory, newest_logged_version
 from sink.lake.tables import LakeTables
 from sink.values.typemap import BIGINT, STRING, TIMESTAMP
-
-if TYPE_CHECKING:
-    from deltalake import DeltaTable
 
 log = structlog.get_logger("wal2delta.sink")
 
@@ -134,9 +131,9 @@ class CommitLog:
         self._last_batch: int | None = None
         self._intent: tuple[Batch, int, Lsn] | None = None
         """The batch whose intent was written last: it, its number and its ``high_lsn``."""
-        self._tables: OrderedDict[str, DeltaTable] = OrderedDict()
-        """delta-rs handles of the tables written lately, newest last, at most
-        ``OPEN_TABLES`` (each holds its table's active-file list)."""
+        self._versions = TableVersions(OPEN_TABLES)
+        """The versions of tables outside a local lake, read with delta-rs: the
+        ``OPEN_TABLES`` written lately stay open."""
         self._unwritten: list[CommitRow] = []
         """Record rows of applied batches, appended with the next intent or by ``flush``."""
 
@@ -148,7 +145,7 @@ class CommitLog:
         """
         self._last_batch = None
         self._intent = None
-        self._tables.clear()
+        self._versions.clear()
         self._unwritten.clear()
 
     def begin(self, batch: Batch) -> Lsn | None:
@@ -265,9 +262,7 @@ class CommitLog:
         Raises:
             SinkError: the commit log could not be read.
         """
-        from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
-
-        if self._lake.state(self._path) is None and not DeltaTable.is_deltatable(self._path):
+        if self._lake.state(self._path) is None and not is_delta_table(self._path):
             return None  # a new lake: nothing written yet
         target = delta_table(self._path)
         with engine_errors("reading the commit log"):
@@ -323,20 +318,9 @@ class CommitLog:
             version = newest_logged_version(local)
             if version is not None:
                 return version
-        table = self._tables.get(path)
         try:
-            if table is None:
-                from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
-
-                table = self._tables[path] = DeltaTable(path)
-                if len(self._tables) > OPEN_TABLES:
-                    self._tables.popitem(last=False)
-            else:
-                self._tables.move_to_end(path)
-                table.update_incremental()
-            return int(table.version())
+            return self._versions.version(path)
         except Exception as exc:
-            self._tables.pop(path, None)
             # Retryable: the batch is durable, and recording it again after a replay is safe.
             raise SinkRetryableError(
                 f"cannot read the Delta version of {name} for the commit log "
@@ -359,15 +343,10 @@ def read_commit_records(root: str) -> list[dict[str, object]]:
         FileNotFoundError: the lake has no commit log yet.
         Exception: delta-rs could not read it.
     """
-    from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
-
     path = commits_path(root)
-    if not DeltaTable.is_deltatable(path):
+    if not is_delta_table(path):
         raise FileNotFoundError(path)
-    rows: list[dict[str, object]] = (
-        DeltaTable(path).to_pyarrow_table(filesystem=_native_filesystem(path)).to_pylist()
-    )
-    return rows
+    return read_rows(path, _native_filesystem(path))
 
 
 def _native_filesystem(path: str) -> pa_fs.FileSystem | None:

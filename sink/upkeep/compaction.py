@@ -51,21 +51,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import structlog
 
 from sink.engine.deadline import engine_call
 from sink.engine.spark import engine_errors, engine_message
 from sink.engine.sql import delta_table, render_live_rows
+from sink.lake import deltars
 from sink.lake.deltalog import LogUnreadableError, read_table_files
 from sink.lake.layout import warn_if_without_deletion_vectors
 from sink.lake.tables import LakeTables
 from sink.settings import SinkSettings
 from sink.upkeep.retention import Retention
-
-if TYPE_CHECKING:
-    from deltalake import DeltaTable
 
 log = structlog.get_logger("wal2delta.sink")
 
@@ -187,11 +185,9 @@ class Compactor:
         A daemon that restarts more often than every ``after_writes`` writes (a crash loop,
         frequent deploys) would otherwise never compact; the table's own log knows.
         """
-        from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
-
         try:
             with engine_call(f"reading the history of {path}"):
-                history = DeltaTable(path).history(limit=self._after_writes)
+                history = deltars.history(path, self._after_writes)
         except Exception:  # counted from here on; compaction can wait
             return 1
         for newer, commit in enumerate(history):  # newest first
@@ -200,24 +196,20 @@ class Compactor:
         return len(history)
 
     def _compact(self, path: str) -> None:
-        from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
-
         started = time.monotonic()
         try:
             with engine_call(f"compacting {path}"):
-                table = DeltaTable(path)
-                if self._lake is not None and "deletionVectors" in (
-                    table.protocol().reader_features or []
-                ):
+                layout = deltars.file_layout(path)
+                if self._lake is not None and layout.deletion_vectors:
                     deleted = self._deleted_fraction(path)
                     if deleted is not None and deleted >= PURGE_AT:
                         self._purge(path, self._lake, deleted)
                         return
-                due = _crowded_partitions(table, self._min_files)
+                due = _crowded_partitions(layout, self._min_files)
                 if not due:
                     log.debug("no partition of a Delta table to compact", table_path=path)
                     return
-                result = table.optimize.compact(partition_filters=_filters(due))
+                result = deltars.compact(path, _filters(due))
         except Exception as exc:
             log.warning(
                 "compacting a Delta table failed; it is tried again later",
@@ -274,15 +266,12 @@ PartitionValues = tuple[tuple[str, object], ...]
 """One partition: (column, value) per partition column; () for a table without any."""
 
 
-def _crowded_partitions(table: DeltaTable, min_files: int) -> list[PartitionValues]:
-    """The partitions of ``table`` holding at least ``min_files`` files smaller than its
+def _crowded_partitions(layout: deltars.FileLayout, min_files: int) -> list[PartitionValues]:
+    """The partitions of the table holding at least ``min_files`` files smaller than its
     target size (``MIN_SMALL_FILES``); ``[()]`` for an unpartitioned table that does."""
-    import pyarrow as pa  # noqa: PLC0415 - heavy; only needed here
-
-    columns = list(table.metadata().partition_columns)
-    configured = table.metadata().configuration.get("delta.targetFileSize")
-    target = int(configured) if configured else DEFAULT_TARGET_FILE_SIZE
-    actions = pa.table(table.get_add_actions(flatten=True))
+    columns = layout.partition_columns
+    target = layout.target_file_size or DEFAULT_TARGET_FILE_SIZE
+    actions = layout.files
     if actions.num_rows == 0:
         return []  # no file at all (truncated): nothing to compact
     sizes = actions.column("size_bytes").to_pylist()

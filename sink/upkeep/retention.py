@@ -48,6 +48,7 @@ import structlog
 from sink.engine.deadline import engine_call
 from sink.engine.spark import engine_message
 from sink.lake.deltalog import read_table_files, table_filesystem
+from sink.lake.deltars import file_uris
 from sink.records.commits import read_commit_records, retained_versions
 
 log = structlog.get_logger("wal2delta.sink")
@@ -78,15 +79,13 @@ def vacuum_table(path: str, *, cutoff: datetime, keep_versions: Iterable[int] = 
         OSError: a file could not be deleted (those before it are gone).
         Exception: delta-rs could not read the table.
     """
-    from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
-
     files = read_table_files(path)
     kept = sorted(set(keep_versions))
     cutoff_ms = int(cutoff.timestamp() * 1000)
-    needed_paths = files.live_paths | _relative(path, DeltaTable(path).file_uris())
+    needed_paths = files.live_paths | _relative(path, file_uris(path))
     for version in kept:
         try:
-            uris = DeltaTable(path, version=version).file_uris()
+            uris = file_uris(path, version)
         except Exception:
             continue  # a version whose log is gone reads nothing anyway
         needed_paths |= _relative(path, uris)

@@ -260,3 +260,15 @@ def test_sink_parts_form_no_circle() -> None:
     rules = {f"sink.{p.name}": _may_import(p) for p in _subpackages()}
     graph = {part: {a for a in allowed if a in rules} for part, allowed in rules.items()}
     assert _cycles(graph) == []
+
+
+def test_only_the_lake_port_calls_delta_rs() -> None:
+    """Every delta-rs call of the sink goes through ``sink/lake/deltars.py``."""
+    problems = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in sorted((ROOT / "sink").rglob("*.py"))
+        if path.relative_to(ROOT).as_posix() != "sink/lake/deltars.py"
+        for module, line in _imports(path)
+        if module == "deltalake" or module.startswith("deltalake.")
+    ]
+    assert not problems, "\n".join(problems)
