@@ -60,7 +60,6 @@ from pathlib import Path
 from typing import Final
 
 import psycopg
-import pyarrow as pa
 from psycopg import sql
 
 from bench.daemon import add_delta_run_arguments, bench_config_document
@@ -79,12 +78,11 @@ from daemon.gc_tuning import collector_paced_by_time
 from daemon.logging import configure_engine_logging, configure_logging
 from daemon.resync import request_resync, wait_for_copies
 from daemon.supervisor import Supervisor
-from decoder import Lsn, PgTimestamp, Relation
 from sink import (
-    CopyTarget,
     DeltaSink,
-    OnlineCopySink,
+    SinkParts,
     create_spark_session,
+    parts_of,
     stop_spark_session,
     table_path,
 )
@@ -107,8 +105,8 @@ READ_EVENT: Final = "snapshot copied"
 
 @dataclass(slots=True)
 class CopyLagSink(LagSink):
-    """``LagSink`` that also forwards the online copies (``sink.OnlineCopySink``) to the
-    wrapped ``DeltaSink``, so the supervisor runs its ``OnlineCopier``, and times the
+    """``LagSink`` that also hands on the wrapped ``DeltaSink``'s parts (its online copies,
+    ``sink.SinkParts``), so the supervisor runs its ``OnlineCopier``, and times the
     sink's upkeep between batches (compactions: the sink worker applies nothing meanwhile,
     so a long one shows in the lag of the transactions waiting behind it)."""
 
@@ -141,55 +139,10 @@ class CopyLagSink(LagSink):
             f"({len(long)} of 0.5 s or more)"
         )
 
-    def request_copies(self, tables: Sequence[str], reason: str) -> None:
-        """Forwarded."""
-        self.inner.request_copies(tables, reason)
-
-    def copy_requests(self) -> list[tuple[str, str]]:
-        """Forwarded."""
-        return self.inner.copy_requests()
-
-    def start_copies(self, tables: Sequence[str], reason: str) -> None:
-        """Forwarded."""
-        self.inner.start_copies(tables, reason)
-
-    def begin_copy(self, relation: Relation, lsn: Lsn, commit_time: PgTimestamp) -> CopyTarget:
-        """Forwarded."""
-        return self.inner.begin_copy(relation, lsn, commit_time)
-
-    def append_bulk(
-        self, target: CopyTarget, strings: pa.RecordBatch | pa.Table, first_ordinal: int
-    ) -> int:
-        """Forwarded."""
-        return self.inner.append_bulk(target, strings, first_ordinal)
-
-    def finish_copy(self, relation: Relation, target: CopyTarget, lsn: Lsn, reason: str) -> None:
-        """Forwarded."""
-        self.inner.finish_copy(relation, target, lsn, reason)
-
-    def finish_empty_copy(self, table: str, lsn: Lsn, reason: str) -> None:
-        """Forwarded."""
-        self.inner.finish_empty_copy(table, lsn, reason)
-
-    def copy_new_tables(self) -> None:
-        """Forwarded."""
-        self.inner.copy_new_tables()
-
-    def knows_table(self, schema: str, table: str) -> bool:
-        """Forwarded."""
-        return self.inner.knows_table(schema, table)
-
-    def abandon_copy(self, table: str, reason: str) -> None:
-        """Forwarded."""
-        self.inner.abandon_copy(table, reason)
-
-    def copy_rewind_due(self) -> bool:
-        """Forwarded."""
-        return self.inner.copy_rewind_due()
-
-    def tables_copying(self) -> list[str]:
-        """Forwarded."""
-        return self.inner.tables_copying()
+    @property
+    def parts(self) -> SinkParts:
+        """The wrapped sink's parts, so the supervisor runs its ``OnlineCopier``."""
+        return self.inner.parts
 
 
 class CopyLog(logging.Handler):
@@ -321,10 +274,10 @@ def copy_while_streaming(
             ``timeout`` seconds.
         BaseException: the daemon's or the writer's error, if one failed.
     """
-    if not isinstance(sink, OnlineCopySink):
-        # The daemon would ignore the request (it copies through OnlineCopySinks only) and
-        # the run would wait for a copy that never starts.
-        raise MeasurementError("CopyLagSink does not forward every method of sink.OnlineCopySink")
+    if parts_of(sink).copies is None:
+        # The daemon would ignore the request (it copies through a sink's copies part only)
+        # and the run would wait for a copy that never starts.
+        raise MeasurementError("CopyLagSink does not hand on the wrapped sink's copies")
     configure_logging("console", "warning")
     stop = threading.Event()
     stop_writing = threading.Event()
@@ -376,7 +329,9 @@ def copy_while_streaming(
             _wait(POLL_SECONDS, failures)
         request_to_done = (copy_log.landed_at or time.monotonic()) - started
         print(f"copy done after {request_to_done:.1f} s", flush=True)
-        while sink.copy_rewind_due() or sink.tables_copying():
+        copies = sink.parts.copies
+        assert copies is not None, "a DeltaSink copies while streaming"
+        while copies.copy_rewind_due() or copies.tables_copying():
             if time.monotonic() - started > timeout:
                 raise MeasurementError(f"the stream was not rewound after {timeout:.0f} s")
             _wait(0.05, failures)

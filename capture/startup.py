@@ -56,7 +56,7 @@ from capture.slots import (
 from capture.snapshot import SnapshotCopier
 from capture.stream import ReplicationStream
 from decoder import Lsn, ProtocolOptions, format_lsn
-from sink import BulkSnapshotSink, Sink, SnapshotMarker, SnapshotMarkerStore
+from sink import Sink, SnapshotMarker, SnapshotMarkerStore, parts_of
 
 log = structlog.get_logger("wal2delta.startup")
 
@@ -325,7 +325,8 @@ def ensure_snapshot(
         The consistent point streaming continues from after a new snapshot; None when
         the slot's snapshot had completed before.
     """
-    markers = sink if isinstance(sink, SnapshotMarkerStore) else None
+    parts = parts_of(sink)
+    markers = parts.markers
     if markers is None:
         raise CaptureError(
             "snapshot.mode: initial needs a sink that records snapshot progress; "
@@ -357,7 +358,7 @@ def ensure_snapshot(
         apply=sink.apply,
         metrics=metrics,
         chunk_rows=settings.batch.max_rows,
-        bulk=sink if isinstance(sink, BulkSnapshotSink) else None,
+        bulk=parts.bulk,
         tuning=settings.snapshot,
     )
     copier.run(exported)

@@ -86,12 +86,11 @@ from decoder import (
 )
 from sink import (
     HoldingSink,
-    OnlineCopySink,
     Sink,
     SinkError,
     SinkStoreError,
     SnapshotMarkerStore,
-    TimelineStore,
+    parts_of,
 )
 
 log = structlog.get_logger("wal2delta.supervisor")
@@ -330,42 +329,42 @@ class Supervisor:
         """What ends the running session early: a fatal error, or a landed table copy."""
         if self._fatal is not None:
             return self._fatal
-        sink = self.sink
-        if isinstance(sink, OnlineCopySink) and sink.copy_rewind_due():
+        copies = parts_of(self.sink).copies
+        if copies is not None and copies.copy_rewind_due():
             return StreamRewindError("a table copied while streaming landed")
         return None
 
     def _start_copier(self, info: SourceInfo) -> None:
         """Start copying tables while streaming, once, when the sink can take such copies."""
-        sink = self.sink
-        if self._copier is not None or not isinstance(sink, OnlineCopySink):
+        copies = parts_of(self.sink).copies
+        if self._copier is not None or copies is None:
             return
         self._copier = OnlineCopier(
             self.settings,
-            sink,
+            copies,
             self.metrics,
             server_version=info.server_version,
             watch_new_tables=self.settings.initial_snapshot,
         )
         if self.settings.initial_snapshot:
-            sink.copy_new_tables()
+            copies.copy_new_tables()
         self._copier.start()
 
     def _copies_landed_at_end(self) -> bool:
         """At ``--endpos``: wait for every copy requested or running (new tables looked for
         too); True when one landed, so a rewound session must apply its changes."""
         copier = self._copier
-        sink = self.sink
-        if self.endpos is None or copier is None or not isinstance(sink, OnlineCopySink):
+        copies = parts_of(self.sink).copies
+        if self.endpos is None or copier is None or copies is None:
             return False
         if self.stop_event.is_set():
             return False
         if not copier.settle(timeout=_ENDPOS_COPY_TIMEOUT):
             raise CaptureError(
                 f"tables still being copied after {_ENDPOS_COPY_TIMEOUT:.0f} s at endpos: "
-                f"{', '.join(sink.tables_copying()) or 'none started'}; run again to finish"
+                f"{', '.join(copies.tables_copying()) or 'none started'}; run again to finish"
             )
-        return sink.copy_rewind_due()
+        return copies.copy_rewind_due()
 
     def _restart_worker(self) -> None:
         """After a failed session: account for what the worker finished, start a new one.
@@ -403,21 +402,22 @@ class Supervisor:
         """The server's timeline; a lake ahead of it (a failover to a standby that lacked
         changes the lake holds, ``capture/timeline.py``) stops the daemon, or with
         ``snapshot.on_slot_loss: resync`` has every table copied again."""
-        store = self.sink if isinstance(self.sink, TimelineStore) else None
+        parts = parts_of(self.sink)
+        store = parts.timeline
         check = check_lake_timeline(stream, self.settings, store, checked=self._timeline)
         if check.fork is not None:
             assert store is not None
             self.metrics.record_error(
                 "capture", LakeAheadOfServerError(check.fork.describe()), time.time()
             )
-            if isinstance(self.sink, OnlineCopySink):
-                self.sink.request_copies(check.tables_to_copy, "lake ahead of server")
+            if parts.copies is not None:
+                parts.copies.request_copies(check.tables_to_copy, "lake ahead of server")
             store.accept_timeline(check.timeline)
         self._timeline = check.timeline
         return check.timeline
 
     def _markers(self) -> SnapshotMarkerStore | None:
-        return self.sink if isinstance(self.sink, SnapshotMarkerStore) else None
+        return parts_of(self.sink).markers
 
     def _run_session(self) -> None:
         settings = self.settings
@@ -440,8 +440,9 @@ class Supervisor:
                 if consistent_point is not None:
                     self._resume_flush = consistent_point
             self._start_copier(info)
-            if info.lost_slot_tables and isinstance(self.sink, OnlineCopySink):
-                self.sink.request_copies(info.lost_slot_tables, "slot lost")
+            copies = parts_of(self.sink).copies
+            if info.lost_slot_tables and copies is not None:
+                copies.request_copies(info.lost_slot_tables, "slot lost")
                 if self._copier is not None:
                     self._copier.wake()
             assembler = Assembler(

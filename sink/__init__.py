@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         Sink,
         SinkDataError,
         SinkError,
+        SinkParts,
         SinkRetryableError,
         SinkStoreError,
         SnapshotMarker,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
         SnapshotStatus,
         TimelineStore,
         WrittenTimeline,
+        parts_of,
     )
     from sink.constants import COPIES_TABLE, REJECTS_TABLE, ColumnTypeOverride
     from sink.copies.bulk import RANGE_ORDINAL_STRIDE, BulkTarget
@@ -110,6 +112,7 @@ __all__ = [
     "Sink",
     "SinkDataError",
     "SinkError",
+    "SinkParts",
     "SinkRetryableError",
     "SinkSettings",
     "SinkStoreError",
@@ -136,6 +139,7 @@ __all__ = [
     "local_directory",
     "newest_logged_version",
     "oldest_retained_boundary",
+    "parts_of",
     "pg_text_form",
     "read_commit_records",
     "read_copy_records",
@@ -159,6 +163,8 @@ _EXPORTS: Final[dict[str, str]] = {
     "Sink": "sink.base",
     "SinkDataError": "sink.base",
     "SinkError": "sink.base",
+    "SinkParts": "sink.base",
+    "parts_of": "sink.base",
     "SinkRetryableError": "sink.base",
     "SinkStoreError": "sink.base",
     "SnapshotMarker": "sink.base",

@@ -295,6 +295,38 @@ class OnlineCopySink(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class SinkParts:
+    """The objects a sink hands capture to hold beside it: each does one job the stream
+    needs besides applying batches; None where the sink has no such part.
+
+    Attributes:
+        markers: records whether a slot's initial snapshot finished.
+        bulk: takes the initial snapshot's rows as bulk appends.
+        copies: copies tables while the stream runs.
+        timeline: records the server timeline the lake follows.
+    """
+
+    markers: SnapshotMarkerStore | None = None
+    bulk: BulkSnapshotSink | None = None
+    copies: OnlineCopySink | None = None
+    timeline: TimelineStore | None = None
+
+
+def parts_of(sink: Sink) -> SinkParts:
+    """The parts of ``sink``: its ``parts`` (``DeltaSink``), or the sink itself for each
+    part's protocol it keeps (a sink with one job each, as the tests' model sinks are)."""
+    parts = getattr(sink, "parts", None)
+    if isinstance(parts, SinkParts):
+        return parts
+    return SinkParts(
+        markers=sink if isinstance(sink, SnapshotMarkerStore) else None,
+        bulk=sink if isinstance(sink, BulkSnapshotSink) else None,
+        copies=sink if isinstance(sink, OnlineCopySink) else None,
+        timeline=sink if isinstance(sink, TimelineStore) else None,
+    )
+
+
 class SinkError(Wal2DeltaError):
     """The sink could not apply a batch; terminal unless a subclass says otherwise."""
 

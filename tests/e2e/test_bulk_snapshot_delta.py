@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from capture.slots import current_wal_lsn
 from config import AppConfig
 from daemon.supervisor import Supervisor
 from daemon.wiring import sink_settings
-from decoder import Lsn, PgTimestamp, Relation
+from decoder import Lsn
 from sink import BulkTarget, DeltaSink, table_path
 from tests.support.configs import make_config
 from tests.support.harness import run_statements, table_mismatches
@@ -114,8 +115,9 @@ ALL = [*TABLES, "public.filtered"]
 class _MergeOnlySink(DeltaSink):
     """The snapshot as it was: every copied row an insert through ``apply`` (MERGE)."""
 
-    def begin_bulk(self, relation: Relation, lsn: Lsn, commit_time: PgTimestamp) -> None:
-        return None
+    def __init__(self, *arguments: Any, **keywords: Any) -> None:
+        super().__init__(*arguments, **keywords)
+        self.parts = replace(self.parts, bulk=None)
 
 
 class _CountingSink(DeltaSink):
@@ -123,9 +125,16 @@ class _CountingSink(DeltaSink):
 
     appends = 0
 
-    def append_bulk(self, target: BulkTarget, strings: Any, first_ordinal: int) -> int:
-        type(self).appends += 1
-        return super().append_bulk(target, strings, first_ordinal)
+    def __init__(self, *arguments: Any, **keywords: Any) -> None:
+        super().__init__(*arguments, **keywords)
+        bulk = self.parts.bulk
+        append_bulk = bulk.append_bulk
+
+        def counted(target: BulkTarget, strings: Any, first_ordinal: int) -> int:
+            type(self).appends += 1
+            return append_bulk(target, strings, first_ordinal)
+
+        bulk.append_bulk = counted
 
 
 def _config(dsn: str, lake: Path, slot: str, **snapshot: Any) -> AppConfig:

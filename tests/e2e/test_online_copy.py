@@ -96,7 +96,7 @@ def _wait_for_delta(dsn: str, lake: Path, slot: str, daemon: Daemon, timeout: fl
 
     def caught_up() -> bool:
         daemon.check()
-        return not daemon.sink.tables_copying() and confirmed_flush(dsn, slot) >= end
+        return not daemon.sink.parts.copies.tables_copying() and confirmed_flush(dsn, slot) >= end
 
     wait_until(caught_up, timeout, "the daemon to copy and apply everything")
 
@@ -148,7 +148,9 @@ def test_a_table_added_to_the_publication_is_copied_while_streaming(
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("ALTER PUBLICATION w2d_online ADD TABLE public.joiner")
         wait_until(
-            lambda: bool(daemon.sink.tables_copying()) or bool(_delta_ids(lake, "joiner")),
+            lambda: (
+                bool(daemon.sink.parts.copies.tables_copying()) or bool(_delta_ids(lake, "joiner"))
+            ),
             60,
             "the new table to be noticed",
         )

@@ -92,7 +92,7 @@ def test_snapshot_and_stream_meet_in_delta_without_gaps_or_duplicates(
     finally:
         stop.set()
         runner.join(60)
-    marker = sink.load_snapshot_marker(config.source.slot)
+    marker = sink.parts.markers.load_snapshot_marker(config.source.slot)
     assert marker is not None
     assert marker.status == "complete"
     _assert_matches(pg18_dsn, "public.accounts", lake)
@@ -103,16 +103,24 @@ def test_snapshot_and_stream_meet_in_delta_without_gaps_or_duplicates(
 
 
 class _FailingDeltaSink(DeltaSink):
-    """A Delta sink that fails once, after ``fail_after`` bulk appends of the snapshot."""
+    """A Delta sink whose bulk path fails once, after ``fail_after`` appends of the
+    snapshot."""
 
     fail_after = 1
 
-    def append_bulk(self, target: BulkTarget, strings: Any, first_ordinal: int) -> int:
-        if self.fail_after == 0:
-            self.fail_after = -1
-            raise InjectedFaultError("crash in the middle of the snapshot")
-        self.fail_after -= 1
-        return super().append_bulk(target, strings, first_ordinal)
+    def __init__(self, *arguments: Any, **keywords: Any) -> None:
+        super().__init__(*arguments, **keywords)
+        bulk = self.parts.bulk
+        append_bulk = bulk.append_bulk
+
+        def failing_once(target: BulkTarget, strings: Any, first_ordinal: int) -> int:
+            if self.fail_after == 0:
+                self.fail_after = -1
+                raise InjectedFaultError("crash in the middle of the snapshot")
+            self.fail_after -= 1
+            return append_bulk(target, strings, first_ordinal)
+
+        bulk.append_bulk = failing_once
 
 
 def test_interrupted_snapshot_into_delta_restarts_cleanly(
@@ -128,7 +136,7 @@ def test_interrupted_snapshot_into_delta_restarts_cleanly(
     failing = _FailingDeltaSink(spark_session, sink_settings(config))  # type: ignore[arg-type]
     with pytest.raises(InjectedFaultError):
         Supervisor(config, failing).run()
-    marker = failing.load_snapshot_marker(config.source.slot)
+    marker = failing.parts.markers.load_snapshot_marker(config.source.slot)
     assert marker is not None
     assert marker.status == "in_progress"
     assert 0 < len(read_delta(table_path(str(lake), "public", "accounts"))) < ROWS
@@ -138,7 +146,7 @@ def test_interrupted_snapshot_into_delta_restarts_cleanly(
         endpos = current_wal_lsn(conn)
     restarted = _delta_sink(spark_session, config)
     Supervisor(config, restarted, endpos=endpos).run()
-    marker = restarted.load_snapshot_marker(config.source.slot)
+    marker = restarted.parts.markers.load_snapshot_marker(config.source.slot)
     assert marker is not None
     assert marker.status == "complete"
     _assert_matches(pg18_dsn, "public.accounts", lake)

@@ -78,13 +78,22 @@ class _AlteringSink(DeltaSink):
                 conn.execute(statement.encode())
             self.after = current_wal_lsn(conn)
 
-    def append_bulk(self, target: Any, strings: Any, first_ordinal: int) -> int:
-        self._alter(target.table)
-        return super().append_bulk(target, strings, first_ordinal)
+    def __init__(self, *arguments: Any, **keywords: Any) -> None:
+        super().__init__(*arguments, **keywords)
+        # The bulk path serves the snapshot and the copies while streaming alike.
+        bulk, copies = self.parts.bulk, self.parts.copies
+        append_bulk, begin_copy = bulk.append_bulk, copies.begin_copy
 
-    def begin_copy(self, relation: Relation, lsn: Lsn, commit_time: PgTimestamp) -> BulkTarget:
-        self._alter(relation.qualified_name)
-        return super().begin_copy(relation, lsn, commit_time)
+        def altering_append(target: Any, strings: Any, first_ordinal: int) -> int:
+            self._alter(target.table)
+            return append_bulk(target, strings, first_ordinal)
+
+        def altering_begin(relation: Relation, lsn: Lsn, commit_time: PgTimestamp) -> BulkTarget:
+            self._alter(relation.qualified_name)
+            return begin_copy(relation, lsn, commit_time)
+
+        bulk.append_bulk = altering_append
+        copies.begin_copy = altering_begin
 
 
 def _run_until_applied(config: AppConfig, sink: _AlteringSink, dsn: str, timeout: float) -> None:
@@ -94,7 +103,7 @@ def _run_until_applied(config: AppConfig, sink: _AlteringSink, dsn: str, timeout
 
         def applied() -> bool:
             assert not running.errors, f"the daemon stopped: {running.errors[0]!r}"
-            if not sink.after or sink.tables_copying():
+            if not sink.after or sink.parts.copies.tables_copying():
                 return False
             with psycopg.connect(dsn, autocommit=True) as conn:
                 end = current_wal_lsn(conn)
@@ -218,7 +227,11 @@ def test_a_column_dropped_while_a_new_table_waits_for_its_online_copy(
 
         def applied() -> bool:
             assert not running.errors, f"the daemon stopped: {running.errors[0]!r}"
-            if not sink.after or sink.tables_copying() or sink.copy_requests():
+            if (
+                not sink.after
+                or sink.parts.copies.tables_copying()
+                or sink.parts.copies.copy_requests()
+            ):
                 return False
             return confirmed_flush(dsn, "w2d_online") >= sink.after
 

@@ -873,14 +873,14 @@ def test_snapshot_markers_are_recorded_next_to_the_data_and_replaced_per_slot(
     from sink import SnapshotMarker, SnapshotMarkerStore
 
     sink = make_sink()
-    assert isinstance(sink, SnapshotMarkerStore)
-    assert sink.load_snapshot_marker("slot_a") is None
-    sink.save_snapshot_marker(SnapshotMarker("slot_a", "in_progress", Lsn(0)))
-    sink.save_snapshot_marker(SnapshotMarker("slot_b", "complete", Lsn(7)))
-    sink.save_snapshot_marker(SnapshotMarker("slot_a", "complete", Lsn(0x16B374D848)))
+    assert isinstance(sink.parts.markers, SnapshotMarkerStore)
+    assert sink.parts.markers.load_snapshot_marker("slot_a") is None
+    sink.parts.markers.save_snapshot_marker(SnapshotMarker("slot_a", "in_progress", Lsn(0)))
+    sink.parts.markers.save_snapshot_marker(SnapshotMarker("slot_b", "complete", Lsn(7)))
+    sink.parts.markers.save_snapshot_marker(SnapshotMarker("slot_a", "complete", Lsn(0x16B374D848)))
     # A new sink over the same lake (a restart) reads the markers back.
     restarted = make_sink()
-    marker = restarted.load_snapshot_marker("slot_a")
+    marker = restarted.parts.markers.load_snapshot_marker("slot_a")
     assert marker is not None
     assert (marker.slot, marker.status, marker.consistent_point) == (
         "slot_a",

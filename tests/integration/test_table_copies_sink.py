@@ -52,7 +52,7 @@ def test_a_copy_replaces_the_table_in_one_commit_and_meets_the_stream_at_its_poi
         path = table_path(str(lake), "public", "docs")
         before = DeltaTable(path).version()
 
-        sink.start_copies(["public.docs"], "resync")
+        sink.parts.copies.start_copies(["public.docs"], "resync")
         result = sink.apply(
             batch(update(DOCS, "1", "dropped before S", lsn=200), insert(OTHER, "2", "b", lsn=200))
         )
@@ -61,17 +61,19 @@ def test_a_copy_replaces_the_table_in_one_commit_and_meets_the_stream_at_its_poi
         assert _rows(lake, "other") == [{"id": 1, "body": "a"}, {"id": 2, "body": "b"}]
 
         point = Lsn(300)  # the temporary slot's consistent point
-        target = sink.begin_copy(DOCS, point, datetime_to_pg_timestamp(commit_time(300)))
+        target = sink.parts.copies.begin_copy(
+            DOCS, point, datetime_to_pg_timestamp(commit_time(300))
+        )
         copied = pa.table({"id": ["1", "5"], "body": ["copied", "five"]})
-        assert sink.append_bulk(target, copied, 1) == 2
+        assert sink.parts.copies.append_bulk(target, copied, 1) == 2
         assert DeltaTable(path).version() == before, "the table is untouched while copying"
-        sink.finish_copy(DOCS, target, point, "resync")
+        sink.parts.copies.finish_copy(DOCS, target, point, "resync")
         assert DeltaTable(path).version() == before + 1, "one commit replaces the table"
         assert _rows(lake, "docs") == [{"id": 1, "body": "copied"}, {"id": 5, "body": "five"}]
         staging = Path(target.path)
         assert _adopted_from(path, staging), "the staged files are not written again"
         assert not (staging / "_delta_log").exists(), "the staging table's log is removed"
-        assert sink.copy_rewind_due()
+        assert sink.parts.copies.copy_rewind_due()
 
         # Until the stream is rewound, changes stay dropped (commit order per table).
         result = sink.apply(batch(update(DOCS, "5", "after S, early", lsn=400)))
@@ -79,7 +81,7 @@ def test_a_copy_replaces_the_table_in_one_commit_and_meets_the_stream_at_its_poi
         assert _rows(lake, "docs")[1] == {"id": 5, "body": "five"}
 
         sink.discard_held()  # the session restarts from the acknowledged position
-        assert not sink.copy_rewind_due()
+        assert not sink.parts.copies.copy_rewind_due()
         result = sink.apply(
             batch(
                 update(DOCS, "1", "dropped before S", lsn=200),  # in the copy: skipped
@@ -112,20 +114,22 @@ def test_a_copy_that_starts_waits_for_the_batch_being_applied(
     try:
         sink.apply(batch(insert(DOCS, "1", "old", lsn=100)))
         merging, release = threading.Event(), threading.Event()
-        apply_tables = sink._apply_tables
+        apply_tables = sink._write_tables
 
         def held_at_the_merge(*arguments: Any) -> Any:
             merging.set()
             assert release.wait(60)
             return apply_tables(*arguments)
 
-        monkeypatch.setattr(sink, "_apply_tables", held_at_the_merge)
+        monkeypatch.setattr(sink, "_write_tables", held_at_the_merge)
         applying = threading.Thread(
             target=sink.apply, args=(batch(update(DOCS, "1", "in flight", lsn=200)),)
         )
         applying.start()
         assert merging.wait(60)
-        starting = threading.Thread(target=sink.start_copies, args=(["public.docs"], "resync"))
+        starting = threading.Thread(
+            target=sink.parts.copies.start_copies, args=(["public.docs"], "resync")
+        )
         starting.start()
         starting.join(0.5)
         assert starting.is_alive(), "the copy starts only once the batch is applied"
@@ -153,24 +157,28 @@ def test_a_resync_message_is_recorded_as_a_request_once(spark_session: Any, tmp_
     )
     try:
         sink.apply(batch(insert(DOCS, "1", "a", lsn=400), request))
-        assert sink.copy_requests() == [("public.docs", "resync")]
-        target = sink.begin_copy(DOCS, Lsn(600), datetime_to_pg_timestamp(commit_time(600)))
-        sink.start_copies(["public.docs"], "resync")
-        sink.append_bulk(target, pa.table({"id": ["1"], "body": ["a"]}), 1)
-        sink.finish_copy(DOCS, target, Lsn(600), "resync")
+        assert sink.parts.copies.copy_requests() == [("public.docs", "resync")]
+        target = sink.parts.copies.begin_copy(
+            DOCS, Lsn(600), datetime_to_pg_timestamp(commit_time(600))
+        )
+        sink.parts.copies.start_copies(["public.docs"], "resync")
+        sink.parts.copies.append_bulk(target, pa.table({"id": ["1"], "body": ["a"]}), 1)
+        sink.parts.copies.finish_copy(DOCS, target, Lsn(600), "resync")
         sink.discard_held()
         # The same message replayed after a crash: the copy made after it satisfies it.
         sink.apply(batch(request))
-        assert sink.copy_requests() == []
+        assert sink.parts.copies.copy_requests() == []
     finally:
         sink.close()
 
 
 def _copy(sink: DeltaSink, relation: Any, lsn: int, rows: pa.Table) -> str:
     """Copy ``relation`` at ``lsn`` holding ``rows``, through the sink; the staging path."""
-    target = sink.begin_copy(relation, Lsn(lsn), datetime_to_pg_timestamp(commit_time(lsn)))
-    sink.append_bulk(target, rows, 1)
-    sink.finish_copy(relation, target, Lsn(lsn), "resync")
+    target = sink.parts.copies.begin_copy(
+        relation, Lsn(lsn), datetime_to_pg_timestamp(commit_time(lsn))
+    )
+    sink.parts.copies.append_bulk(target, rows, 1)
+    sink.parts.copies.finish_copy(relation, target, Lsn(lsn), "resync")
     sink.discard_held()
     return target.path
 
@@ -181,7 +189,7 @@ def test_a_new_table_appears_with_its_whole_copy_in_its_first_version(
     lake = tmp_path / "lake"
     sink = DeltaSink(spark_session, sink_settings(lake))
     try:
-        sink.start_copies(["public.docs"], "new table")
+        sink.parts.copies.start_copies(["public.docs"], "new table")
         staging = Path(_copy(sink, DOCS, 300, pa.table({"id": ["1", "2"], "body": ["a", "b"]})))
         table = DeltaTable(table_path(str(lake), "public", "docs"))
         assert table.version() == 0, "no version of the table holds less than the copy"
@@ -200,24 +208,30 @@ def test_what_an_interrupted_copy_left_is_removed_by_the_next_copy_but_live_file
     sink = DeltaSink(spark_session, sink_settings(lake))
     try:
         sink.apply(batch(insert(DOCS, "1", "old", lsn=100)))
-        sink.start_copies(["public.docs"], "resync")
+        sink.parts.copies.start_copies(["public.docs"], "resync")
         # A copy that stopped right after its commit: its log is still there.
         adopted = Path(_copy(sink, DOCS, 300, pa.table({"id": ["1"], "body": ["copied"]})))
         # A copy that stopped before its commit: a staging table no live file names.
-        sink.start_copies(["public.docs"], "resync")
-        abandoned = sink.begin_copy(DOCS, Lsn(350), datetime_to_pg_timestamp(commit_time(350)))
-        sink.append_bulk(abandoned, pa.table({"id": ["1"], "body": ["never landed"]}), 1)
-        sink.abandon_copy("public.docs", "resync")
+        sink.parts.copies.start_copies(["public.docs"], "resync")
+        abandoned = sink.parts.copies.begin_copy(
+            DOCS, Lsn(350), datetime_to_pg_timestamp(commit_time(350))
+        )
+        sink.parts.copies.append_bulk(
+            abandoned, pa.table({"id": ["1"], "body": ["never landed"]}), 1
+        )
+        sink.parts.copies.abandon_copy("public.docs", "resync")
         (adopted / "_delta_log").mkdir()
         assert Path(abandoned.path).exists()
 
-        sink.start_copies(["public.docs"], "resync")
-        target = sink.begin_copy(DOCS, Lsn(400), datetime_to_pg_timestamp(commit_time(400)))
+        sink.parts.copies.start_copies(["public.docs"], "resync")
+        target = sink.parts.copies.begin_copy(
+            DOCS, Lsn(400), datetime_to_pg_timestamp(commit_time(400))
+        )
         assert not Path(abandoned.path).exists(), "the unfinished staging table is deleted"
         assert not (adopted / "_delta_log").exists(), "the adopted one loses its log only"
         assert _rows(lake, "docs") == [{"id": 1, "body": "copied"}], "live files stay"
-        sink.append_bulk(target, pa.table({"id": ["1"], "body": ["again"]}), 1)
-        sink.finish_copy(DOCS, target, Lsn(400), "resync")
+        sink.parts.copies.append_bulk(target, pa.table({"id": ["1"], "body": ["again"]}), 1)
+        sink.parts.copies.finish_copy(DOCS, target, Lsn(400), "resync")
         assert _rows(lake, "docs") == [{"id": 1, "body": "again"}]
     finally:
         sink.close()
@@ -232,7 +246,7 @@ def test_a_key_range_partitioned_table_adopts_its_partitioned_copy(
     )
     try:
         sink.apply(batch(insert(DOCS, "1", "old", lsn=100)))
-        sink.start_copies(["public.docs"], "resync")
+        sink.parts.copies.start_copies(["public.docs"], "resync")
         rows = pa.table({"id": ["1", "15", "27"], "body": ["a", "b", "c"]})
         staging = Path(_copy(sink, DOCS, 300, rows))
         path = table_path(str(lake), "public", "docs")
@@ -253,7 +267,7 @@ def test_a_table_with_a_column_the_copy_lacks_is_replaced_through_the_engine_and
     sink = DeltaSink(spark_session, sink_settings(lake))
     try:
         sink.apply(batch(insert(wide, "1", "old", "x", lsn=100)))
-        sink.start_copies(["public.docs"], "resync")
+        sink.parts.copies.start_copies(["public.docs"], "resync")
         staging = Path(_copy(sink, DOCS, 300, pa.table({"id": ["1"], "body": ["copied"]})))
         assert _rows(lake, "docs") == [{"id": 1, "body": "copied", "gone": None}]
         assert not staging.exists(), "the engine rewrote the rows; the staging table is gone"
@@ -270,7 +284,7 @@ def test_a_table_with_deletion_vectors_is_replaced_in_one_commit(
         sink.apply(batch(insert(DOCS, "1", "old", lsn=100), insert(DOCS, "2", "old", lsn=100)))
         path = table_path(str(lake), "public", "docs")
         before = DeltaTable(path).version()
-        sink.start_copies(["public.docs"], "resync")
+        sink.parts.copies.start_copies(["public.docs"], "resync")
         _copy(sink, DOCS, 300, pa.table({"id": ["2", "3"], "body": ["b", "c"]}))
         assert DeltaTable(path).version() == before + 1
         assert _rows(lake, "docs") == [{"id": 2, "body": "b"}, {"id": 3, "body": "c"}]
@@ -296,11 +310,13 @@ def test_a_table_partitioned_otherwise_than_its_copy_is_not_adopted_and_keeps_it
         spark_session, sink_settings(lake, partition_by_key={"public.docs": {"width": 10}})
     )
     try:
-        sink.start_copies(["public.docs"], "resync")
-        target = sink.begin_copy(DOCS, Lsn(300), datetime_to_pg_timestamp(commit_time(300)))
-        sink.append_bulk(target, pa.table({"id": ["1", "15"], "body": ["a", "b"]}), 1)
+        sink.parts.copies.start_copies(["public.docs"], "resync")
+        target = sink.parts.copies.begin_copy(
+            DOCS, Lsn(300), datetime_to_pg_timestamp(commit_time(300))
+        )
+        sink.parts.copies.append_bulk(target, pa.table({"id": ["1", "15"], "body": ["a", "b"]}), 1)
         with pytest.raises(SinkError, match="partition"):
-            sink.finish_copy(DOCS, target, Lsn(300), "resync")
+            sink.parts.copies.finish_copy(DOCS, target, Lsn(300), "resync")
         assert _rows(lake, "docs") == [{"id": 1, "body": "old"}]
     finally:
         sink.close()

@@ -26,19 +26,25 @@ def test_every_batch_records_its_timeline_and_the_newest_one_is_read_back(
     lake = tmp_path / "lake"
     sink = DeltaSink(spark_session, sink_settings(lake))
     try:
-        assert sink.written_timeline() is None, "a new lake has no record"
+        assert sink.parts.timeline.written_timeline() is None, "a new lake has no record"
         sink.apply(replace(batch(insert(DOCS, "1", "a", lsn=100)), timeline=1))
         sink.apply(replace(batch(insert(DOCS, "2", "b", lsn=300)), timeline=1))
-        assert sink.written_timeline() == WrittenTimeline(1, 300)
+        assert sink.parts.timeline.written_timeline() == WrittenTimeline(1, 300)
         sink.apply(replace(batch(insert(DOCS, "3", "c", lsn=200)), timeline=2))
-        assert sink.written_timeline() == WrittenTimeline(2, 200), "the newest timeline's own"
+        assert sink.parts.timeline.written_timeline() == WrittenTimeline(2, 200), (
+            "the newest timeline's own"
+        )
         sink.apply(replace(batch(insert(DOCS, "4", "d", lsn=250)), timeline=None))
-        assert sink.written_timeline() == WrittenTimeline(2, 200), "a batch without one"
+        assert sink.parts.timeline.written_timeline() == WrittenTimeline(2, 200), (
+            "a batch without one"
+        )
 
-        sink.accept_timeline(3)
-        assert sink.written_timeline() == WrittenTimeline(3, None), "nothing on 3 yet"
+        sink.parts.timeline.accept_timeline(3)
+        assert sink.parts.timeline.written_timeline() == WrittenTimeline(3, None), (
+            "nothing on 3 yet"
+        )
         sink.apply(replace(batch(insert(DOCS, "5", "e", lsn=260)), timeline=3))
-        assert sink.written_timeline() == WrittenTimeline(3, 260)
+        assert sink.parts.timeline.written_timeline() == WrittenTimeline(3, 260)
     finally:
         sink.close()
     records = read_commit_records(str(lake))
@@ -81,9 +87,11 @@ def test_a_commit_log_written_before_timelines_gets_the_column_with_its_next_bat
     )
     sink = DeltaSink(spark_session, sink_settings(lake))
     try:
-        assert sink.written_timeline() == WrittenTimeline(None, 50), "only positions recorded"
+        assert sink.parts.timeline.written_timeline() == WrittenTimeline(None, 50), (
+            "only positions recorded"
+        )
         sink.apply(replace(batch(insert(DOCS, "1", "a", lsn=100)), timeline=4))
-        assert sink.written_timeline() == WrittenTimeline(4, 100)
+        assert sink.parts.timeline.written_timeline() == WrittenTimeline(4, 100)
     finally:
         sink.close()
     intents = sorted(

@@ -7,7 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sink import Batch, BatchResult, Sink
+from sink import Batch, BatchResult, Sink, SnapshotMarker, parts_of
 
 
 class HeldSink:
@@ -91,7 +91,11 @@ class TeeSink:
         self.shadow.close()
 
     def load_snapshot_marker(self, slot: str) -> object:
-        return self.primary.load_snapshot_marker(slot)  # type: ignore[attr-defined]
+        markers = parts_of(self.primary).markers
+        assert markers is not None, "the primary sink records snapshots"
+        return markers.load_snapshot_marker(slot)
 
-    def save_snapshot_marker(self, marker: object) -> None:
-        self.primary.save_snapshot_marker(marker)  # type: ignore[attr-defined]
+    def save_snapshot_marker(self, marker: SnapshotMarker) -> None:
+        markers = parts_of(self.primary).markers
+        assert markers is not None, "the primary sink records snapshots"
+        markers.save_snapshot_marker(marker)

@@ -217,11 +217,12 @@ def _subpackages() -> list[Path]:
 
 
 def test_every_sink_module_lives_in_a_part() -> None:
-    """Only the contract, the settings and the orderer stay at the sink's root."""
+    """Only the contract, the settings, the assembly and the orderer stay at the sink's
+    root."""
     loose = sorted(
         p.name
         for p in (ROOT / "sink").glob("*.py")
-        if p.stem not in ("__init__", "delta", *(m.split(".")[1] for m in SINK_CORE))
+        if p.stem not in ("__init__", "assembly", "delta", *(m.split(".")[1] for m in SINK_CORE))
     )
     assert loose == []
 
@@ -272,3 +273,9 @@ def test_only_the_lake_port_calls_delta_rs() -> None:
         if module == "deltalake" or module.startswith("deltalake.")
     ]
     assert not problems, "\n".join(problems)
+
+
+def test_the_orderer_imports_at_most_ten_sink_modules() -> None:
+    """``DeltaSink`` orders a batch over the parts ``assembly`` makes; it holds no rule."""
+    sink_imports = sorted(t for t in _module_graph()["sink.delta"] if t.startswith("sink"))
+    assert len(sink_imports) <= 10, sink_imports
