@@ -4,10 +4,10 @@ Theory of operation
 -------------------
 At the snapshot's consistent point a table is empty or truncated (its TRUNCATE deletes
 every row at or below that LSN), so its copied rows can be *appended*: what a MERGE of the
-same rows as inserts would write, row for row. ``DeltaSink.begin_bulk`` prepares the table
+same rows as inserts would write, row for row. ``BulkLoader.begin_bulk`` prepares the table
 exactly as the MERGE path's first batch would (create it from the relation, TRUNCATE,
 follow the relation: metadata columns, hidden row identity, column origins) and hands out
-a ``BulkTarget``; ``DeltaSink.append_bulk`` then writes batches of copied rows with it.
+a ``BulkTarget``; ``BulkLoader.append_bulk`` then writes batches of copied rows with it.
 
 Copied rows arrive as Arrow string columns holding PostgreSQL's text form (the COPY's
 output, NULL kept apart from the empty string), except columns a reader already decoded
@@ -57,7 +57,7 @@ RANGE_ORDINAL_STRIDE: Final = 1 << 40
 
 @dataclass(frozen=True, slots=True)
 class BulkTarget:
-    """A table prepared for bulk appends (``DeltaSink.begin_bulk``).
+    """A table prepared for bulk appends (``BulkLoader.begin_bulk``).
 
     Attributes:
         table: ``schema.table`` of the source.

@@ -7,7 +7,7 @@ A table is copied while the stream runs (a table that joined the publications, a
 (``tablesync.c``): in the snapshot of a temporary slot whose consistent point S splits
 its changes in two - those committed before S are in the copy, the others are not. The
 copy is written to a staging table and replaces the table in one commit
-(``DeltaSink.finish_copy``), so readers never see it empty or half copied.
+(``OnlineCopies.finish_copy``), so readers never see it empty or half copied.
 
 What the stream does with a table's changes, by its state here:
 

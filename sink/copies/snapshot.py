@@ -99,11 +99,11 @@ class BulkLoader:
                 self._writer.truncate(target, truncate)
             self._writer.follow(plan, target, step, plan.relations[1])
         except BaseException:
-            state.stale = True
+            self._lake.failed(state)
             raise
         # Appended rows have no keyless floor or row-identity check behind them yet.
-        state.row_ids_complete = False
-        state.keyless_floor = None
+        self._lake.rows_without_row_ids(state)
+        self._lake.keyless_floor(state, None)
         meta = self._settings.metadata
         row_ids = step.identity == "row"
         metadata = metadata_columns(meta, row_ids=row_ids)

@@ -1,6 +1,6 @@
 """The bulk append step of the initial snapshot: copied rows appended, no MERGE.
 
-``DeltaSink.begin_bulk`` prepares a table exactly as the MERGE path's first batch would and
+``BulkLoader.begin_bulk`` prepares a table exactly as the MERGE path's first batch would and
 hands out a ``bulk.BulkTarget``; this executor appends batches of copied rows to it
 (``bulk.bulk_table`` turns the COPY's text forms into the Delta columns). delta-rs writes
 them where it can (``deltars.py``: blind appends that never conflict); otherwise the

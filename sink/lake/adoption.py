@@ -22,7 +22,7 @@ retention vacuum or Delta's VACUUM deletes them later). The directory's name doe
 start with ``_`` because VACUUM skips such directories as hidden and would never delete
 the copied files once they are replaced.
 
-The engine's overwrite (``DeltaSink.finish_copy``) stays the fallback, used when:
+The engine's overwrite (``OnlineCopies.finish_copy``) stays the fallback, used when:
 
 * delta-rs refuses the table (a writer feature it does not support, such as deletion
   vectors in deltalake 1.6.6); the refusal is remembered for the table;

@@ -11,7 +11,7 @@ to read table versions for the commit log) writes the same Arrow memory as Parqu
 and commits a blind append - the one Delta operation any writer may do next to others.
 
 Only the appends move: the engine still creates the table, truncates it at the consistent
-point and makes it follow its relation (``DeltaSink.begin_bulk``), and every streamed
+point and makes it follow its relation (``BulkLoader.begin_bulk``), and every streamed
 change after the snapshot is a MERGE in the engine. The files are ordinary Delta; readers
 cannot tell which writer wrote them.
 

@@ -31,7 +31,13 @@ from sink.base import SinkDataError
 from sink.engine.arrow import ArrowColumn, ddl
 from sink.engine.sources import FILE_FORMAT, SourceFiles
 from sink.engine.spark import engine_errors
-from sink.engine.sql import MetadataColumns, quote, render_any_row, render_newest_position
+from sink.engine.sql import (
+    MetadataColumns,
+    delta_table,
+    quote,
+    render_any_row,
+    render_newest_position,
+)
 from sink.planning.evolution import delta_type_name
 from sink.planning.plan import NO_POSITION, Position
 from sink.settings import KeyBuckets
@@ -50,6 +56,7 @@ class TableState:
     Attributes:
         columns: every column (data and metadata) in Delta order, with its type as
             ``evolution.delta_type_name`` normalises it.
+        reference: the table reference SQL names it by (``sql.delta_table``).
         relation: the columns of the last merge step applied in this process; None until
             one was.
         message: the Relation message object of that step; a step with another one
@@ -64,6 +71,7 @@ class TableState:
     """
 
     columns: dict[str, str]
+    reference: str
     relation: tuple[PlanColumn, ...] | None = None
     message: Relation | None = None
     stale: bool = False
@@ -90,6 +98,43 @@ class LakeTables:
     def state(self, path: str) -> TableState | None:
         """The cached state of the table at ``path``, None before ``load``."""
         return self._states.get(path)
+
+    # --- what the sink learns of a table: every change of a TableState is made here ---
+
+    @staticmethod
+    def failed(state: TableState) -> None:
+        """A statement on the table failed, and may or may not have committed: its columns
+        are read from the table again before the next write."""
+        state.stale = True
+
+    @staticmethod
+    def followed(
+        state: TableState, relation: tuple[PlanColumn, ...] | None, message: Relation | None
+    ) -> None:
+        """The table follows ``relation`` (the columns of the Relation ``message``)."""
+        state.relation = relation
+        state.message = message
+
+    @staticmethod
+    def buckets_checked(state: TableState) -> None:
+        """A stored row's key bucket was compared with the configured width."""
+        state.buckets_checked = True
+
+    @staticmethod
+    def rows_without_row_ids(state: TableState) -> None:
+        """Rows were written without a keyless identity (a keyed step, or appended)."""
+        state.row_ids_complete = False
+
+    @staticmethod
+    def row_ids_completed(state: TableState) -> None:
+        """Every row of the table has a keyless identity and stamp."""
+        state.row_ids_complete = True
+
+    @staticmethod
+    def keyless_floor(state: TableState, floor: Position | None) -> None:
+        """The newest change known to be applied to the keyless table (None: read it from
+        the table again)."""
+        state.keyless_floor = floor
 
     def forget(self, path: str) -> None:
         """Drop the cached state of the table at ``path``; the next look reads it again."""
@@ -134,7 +179,8 @@ class LakeTables:
             writer.save(path)
             schema = self._spark.read.format("delta").load(path).schema
         state = self._states[path] = TableState(
-            {field.name: delta_type_name(field.dataType.simpleString()) for field in schema.fields}
+            {field.name: delta_type_name(field.dataType.simpleString()) for field in schema.fields},
+            delta_table(path),
         )
         if self._meta.key_bucket in state.columns:
             state.partition_column = self._meta.key_bucket

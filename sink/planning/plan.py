@@ -135,27 +135,27 @@ class MergeStep:
     first_lsn: Lsn
     columnar: ColumnarRows | None = None
     only_new_keys: bool = False
+    row_count: int = field(init=False, repr=False, compare=False)
+    """Rows in the step: ``rows`` and the columnar ones."""
+    match_columns: tuple[PlanColumn, ...] = field(init=False, repr=False, compare=False)
+    """The identity columns."""
+    kept_indexes: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    """Indexes of the columns that some row keeps, in column order."""
+    has_moved_keeps: bool = field(init=False, repr=False, compare=False)
+    """Whether a row must read kept columns from another target row."""
 
-    @property
-    def row_count(self) -> int:
-        """Rows in the step: ``rows`` and the columnar ones."""
-        return len(self.rows) + (0 if self.columnar is None else len(self.columnar))
-
-    @property
-    def match_columns(self) -> tuple[PlanColumn, ...]:
-        """The identity columns."""
-        return tuple(self.columns[i] for i in self.match_indexes)
-
-    @property
-    def kept_indexes(self) -> tuple[int, ...]:
-        """Indexes of the columns that some row keeps, in column order."""
-        return tuple(sorted(frozenset().union(*[row.keep for row in self.rows])))
-
-    @property
-    def has_moved_keeps(self) -> bool:
-        """Whether a row must read kept columns from another target row."""
-        moved = [row.moved_from for row in self.rows]
-        return moved.count(None) != len(moved)
+    def __post_init__(self) -> None:
+        # Derived once, when the planner freezes the step: the executors and the SQL
+        # renderer read them as plain data.
+        rows = self.rows
+        derived = {
+            "row_count": len(rows) + (0 if self.columnar is None else len(self.columnar)),
+            "match_columns": tuple(self.columns[i] for i in self.match_indexes),
+            "kept_indexes": tuple(sorted(frozenset().union(*[row.keep for row in rows]))),
+            "has_moved_keeps": any(row.moved_from is not None for row in rows),
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,11 +323,11 @@ class MergePlan:
     relations: tuple[Relation | None, ...] = ()
     changes: tuple[ChangeRecord, ...] = ()
     rejects: tuple[Reject, ...] = ()
+    qualified_name: str = field(init=False, repr=False, compare=False)
+    """``schema.table``."""
 
-    @property
-    def qualified_name(self) -> str:
-        """``schema.table``."""
-        return f"{self.schema}.{self.table}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "qualified_name", f"{self.schema}.{self.table}")
 
 
 @dataclass(frozen=True, slots=True)

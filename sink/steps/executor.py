@@ -11,10 +11,9 @@ from the plan, not per step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar
 
-from sink.engine.sql import delta_table
 from sink.lake.tables import TableState
 from sink.planning.plan import Step
 
@@ -35,16 +34,13 @@ class TableTarget:
         name: its qualified source name, ``schema.table``.
         path: its location.
         state: what the sink knows of it (``tables.TableState``).
-        reference: the table reference SQL names it by (``sql.delta_table``).
+        reference: the table reference SQL names it by (``TableState.reference``).
     """
 
     name: str
     path: str
     state: TableState
-    reference: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "reference", delta_table(self.path))
+    reference: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,11 @@ class RelationFollower:
         self._meta = settings.metadata
         self._catalog = catalog
         self._decoder = decoder
+        self._metadata = {
+            row_ids: tuple(metadata_columns(self._meta, row_ids=row_ids))
+            for row_ids in (False, True)
+        }
+        """The metadata columns of keyed (False) and keyless (True) tables."""
 
     def follow(
         self,
@@ -76,9 +81,7 @@ class RelationFollower:
         # written by wal2delta before it stamped one), the soft-delete flag once soft
         # deletes are switched on.
         metadata = [
-            c
-            for c in metadata_columns(meta, row_ids=step.identity == "row")
-            if c.name not in state.columns
+            c for c in self._metadata[step.identity == "row"] if c.name not in state.columns
         ]
         if step.columns == state.relation and not metadata and message is state.message:
             return
@@ -123,8 +126,7 @@ class RelationFollower:
                 backfilled=sorted(values),
                 lsn=format_lsn(step.first_lsn),
             )
-        state.relation = step.columns
-        state.message = message
+        self._lake.followed(state, step.columns, message)
 
     def _delta_named(self, catalog: CatalogTable | None) -> CatalogTable | None:
         """``catalog`` with its columns under their Delta names, as ``evolve`` compares them."""

@@ -88,7 +88,7 @@ class KeyedSources:
         index = bucketed_column(table, step, spec)
         if not state.buckets_checked:
             self._check_bucket_width(table, target, step.columns[index].name, spec)
-            state.buckets_checked = True
+            self._lake.buckets_checked(state)
         values = bucket_values(step, index, spec.width)
         partition = ArrowColumn(state.partition_column, BIGINT.spark_sql, BIGINT.arrow)
         return KeyedSource(
@@ -126,7 +126,7 @@ class KeyedMergeExecutor:
         """MERGE the step's rows into the table; count the TOAST anomalies it finds."""
         table = target.name
         # Rows inserted here have no keyless identity (``step_keyless.py`` backfills one).
-        target.state.row_ids_complete = False
+        self._lake.rows_without_row_ids(target.state)
         source = self._sources.build(table, target.reference, step, target.state)
         anomalies = 0
         with (

@@ -71,7 +71,8 @@ class KeylessMergeExecutor:
         if not state.row_ids_complete:
             self._complete_row_ids(table, path, state)
         if state.keyless_floor is None:
-            state.keyless_floor = self._newest_stamp(table, target.reference)
+            self._lake.keyless_floor(state, self._newest_stamp(table, target.reference))
+        assert state.keyless_floor is not None, "read just now"
         folded = fold(step, state.keyless_floor)
         outcome = StepOutcome("none")
         if folded.takes or folded.touches:
@@ -80,7 +81,7 @@ class KeylessMergeExecutor:
         elif folded.new_rows:
             self._append_new_rows(table, path, folded)
             outcome = StepOutcome("append")
-        state.keyless_floor = max(state.keyless_floor, step.last_position)
+        self._lake.keyless_floor(state, max(state.keyless_floor, step.last_position))
         return outcome
 
     def _append_new_rows(self, table: str, path: str, folded: FoldedStep) -> None:
@@ -172,4 +173,4 @@ class KeylessMergeExecutor:
                 query = render_row_id_backfill(list(state.columns), self._meta, target=target)
                 self._lake.overwrite(path, query)
             log.info("keyless row identities filled", table=table, row_count=missing)
-        state.row_ids_complete = True
+        self._lake.row_ids_completed(state)

@@ -81,6 +81,8 @@ class TableWriter:
         self._settings = settings
         self._meta = settings.metadata
         self._history = history
+        self._paths: dict[str, str] = {}
+        """Each table's location (``naming.table_path``), worked out once."""
         self._truncates = TruncateExecutor(lake, self._meta)
         sources = KeyedSources(lake, self._meta, settings.key_buckets)
         self._keyed = KeyedMergeExecutor(lake, self._meta, sources)
@@ -106,7 +108,7 @@ class TableWriter:
         except BaseException:
             # A failed schema change may or may not have committed: read the schema again
             # before the batch is replayed.
-            target.state.stale = True
+            self._lake.failed(target.state)
             raise
         if plan.skipped:
             log.warning(
@@ -156,7 +158,11 @@ class TableWriter:
     def prepare(self, plan: MergePlan, staging: str | None = None) -> TableTarget:
         """The table (``staging`` for an online copy's staging table), created (and given
         missing columns) when new."""
-        path = staging or table_path(self._settings.path, plan.schema, plan.table)
+        path = staging or self._paths.get(plan.qualified_name)
+        if path is None:
+            path = self._paths[plan.qualified_name] = table_path(
+                self._settings.path, plan.schema, plan.table
+            )
         state = self._lake.state(path)
         if state is None or state.stale:
             # A new table gets the columns of its first relation, also when the batch only
@@ -177,7 +183,7 @@ class TableWriter:
                 partition=partition,
                 properties=table_properties(self._settings, plan.qualified_name),
             )
-            state.relation = relation
+            self._lake.followed(state, relation, None)
             try:
                 self._lake.check_partitioning(plan.qualified_name, state, spec)
             except SinkDataError:
@@ -186,7 +192,7 @@ class TableWriter:
             # A table written before soft deletes were switched on lacks their flag.
             missing = [c for c in wanted if c.name not in state.columns and c not in data]
             self._lake.add_columns(path, plan.qualified_name, state, missing)
-        return TableTarget(plan.qualified_name, path, state)
+        return TableTarget(plan.qualified_name, path, state, state.reference)
 
     def clear(self) -> None:
         """Forget the change histories' floors (the process closes its sink)."""

@@ -279,3 +279,36 @@ def test_the_orderer_imports_at_most_ten_sink_modules() -> None:
     """``DeltaSink`` orders a batch over the parts ``assembly`` makes; it holds no rule."""
     sink_imports = sorted(t for t in _module_graph()["sink.delta"] if t.startswith("sink"))
     assert len(sink_imports) <= 10, sink_imports
+
+
+def test_a_table_state_changes_only_through_the_lake_port() -> None:
+    """``TableState`` (what the sink knows of a table) is written by ``LakeTables`` alone:
+    an executor, the writer or the bulk path tells the port what happened."""
+    fields = {
+        node.target.id
+        for node in ast.walk(ast.parse((ROOT / "sink/lake/tables.py").read_text()))
+        if isinstance(node, ast.ClassDef) and node.name == "TableState"
+        for node in node.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+    }
+    assert {"stale", "relation", "keyless_floor"} <= fields
+    problems = []
+    for path in sorted((ROOT / "sink").rglob("*.py")):
+        if path.relative_to(ROOT).as_posix() == "sink/lake/tables.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AugAssign | ast.AnnAssign)
+                else []
+            )
+            for target in targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and target.attr in fields
+                    and ast.unparse(target.value).endswith("state")
+                ):
+                    problems.append(f"{path.relative_to(ROOT)}:{node.lineno} sets {target.attr}")
+    assert not problems, "\n".join(problems)
