@@ -172,7 +172,7 @@ def wal_end_position(insert_lsn: int, *, block_size: int, segment_size: int) -> 
     walsender's ``walEnd`` too, so neither a slot's ``confirmed_flush_lsn`` nor the flush
     position reach that LSN until the server writes another record, which a quiet server
     may not do for as long as anyone waits. The end position (``XLogBytePosToEndRecPtr``)
-    is the boundary itself.
+    is the boundary itself (docs/decisions/0126-the-end-of-the-wal-is-an-end-of-record-position.md).
     """
     if insert_lsn % segment_size == LONG_PAGE_HEADER:
         return Lsn(insert_lsn - LONG_PAGE_HEADER)
