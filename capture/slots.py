@@ -156,16 +156,48 @@ def wal_sender_timeout_seconds(conn: Conn) -> float:
     return float(str(row[0])) if row is not None else 60.0
 
 
+SHORT_PAGE_HEADER: Final = 24
+"""Bytes of a WAL page's header (``SizeOfXLogShortPHD``, MAXALIGNed on 64-bit servers)."""
+LONG_PAGE_HEADER: Final = 40
+"""Bytes of the header of a WAL segment's first page (``SizeOfXLogLongPHD``)."""
+
+
+def wal_end_position(insert_lsn: int, *, block_size: int, segment_size: int) -> Lsn:
+    """The end of the last WAL record, from the server's insert position.
+
+    ``pg_current_wal_insert_lsn()`` converts the insert position as the *start* of the
+    next record (``XLogBytePosToRecPtr``): when the last record ends exactly at a page
+    boundary it reports the boundary plus the next page's header - 24 bytes on, 40 at a
+    segment's start. Nothing ever ends there: the flush position stops at the boundary, a
+    walsender's ``walEnd`` too, so neither a slot's ``confirmed_flush_lsn`` nor the flush
+    position reach that LSN until the server writes another record, which a quiet server
+    may not do for as long as anyone waits. The end position (``XLogBytePosToEndRecPtr``)
+    is the boundary itself (docs/decisions/0126-the-end-of-the-wal-is-an-end-of-record-position.md).
+    """
+    if insert_lsn % segment_size == LONG_PAGE_HEADER:
+        return Lsn(insert_lsn - LONG_PAGE_HEADER)
+    if insert_lsn % block_size == SHORT_PAGE_HEADER:
+        return Lsn(insert_lsn - SHORT_PAGE_HEADER)
+    return Lsn(insert_lsn)
+
+
 def current_wal_lsn(conn: Conn) -> Lsn:
-    """The server's WAL insert position: the end of every record written so far.
+    """The server's WAL end: the end of every record written so far (one statement).
 
     The insert position, not ``pg_current_wal_lsn()`` (the write position): with
     ``synchronous_commit = off`` committed records may still sit in WAL buffers, and the
-    write position would not cover them yet.
+    write position would not cover them yet. Taken as an end position
+    (``wal_end_position``): at a page boundary the insert position is a page header past
+    anything the flush position, a walsender or a slot can reach.
     """
-    row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+    row = conn.execute(
+        "SELECT pg_current_wal_insert_lsn()::text, current_setting('wal_block_size')::int,"
+        " (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_segment_size')"
+    ).fetchone()
     assert row is not None
-    return parse_lsn(str(row[0]))
+    return wal_end_position(
+        parse_lsn(str(row[0])), block_size=int(str(row[1])), segment_size=int(str(row[2]))
+    )
 
 
 def slot_state(conn: Conn, slot: str) -> SlotState | None:
@@ -614,6 +646,7 @@ __all__ = [
     "server_version",
     "slot_state",
     "standby_slots",
+    "wal_end_position",
     "wal_sender_timeout_seconds",
     "want_failover",
 ]

@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 Round 0 opens a REPEATABLE READ, READ ONLY transaction on the source; its first statement
-reads the WAL insert position, the *compared LSN* L. Inside that snapshot each published
+reads the end of the WAL (the insert position as an end of record,
+``capture.current_wal_lsn``), the *compared LSN* L. Inside that snapshot each published
 table (``plan``: its row filter, column list and key) is summarised per bucket (``sql``:
 count and sum of 60-bit row hashes, buckets by the hash of the key). Before Delta is read,
 verify waits (at most ``wait`` seconds) until the slot has *passed* L: its
@@ -36,7 +37,13 @@ import psycopg
 import structlog
 from psycopg import sql
 
-from capture import PublishedTable, read_published_tables, slot_state, with_text_form_settings
+from capture import (
+    PublishedTable,
+    current_wal_lsn,
+    read_published_tables,
+    slot_state,
+    with_text_form_settings,
+)
 from config import AppConfig
 from daemon.verify.compare import Findings, as_stored, compare_rows
 from daemon.verify.plan import Conn, VerifyTable, bucket_count, plan_table, selected_tables
@@ -48,7 +55,7 @@ from daemon.verify.sql import (
     spark_summary_query,
 )
 from daemon.wiring import source_conninfo, spark_settings
-from decoder import Lsn, format_lsn, parse_lsn
+from decoder import Lsn, format_lsn
 from sink import create_spark_session, stop_spark_session, table_path
 
 if TYPE_CHECKING:
@@ -247,10 +254,10 @@ def _drill(
 
 
 def _snapshot_lsn(conn: Conn) -> Lsn:
-    # The transaction's first statement takes its snapshot.
-    row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-    assert row is not None
-    return parse_lsn(str(row[0]))
+    # The transaction's first statement takes its snapshot. The end of the WAL, not the
+    # raw insert position: a page header past a record that ends on a page boundary, no
+    # slot and no flush position would ever reach that (``capture.slots.wal_end_position``).
+    return current_wal_lsn(conn)
 
 
 def _unreadable(snap: Conn, table: PublishedTable, path: str, exc: Exception) -> TableVerdict:

@@ -206,3 +206,48 @@ def run_transaction(dsn: str, *statements: str) -> CommittedAt:
         ).fetchone()
     assert row is not None, "the transaction's commit record is not in the WAL range"
     return CommittedAt(commit_start=parse_lsn(row[0]), wal_end=wal_end)
+
+
+WAL_PAGE = 8192
+"""``wal_block_size`` of the test servers (PostgreSQL's default)."""
+
+_PAD_PREFIX = "wal2delta-pad"
+_PAD_OVERHEAD = 24 + 5 + 24 + len(_PAD_PREFIX) + 1
+"""Bytes of a non-transactional logical message record besides its content: the record
+header, a long data header, ``xl_logical_message`` up to the prefix, and the prefix."""
+
+
+def end_wal_on_page_boundary(conn: psycopg.Connection[Any], attempts: int = 20) -> int:
+    """Write logical messages (which no publication streams) until the last WAL record
+    ends exactly on a page boundary, flushed; return that boundary (PostgreSQL 17+).
+
+    The insert position then reads a page header (24 bytes) past the boundary: the
+    position nothing reaches (``capture.slots.wal_end_position``). Other writers (the
+    bgwriter, autovacuum) may add a record meanwhile; the padding starts over then.
+    """
+    for _ in range(attempts):
+        row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        assert row is not None
+        room = WAL_PAGE - parse_lsn(str(row[0])) % WAL_PAGE
+        size = room - _PAD_OVERHEAD
+        if size < 256:  # too close for one record with a long data header: cross it
+            size = 512
+        conn.execute(
+            "SELECT pg_logical_emit_message(false, %s, repeat('x', %s), true)",
+            (_PAD_PREFIX, size),
+        )
+        row = conn.execute(
+            "SELECT pg_current_wal_insert_lsn()::text, pg_current_wal_flush_lsn()::text"
+        ).fetchone()
+        assert row is not None
+        insert, flush = parse_lsn(str(row[0])), parse_lsn(str(row[1]))
+        if insert % WAL_PAGE == 24 and flush == insert - 24:
+            return flush
+    pytest.fail(f"the WAL did not end on a page boundary in {attempts} attempts")
+
+
+def insert_position(conn: psycopg.Connection[Any]) -> int:
+    """``pg_current_wal_insert_lsn()`` as the server reports it (a start position)."""
+    row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+    assert row is not None
+    return parse_lsn(str(row[0]))
