@@ -58,7 +58,7 @@ PHASES: Final = (
     ("sink.delta", "DeltaSink", "_apply_one", "table: all of it"),
     ("sink.delta", "DeltaSink", "_prepare_table", "table: prepare"),
     ("sink.steps.follow", "RelationFollower", "follow", "table: follow relation"),
-    ("sink.records.history", "HistoryWriter", "write", "table: history"),
+    ("sink.steps.step_history", "HistoryExecutor", "apply", "table: history"),
     ("sink.steps.step_keyed", None, "source_table", "keyed: Arrow source"),
     ("sink.engine.sources", "SourceFiles", "write", "engine input: Parquet source file"),
     ("sink.lake.tables", "LakeTables", "sql", "engine: statement (MERGE)"),

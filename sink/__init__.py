@@ -53,7 +53,6 @@ if TYPE_CHECKING:
         read_commit_records,
         retained_versions,
     )
-    from sink.records.history import history_path
     from sink.records.rejects import rejects_path
     from sink.settings import (
         ColumnNamePolicy,
@@ -67,6 +66,7 @@ if TYPE_CHECKING:
         column_map,
         delta_can_hold,
         delta_column_name,
+        history_path,
         table_of_path,
         table_path,
     )
@@ -197,7 +197,7 @@ _EXPORTS: Final[dict[str, str]] = {
     "CatalogTable": "sink.planning.evolution",
     "SourceCatalog": "sink.planning.evolution",
     "copy_truncate": "sink.planning.fold",
-    "history_path": "sink.records.history",
+    "history_path": "sink.values.naming",
     "column_map": "sink.values.naming",
     "local_directory": "sink.lake.logversion",
     "newest_logged_version": "sink.lake.logversion",

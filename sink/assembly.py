@@ -28,10 +28,10 @@ from sink.planning.replays import ReplayHorizon
 from sink.records.batches import BatchRecords
 from sink.records.bookkeeping import Bookkeeping
 from sink.records.commits import CommitLog
-from sink.records.history import HistoryWriter
 from sink.records.rejects import RejectsLog
 from sink.records.timeline import LakeTimeline
 from sink.settings import SinkSettings
+from sink.steps.step_history import HistoryExecutor
 from sink.steps.writer import TableWriter
 from sink.upkeep.compaction import Compactor
 
@@ -121,7 +121,7 @@ def assemble(
         lake,
         settings,
         bookkeeping=bookkeeping,
-        history=HistoryWriter(lake, settings.path, meta),
+        history=HistoryExecutor(lake, settings.path, meta),
         catalog=catalog,
         decoder=decoder,
     )

@@ -33,14 +33,15 @@ STAGING_PREFIX: Final = "wal2delta-copy-"
 #: Prefix of the logical decoding messages that ask the daemon for something (``wal2delta
 #: resync`` writes ``wal2delta.resync``).
 CONTROL_MESSAGE_PREFIX: Final = "wal2delta."
-#: Suffix of a table's change history: ``<schema>/<table>__changes`` (``history.py``).
+#: Suffix of a table's change history: ``<schema>/<table>__changes`` (``steps/step_history.py``).
 HISTORY_SUFFIX: Final = "__changes"
-#: Columns of a change history besides the table's own (``history.py``).
+#: Columns of a change history besides the table's own (``steps/step_history.py``).
 HISTORY_OPERATION_COLUMN: Final = "_wal2delta_op"
 HISTORY_OLD_KIND_COLUMN: Final = "_wal2delta_old_kind"
 HISTORY_UNCHANGED_COLUMN: Final = "_wal2delta_unchanged_toast"
 HISTORY_OLD_PREFIX: Final = "_wal2delta_old_"
-#: Prefix of a new value whose column's own name lies in the history's names (``history.py``).
+#: Prefix of a new value whose column's own name lies in the history's names
+#: (``steps/step_history.py``).
 HISTORY_NEW_PREFIX: Final = "_wal2delta_new_"
 HISTORY_XID_COLUMN: Final = "_wal2delta_xid"
 

@@ -117,7 +117,7 @@ class SinkSettings:
             ``,;{}()=``): ``error`` stops with a ``SinkDataError``, ``map`` stores it under
             ``naming.mapped_column_name`` (``unit price`` -> ``unit_x0020_price``).
         history: the tables whose every change is also appended to a change history
-            (``history.py``): all (True), none (False), or these qualified names.
+            (``steps/step_history.py``): all (True), none (False), or these qualified names.
         bulk_writer: who appends the initial snapshot's rows (``deltars.py``): delta-rs
             where it can write the table (``auto``), always delta-rs, or the engine.
         compact_after_writes: compact a table's small files after this many writes to it

@@ -713,6 +713,13 @@ def render_max(column: str, *, target: str) -> str:
     return f"SELECT max({quote(column)}) AS m FROM {target}"
 
 
+def render_maxima(*columns: str, target: str) -> str:
+    """The largest value of each of ``columns`` in one scan (column ``m<i>`` for the
+    ``i``-th; NULL for an empty table)."""
+    maxima = ", ".join(f"max({quote(column)}) AS m{i}" for i, column in enumerate(columns))
+    return f"SELECT {maxima} FROM {target}"
+
+
 def render_newest_timeline(*, timeline: str, lsn: str, target: str) -> str:
     """The largest ``timeline`` (column ``timeline``) and the largest ``lsn`` among the rows
     of that timeline (column ``high``); no row when no row has a timeline

@@ -67,7 +67,7 @@ before that change were written under earlier relations, which is what schema ev
 Change history (``history``): for the tables it names, the plan also keeps every change
 unfolded, in batch order (``MergePlan.changes``, one ``ChangeRecord`` each), with its
 values decoded as the MERGE's and its unchanged TOAST values filled as far as the batch
-itself can fill them (``history.py`` writes them).
+itself can fill them (``steps/step_history.py`` writes them).
 """
 
 from __future__ import annotations

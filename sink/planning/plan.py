@@ -231,6 +231,23 @@ class KeylessStep:
 
 Step = MergeStep | KeylessStep | TruncateStep
 
+
+@dataclass(frozen=True, slots=True)
+class HistoryStep:
+    """The changes of one table a batch keeps for its change history
+    (``steps/step_history.py``): every change, unfolded, in commit order.
+
+    Attributes:
+        schema: source schema name.
+        table: source table name.
+        changes: the changes (``MergePlan.changes``).
+    """
+
+    schema: str
+    table: str
+    changes: tuple[ChangeRecord, ...]
+
+
 HistoryScope = bool | frozenset[str]
 """Tables whose changes the plan keeps unfolded: all (True), none (False), or these
 qualified names."""

@@ -20,9 +20,8 @@ from sink.constants import REJECTS_TABLE
 from sink.planning.plan import BatchPlan
 from sink.records.bookkeeping import Bookkeeping
 from sink.records.commits import CommitLog, commits_path
-from sink.records.history import history_name
 from sink.records.rejects import RejectsLog, TableReject
-from sink.values.naming import table_path
+from sink.values.naming import history_name, table_path
 
 
 @dataclass(frozen=True, slots=True)

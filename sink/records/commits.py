@@ -51,7 +51,7 @@ from sink.base import Batch, SinkRetryableError, WrittenTimeline
 from sink.constants import COMMITS_TABLE
 from sink.engine.arrow import ArrowColumn, arrow_table
 from sink.engine.spark import engine_errors
-from sink.engine.sql import delta_table, render_max, render_newest_timeline
+from sink.engine.sql import delta_table, render_max, render_maxima, render_newest_timeline
 from sink.lake.deltars import TableVersions, is_delta_table, read_rows
 from sink.lake.logversion import local_directory, newest_logged_version
 from sink.lake.tables import LakeTables
@@ -197,7 +197,7 @@ class CommitLog:
 
     def _next_number(self) -> int:
         if self._last_batch is None:
-            self._last_batch = self._newest_batch()
+            self._last_batch = self._read_newest()[0]
         return self._last_batch + 1
 
     def record(self, batch: Batch, written: Mapping[str, str]) -> None:
@@ -300,16 +300,25 @@ class CommitLog:
         Raises:
             SinkError: the commit log could not be read.
         """
-        with engine_errors("reading the commit log"):
-            self._lake.load(self._path, COMMITS_TABLE, COMMIT_COLUMNS)
-            rows = self._lake.rows(render_max("high_lsn", target=delta_table(self._path)))
-        return Lsn(int(rows[0]["m"])) if rows and rows[0]["m"] is not None else None
+        batch, high = self._read_newest()
+        if self._last_batch is None:
+            # Read in the same scan: no intent is written between this read and the next
+            # batch number (the replay horizon asks before the first intent of a process).
+            self._last_batch = batch
+        return high
 
-    def _newest_batch(self) -> int:
+    def _read_newest(self) -> tuple[int, Lsn | None]:
+        """The newest batch number (0 for an empty log) and ``high_lsn``, in one scan."""
         with engine_errors("reading the commit log"):
             self._lake.load(self._path, COMMITS_TABLE, COMMIT_COLUMNS)
-            rows = self._lake.rows(render_max("batch", target=delta_table(self._path)))
-        return int(rows[0]["m"]) if rows and rows[0]["m"] is not None else 0
+            rows = self._lake.rows(
+                render_maxima("batch", "high_lsn", target=delta_table(self._path))
+            )
+        batch, high = (rows[0]["m0"], rows[0]["m1"]) if rows else (None, None)
+        return (
+            0 if batch is None else int(str(batch)),
+            None if high is None else Lsn(int(str(high))),
+        )
 
     def _version(self, name: str, path: str) -> int:
         local = local_directory(path)

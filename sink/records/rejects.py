@@ -11,7 +11,7 @@ value's PostgreSQL text form, the text of what the column holds instead, the row
 change's commit LSN, ordinal and commit time. Users find the originals there, and
 ``wal2delta verify`` counts a value stored under its convention as equal to its source.
 
-Exactly once across crashes, as the change history (``history.py``): changes reach the
+Exactly once across crashes, as the change history (``steps/step_history.py``): changes reach the
 sink in (commit LSN, ordinal) order, and a batch's rejects are appended in one commit after
 every table of the batch is merged. The table's newest (LSN, ordinal) - its floor, read once
 per process - separates what it holds from what it does not, so a replayed batch appends

@@ -1,12 +1,12 @@
 """The contract every step executor keeps: one table and one step in, one outcome out.
 
-``DeltaSink`` hands each step of a table's plan, in order, to the executor of its kind -
-``step_append.KeyedAppendExecutor`` (a keyed step whose keys cannot be in the table),
-``step_keyed.KeyedMergeExecutor``, ``step_keyless.KeylessMergeExecutor``,
-``step_truncate.TruncateExecutor`` - with the same arguments, and reads the same result:
-which Delta write the step made (one commit at most) and the unchanged-TOAST rows it found
-missing. The change history (``history.py``) is written once per table after its steps,
-from the plan, not per step.
+``writer.TableWriter`` hands each step of a table's plan, in order, to the executor of its
+kind - ``step_append.KeyedAppendExecutor`` (a keyed step whose keys cannot be in the
+table), ``step_keyed.KeyedMergeExecutor``, ``step_keyless.KeylessMergeExecutor``,
+``step_truncate.TruncateExecutor`` - then the table's ``HistoryStep`` to
+``step_history.HistoryExecutor``, all with the same arguments, and reads the same result:
+which Delta write the step made (one commit at most), the unchanged-TOAST rows it found
+missing, and the other table it wrote, if any (the change history's).
 """
 
 from __future__ import annotations
@@ -51,10 +51,13 @@ class StepOutcome:
         write: the Delta write it made.
         toast_anomalies: rows whose unchanged-TOAST value exists nowhere in the table
             (counted, not written).
+        location: the table the step wrote besides its target, if any (the change
+            history's, ``step_history.py``).
     """
 
     write: WriteKind
     toast_anomalies: int = 0
+    location: str | None = None
 
 
 NOTHING_WRITTEN = StepOutcome("none")

@@ -12,7 +12,8 @@ up to ``sink.concurrency`` threads, never two for one table). The writer:
    reset and renamed columns, type changes refused before any row of the new shape is
    written) ``step_keyless``, ``step_append`` (keys that cannot be in the table,
    ``appends``) or ``step_keyed`` (MERGE);
-3. appends the table's change history (``records/history.py``).
+3. appends the table's change history (``step_history.py``: a ``HistoryStep``, through
+   the same executor contract).
 
 The bulk path of the initial snapshot and of online copies prepares its tables here too
 (``prepare``, ``truncate``, ``follow``), so an appended table is exactly the table the MERGE
@@ -33,13 +34,13 @@ from sink.engine.arrow import ArrowColumn, metadata_columns, plan_column
 from sink.lake.layout import table_properties
 from sink.lake.tables import LakeTables
 from sink.planning.evolution import SourceCatalog
-from sink.planning.plan import KeylessStep, MergePlan, MergeStep, Step, TruncateStep
+from sink.planning.plan import HistoryStep, KeylessStep, MergePlan, MergeStep, Step, TruncateStep
 from sink.records.bookkeeping import Bookkeeping
-from sink.records.history import HistoryWriter
 from sink.settings import SinkSettings
 from sink.steps.executor import NOTHING_WRITTEN, StepOutcome, TableTarget, WriteKind
 from sink.steps.follow import RelationFollower
 from sink.steps.step_append import KeyedAppendExecutor, appends
+from sink.steps.step_history import HistoryExecutor
 from sink.steps.step_keyed import KeyedMergeExecutor, KeyedSources
 from sink.steps.step_keyless import KeylessMergeExecutor
 from sink.steps.step_truncate import TruncateExecutor
@@ -73,7 +74,7 @@ class TableWriter:
         settings: SinkSettings,
         *,
         bookkeeping: Bookkeeping,
-        history: HistoryWriter,
+        history: HistoryExecutor,
         catalog: SourceCatalog | None,
         decoder: ValueDecoder,
     ) -> None:
@@ -117,7 +118,10 @@ class TableWriter:
                 change_count=plan.skipped,
                 reason="on_missing_key is skip",
             )
-        history = self._history.write(plan)
+        history = None
+        if plan.changes:
+            changes = HistoryStep(plan.schema, plan.table, plan.changes)
+            history = self._history.apply(target, changes).location
         return TableOutcome(anomalies, history, time.monotonic() - started, writes)
 
     def _apply_step(

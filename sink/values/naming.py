@@ -55,7 +55,7 @@ import string
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
-from sink.constants import STAGING_PREFIX, ColumnNamePolicy
+from sink.constants import HISTORY_SUFFIX, STAGING_PREFIX, ColumnNamePolicy
 
 _HEX: Final = frozenset("0123456789ABCDEF")
 _PATH_SAFE: Final = frozenset(string.ascii_letters + string.digits + "_-.")
@@ -238,3 +238,13 @@ def column_map(names: Iterable[str], policy: ColumnNamePolicy) -> Mapping[str, s
         if delta != name:
             out[name] = delta
     return out
+
+
+def history_path(root: str, schema: str, table: str) -> str:
+    """Where the change history of ``schema.table`` lives (``<table>__changes``)."""
+    return table_path(root, schema, table + HISTORY_SUFFIX)
+
+
+def history_name(qualified_name: str) -> str:
+    """The name ``wal2delta cut`` and the commit log give a table's history."""
+    return qualified_name + HISTORY_SUFFIX

@@ -16,7 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from capture.slots import current_wal_lsn
-from sink.records.history import history_path
+from sink.values.naming import history_path
 from tests.support.configs import make_config
 from tests.support.harness import run_daemon
 

@@ -18,8 +18,8 @@ from structlog.testing import capture_logs
 
 from sink import DeltaSink, table_path
 from sink.records.commits import commits_path
-from sink.records.history import history_path
 from sink.upkeep.compaction import Compactor
+from sink.values.naming import history_path
 from tests.support.settings import sink_settings
 from tests.support.sink_changes import INT4, batch, col, delete, insert, rel, update
 

@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from sink import DeltaSink, table_path
-from sink.records.history import history_path
+from sink.values.naming import history_path
 from tests.support.settings import sink_settings
 from tests.support.sink_changes import INT4, batch, col, delete, insert, rel, update
 

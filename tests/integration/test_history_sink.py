@@ -18,7 +18,7 @@ from daemon.cut import choose_cut
 from decoder import Lsn, RowChange
 from sink import Batch, DeltaSink, table_path
 from sink.records.commits import commits_path
-from sink.records.history import history_path
+from sink.values.naming import history_path
 from tests.support.settings import sink_settings
 from tests.support.sink_changes import (
     INT4,

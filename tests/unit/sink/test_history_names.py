@@ -19,7 +19,7 @@ from sink.constants import HISTORY_OLD_KIND_COLUMN
 from sink.engine.sql import MetadataColumns
 from sink.planning.fold import plan_batch
 from sink.planning.plan import HELPER_PREFIX
-from sink.records.history import OWN_COLUMNS, history_columns, new_value_column, old_value_column
+from sink.steps.step_history import OWN_COLUMNS, history_columns, new_value_column, old_value_column
 from sink.values.typemap import PlanColumn, delta_type
 from tests.support.settings import metadata_columns
 from tests.support.sink_changes import INT4, TEXT, batch, col, delete, insert, rel, update

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 With ``sink.history``, the plan keeps the changes of the tables it names unfolded
-(``plan.ChangeRecord``). After a table's MERGE steps of a batch, ``HistoryWriter``
+(``plan.ChangeRecord``). After a table's MERGE steps of a batch, ``HistoryExecutor``
 appends them to ``<path>/<schema>/<table>__changes``: one row per change with its
 operation, commit LSN, ordinal, commit time and transaction id (``_wal2delta_xid``), the
 new row in the table's own columns (typed as in the merged table), the old key or old row
@@ -67,7 +67,6 @@ from sink.constants import (
     HISTORY_OLD_KIND_COLUMN,
     HISTORY_OLD_PREFIX,
     HISTORY_OPERATION_COLUMN,
-    HISTORY_SUFFIX,
     HISTORY_UNCHANGED_COLUMN,
     HISTORY_XID_COLUMN,
 )
@@ -75,8 +74,9 @@ from sink.engine.arrow import ArrowColumn, arrow_table
 from sink.engine.spark import engine_errors
 from sink.engine.sql import MetadataColumns, delta_table
 from sink.lake.tables import LakeTables
-from sink.planning.plan import ChangeRecord, MergePlan, Position
-from sink.values.naming import table_path
+from sink.planning.plan import ChangeRecord, HistoryStep, Position
+from sink.steps.executor import StepOutcome, TableTarget
+from sink.values.naming import history_name, history_path
 from sink.values.typemap import BIGINT, STRING, TIMESTAMP, PlanColumn
 
 log = structlog.get_logger("wal2delta.sink")
@@ -166,18 +166,9 @@ def history_columns(
     return columns
 
 
-def history_path(root: str, schema: str, table: str) -> str:
-    """Where the change history of ``schema.table`` lives (``<table>__changes``)."""
-    return table_path(root, schema, table + HISTORY_SUFFIX)
-
-
-def history_name(qualified_name: str) -> str:
-    """The name ``wal2delta cut`` and the commit log give a table's history."""
-    return qualified_name + HISTORY_SUFFIX
-
-
-class HistoryWriter:
-    """Appends the changes a plan kept to each table's change history."""
+class HistoryExecutor:
+    """Appends the changes a plan kept to each table's change history: the executor of
+    ``HistoryStep`` (``executor.py``'s contract)."""
 
     def __init__(self, lake: LakeTables, root: str, meta: MetadataColumns) -> None:
         self._lake = lake
@@ -189,38 +180,33 @@ class HistoryWriter:
         """Forget the floors; the next write reads them from the tables again."""
         self._floors.clear()
 
-    def write(self, plan: MergePlan) -> str | None:
-        """Append the changes of ``plan`` after the history's floor.
-
-        Returns:
-            The history's path when the plan kept changes (written or all replays), else
-            None.
+    def apply(self, target: TableTarget, step: HistoryStep) -> StepOutcome:
+        """Append the changes of ``step`` after the history's floor; the outcome's
+        ``location`` is the history's path (also when every change was a replay).
 
         Raises:
             SinkDataError: a value does not fit its column, or a configured metadata
                 column name clashes with the history's columns (``history_columns``).
             SinkRetryableError, SinkError: the engine failed; replaying is safe.
         """
-        if not plan.changes:
-            return None
-        path = history_path(self._root, plan.schema, plan.table)
-        name = history_name(plan.qualified_name)
-        data = _data_columns(plan.changes)
+        path = history_path(self._root, step.schema, step.table)
+        name = history_name(target.name)
+        data = _data_columns(step.changes)
         columns = history_columns(name, self._meta, data)
         floor = self._floors.get(path)
         if floor is None:
             with engine_errors(f"creating or reading the change history {name}"):
                 self._lake.load(path, name, columns, data=True)
             floor = self._floors[path] = self._newest(name, path)
-        fresh = [c for c in plan.changes if (c.lsn, c.ordinal) > floor]
+        fresh = [c for c in step.changes if (c.lsn, c.ordinal) > floor]
         if not fresh:
-            log.debug("change history replay skipped", table=name, change_count=len(plan.changes))
-            return path
+            log.debug("change history replay skipped", table=name, change_count=len(step.changes))
+            return StepOutcome("none", location=path)
         arrow = _arrow(name, columns, [c.name for c in data], fresh)
         with engine_errors(f"appending to the change history {name}"):
             self._lake.append(path, arrow, columns, merge_schema=True)
         self._floors[path] = (fresh[-1].lsn, fresh[-1].ordinal)
-        return path
+        return StepOutcome("append", location=path)
 
     def _newest(self, name: str, path: str) -> Position:
         with engine_errors(f"reading the newest change of {name}"):
