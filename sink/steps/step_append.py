@@ -75,8 +75,10 @@ class KeyedAppendExecutor:
     def apply(self, target: TableTarget, step: MergeStep) -> StepOutcome:
         """Append the step's rows that are not deleted, in one commit (none when every row
         was deleted). No row keeps a column, so none can be a TOAST anomaly."""
-        # Rows inserted here have no keyless identity (``step_keyless.py`` backfills one).
-        self._lake.rows_without_row_ids(target.state)
+        # Rows inserted here have no keyless identity (``step_keyless.py`` backfills one);
+        # only a table that had keyless steps has them all.
+        if target.state.row_ids_complete:
+            self._lake.rows_without_row_ids(target.state)
         source = self._sources.build(target.name, target.reference, step, target.state)
         if not pc.any(pc.invert(source.rows.column(DELETE_FLAG))).as_py():
             return NOTHING_WRITTEN

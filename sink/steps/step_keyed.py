@@ -125,8 +125,10 @@ class KeyedMergeExecutor:
     def apply(self, target: TableTarget, step: MergeStep) -> StepOutcome:
         """MERGE the step's rows into the table; count the TOAST anomalies it finds."""
         table = target.name
-        # Rows inserted here have no keyless identity (``step_keyless.py`` backfills one).
-        self._lake.rows_without_row_ids(target.state)
+        # Rows inserted here have no keyless identity (``step_keyless.py`` backfills one);
+        # only a table that had keyless steps has them all.
+        if target.state.row_ids_complete:
+            self._lake.rows_without_row_ids(target.state)
         source = self._sources.build(table, target.reference, step, target.state)
         anomalies = 0
         with (
