@@ -80,7 +80,6 @@ from daemon.resync import request_resync, wait_for_copies
 from daemon.supervisor import Supervisor
 from sink import (
     DeltaSink,
-    SinkParts,
     create_spark_session,
     parts_of,
     stop_spark_session,
@@ -138,11 +137,6 @@ class CopyLagSink(LagSink):
             f"{', '.join(f'{took:.1f}' for took in reversed(long[-5:])) or 'none'} s "
             f"({len(long)} of 0.5 s or more)"
         )
-
-    @property
-    def parts(self) -> SinkParts:
-        """The wrapped sink's parts, so the supervisor runs its ``OnlineCopier``."""
-        return self.inner.parts
 
 
 class CopyLog(logging.Handler):

@@ -54,9 +54,9 @@ PHASES: Final = (
     ("sink.records.commits", "CommitLog", "record", "commit log: record"),
     ("sink.records.commits", "CommitLog", "flush", "commit log: flush"),
     ("sink.records.bookkeeping", "Bookkeeping", "flush_column_origins", "column origins"),
-    ("sink.delta", "DeltaSink", "_apply_tables", "tables of a batch (wall)"),
-    ("sink.delta", "DeltaSink", "_apply_one", "table: all of it"),
-    ("sink.delta", "DeltaSink", "_prepare_table", "table: prepare"),
+    ("sink.delta", "DeltaSink", "_write_tables", "tables of a batch (wall)"),
+    ("sink.steps.writer", "TableWriter", "write", "table: all of it"),
+    ("sink.steps.writer", "TableWriter", "prepare", "table: prepare"),
     ("sink.steps.follow", "RelationFollower", "follow", "table: follow relation"),
     ("sink.steps.step_history", "HistoryExecutor", "apply", "table: history"),
     ("sink.steps.step_keyed", None, "source_table", "keyed: Arrow source"),
@@ -77,8 +77,14 @@ CLASSES: Final = (
     ("sink.planning.replays", "ReplayHorizon", "replay horizon"),
 )
 """Classes whose public methods are all timed (the append path of issue 40 is new)."""
-_PROFILED: Final = (("DeltaSink", "_apply"), ("DeltaSink", "_apply_one"))
-_PROFILED_TOO: Final = (("DeltaSink", "after_apply"), ("DeltaSink", "settle"))
+_PROFILED: Final = (
+    ("sink.delta", "DeltaSink", "_apply"),
+    ("sink.steps.writer", "TableWriter", "write"),
+)
+_PROFILED_TOO: Final = (
+    ("sink.delta", "DeltaSink", "after_apply"),
+    ("sink.delta", "DeltaSink", "settle"),
+)
 
 
 class Timings:
@@ -204,8 +210,8 @@ def install(timings: Timings, profilers: _Profilers | None = None) -> list[str]:
 
     delta.DeltaSink.apply = apply
     if profilers is not None:
-        for class_name, attribute in (*_PROFILED, *_PROFILED_TOO):
-            owner = getattr(delta, class_name)
+        for module_name, class_name, attribute in (*_PROFILED, *_PROFILED_TOO):
+            owner = getattr(importlib.import_module(module_name), class_name)
             setattr(owner, attribute, profilers.wrap(getattr(owner, attribute)))
     return installed
 

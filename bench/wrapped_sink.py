@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sink import DeltaSink
+    from sink import DeltaSink, SinkParts
 
 
 class WrapsDeltaSink:
     """Mixin for a wrapper with an ``inner`` ``DeltaSink``: forwards upkeep, held-back
-    changes (``HoldingSink``) and close."""
+    changes (``HoldingSink``), its parts and close."""
 
     __slots__ = ()
     inner: DeltaSink
@@ -36,6 +36,12 @@ class WrapsDeltaSink:
     def discard_held(self) -> None:
         """Forget the wrapped sink's held-back changes."""
         self.inner.discard_held()
+
+    @property
+    def parts(self) -> SinkParts:
+        """The wrapped sink's parts (snapshot markers, bulk path, copies, timeline), so the
+        supervisor holds them as it holds a ``DeltaSink``'s."""
+        return self.inner.parts
 
     def close(self) -> None:
         """Close the wrapped sink."""
