@@ -104,10 +104,10 @@ READ_EVENT: Final = "snapshot copied"
 
 @dataclass(slots=True)
 class CopyLagSink(LagSink):
-    """``LagSink`` that also hands on the wrapped ``DeltaSink``'s parts (its online copies,
-    ``sink.SinkParts``), so the supervisor runs its ``OnlineCopier``, and times the
-    sink's upkeep between batches (compactions: the sink worker applies nothing meanwhile,
-    so a long one shows in the lag of the transactions waiting behind it)."""
+    """``LagSink`` (which hands on the wrapped ``DeltaSink``'s parts, so the supervisor runs
+    its ``OnlineCopier``) that also times the sink's upkeep between batches (compactions:
+    the sink worker applies nothing meanwhile, so a long one shows in the lag of the
+    transactions waiting behind it)."""
 
     upkeep: list[tuple[float, float]] = field(default_factory=list)
     """(UNIX time it ended, seconds) of every ``after_apply`` and ``settle``."""
