@@ -77,9 +77,12 @@ class StagedFileAdopter:
             assert files.added is not None, "asked for"
             mismatch = adopt_files(target, staging, list(files.added.values()), prefix)
         except (DeltaRsConflictError, OSError) as exc:
-            raise store_fault(exc, action) or SinkRetryableError(
-                f"delta-rs could not commit while {action} ({type(exc).__name__}: "
-                f"{engine_message(exc)}); the copy will be retried"
+            # delta-rs's own error, named in the message.
+            cause = exc.__cause__ if isinstance(exc, DeltaRsConflictError) else exc
+            assert cause is not None, "a DeltaRsConflictError is raised from delta-rs's error"
+            raise store_fault(cause, action) or SinkRetryableError(
+                f"delta-rs could not commit while {action} ({type(cause).__name__}: "
+                f"{engine_message(cause)}); the copy will be retried"
             ) from exc
         except DeltaRsRefusedError as exc:
             store = store_fault(exc.__cause__ or exc, action)
