@@ -1,4 +1,5 @@
-"""Snapshot appends written by delta-rs straight from the daemon, without the engine.
+"""Every delta-rs call of the sink: snapshot appends written without the engine, and the
+reads and commits the lake needs besides the engine (the port section below).
 
 Theory of operation
 -------------------
