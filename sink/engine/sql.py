@@ -7,8 +7,8 @@ and targets a path-based table (``delta.`/lake/schema/table```). That subset run
 unchanged on Sail and on Spark 4 with Delta (docs/architecture.md, Spark). Statements
 that Sail does not run (``CREATE TABLE delta.`path```, ``ALTER TABLE ... ADD COLUMNS``, correlated
 ``NOT EXISTS``) are not used; table creation and column addition go through the
-DataFrame writer in ``delta.py`` (``render_added_columns_select`` is the query whose result
-it writes when new columns need values).
+DataFrame writer of the lake port, ``lake/tables.py`` (``render_added_columns_select`` is
+the query whose result it writes when new columns need values).
 
 The ``view`` argument of every renderer is a relation reference the lake port made
 (``tables.LakeTables.view``), used as it is: the embedded engine reads the Parquet file of
@@ -112,7 +112,7 @@ def _any_kept(step: MergeStep, alias: str) -> str | None:
 
 
 def source_columns(step: MergeStep, meta: MetadataColumns) -> tuple[str, ...]:
-    """The columns of the source view of ``step``, in the order ``delta.py`` builds them."""
+    """The columns of the source view of ``step``, in the order ``arrow.py`` builds them."""
     names = [column.name for column in step.columns]
     names += [meta.lsn, meta.commit_time, meta.ordinal]
     names.append(DELETE_FLAG)
@@ -567,7 +567,7 @@ def render_keyless_candidates(
 
 
 def keyless_source_columns(meta: MetadataColumns, step: FoldedStep) -> tuple[str, ...]:
-    """Columns of the source view of a keyless MERGE, in the order ``delta.py`` builds them."""
+    """Columns of the source view of a keyless MERGE, in the order ``arrow.py`` builds them."""
     return (
         *(c.name for c in step.columns),
         meta.row_lsn,

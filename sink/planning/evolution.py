@@ -10,16 +10,16 @@ follows *names*: a Delta column is the source column of that name. What names al
 cannot tell is whether a name still means the same attribute, so ``evolve`` also asks the
 source catalog (``pg_attribute``: live attributes with their ``attnum``, and the dropped
 ones PostgreSQL keeps for ever) and remembers, per Delta column, the attribute it came
-from (``ColumnOrigin``: table OID, ``attnum``; ``delta.py`` keeps these records in the lake,
-so the decisions survive restarts). It compares the relation of a merge step with what
-the Delta table holds, with those records and with the relation this process applied last
-for the table (``previous``; unknown after a restart), and decides:
+from (``ColumnOrigin``: table OID, ``attnum``; ``records/bookkeeping.py`` keeps these
+records in the lake, so the decisions survive restarts). It compares the relation of a
+merge step with what the Delta table holds, with those records and with the relation this
+process applied last for the table (``previous``; unknown after a restart), and decides:
 
 * **Added column** (not in Delta): Delta gets a new nullable column. PostgreSQL shows a
   column added with a constant default (a *fast default*, ``pg_attribute.attmissingval``)
   in every row that existed before, although no WAL record carries it; the executor
   backfills those rows, read from the source catalog, in the same Delta commit that adds
-  the column (``delta.py``), so a crash cannot leave the column added but not backfilled.
+  the column (``steps/follow.py``), so a crash cannot leave the column added but not backfilled.
 * **Returned column** (in Delta, but now another attribute: a dropped column whose name
   was added again, ``ALTER TABLE t DROP b, ADD b ...``): Delta still holds the values of
   the dropped one; the executor resets the rows written before the step to the new

@@ -33,7 +33,7 @@ changes nothing - which is why touching matters.
 ``fold`` then folds the remaining changes in order, without looking at the target: a
 take is served first by a row the step itself inserted or rewrote (the most recent one),
 touching the step's other rows equal to X, and only otherwise becomes a ``Take`` of a
-target row. The executor (``delta.py``) reads, per distinct taken value, the equal
+target row. The executor (``steps/step_keyless.py``) reads, per distinct taken value, the equal
 target rows with the smallest stamps, assigns them to the takes in position order
 (``assign_takes``), and runs one MERGE that inserts the new rows, rewrites or removes the
 taken rows by identity and stamps the touched ones. Nothing depends on which of several

@@ -75,7 +75,7 @@ class RelationFollower:
         step: MergeStep | KeylessStep,
         message: Relation | None = None,
     ) -> None:
-        """Make the table ready for ``step``'s relation (see ``delta.py``'s docstring)."""
+        """Make the table ready for ``step``'s relation (``writer.py``'s docstring)."""
         meta = self._meta
         # Metadata columns a table created earlier may lack: the ordinal (keyed tables
         # written by wal2delta before it stamped one), the soft-delete flag once soft
