@@ -38,6 +38,7 @@ from sink.engine.sql import (
     render_any_row,
     render_newest_position,
 )
+from sink.lake.deltars import is_delta_table
 from sink.planning.evolution import delta_type_name
 from sink.planning.plan import NO_POSITION, Position
 from sink.settings import KeyBuckets
@@ -45,6 +46,7 @@ from sink.values.typemap import BIGINT, PlanColumn
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 log = structlog.get_logger("wal2delta.sink")
 
@@ -93,6 +95,8 @@ class LakeTables:
         self._meta = meta
         self._files = files
         self._states: dict[str, TableState] = {}
+        self._schemas: dict[str, StructType | str] = {}
+        """``_schema``'s results by DDL string: one per column set the process writes."""
         self._view_numbers = itertools.count(1)
 
     def state(self, path: str) -> TableState | None:
@@ -168,20 +172,27 @@ class LakeTables:
         ``timestamp`` added later) to a table whose protocol lacks the feature, and the
         protocol cannot be upgraded through Sail afterwards.
         """
-        writer = self.empty_frame(wanted).write.format("delta").mode("ignore")
-        if data:
-            writer = writer.option("delta.feature.timestampNtz", "supported")
-        if partition is not None:
-            writer = writer.partitionBy(partition)
-        for key, value in (properties or {}).items():
-            writer = writer.option(key, value)
         with engine_errors(f"creating or reading the Delta table of {table}"):
-            writer.save(path)
-            schema = self._spark.read.format("delta").load(path).schema
-        state = self._states[path] = TableState(
-            {field.name: delta_type_name(field.dataType.simpleString()) for field in schema.fields},
-            delta_table(path),
-        )
+            if is_delta_table(path):
+                schema = self._spark.read.format("delta").load(path).schema
+                columns = {
+                    field.name: delta_type_name(field.dataType.simpleString())
+                    for field in schema.fields
+                }
+            else:
+                writer = self.empty_frame(wanted).write.format("delta").mode("ignore")
+                if data:
+                    writer = writer.option("delta.feature.timestampNtz", "supported")
+                if partition is not None:
+                    writer = writer.partitionBy(partition)
+                for key, value in (properties or {}).items():
+                    writer = writer.option(key, value)
+                writer.save(path)
+                # Made here, so its schema is ``wanted`` (no read back: one engine call per
+                # new table saved). ``ignore`` keeps a table another writer made meanwhile,
+                # which only a second daemon on the same lake could (unsupported).
+                columns = {c.name: delta_type_name(c.spark_sql) for c in wanted}
+        state = self._states[path] = TableState(columns, delta_table(path))
         if self._meta.key_bucket in state.columns:
             state.partition_column = self._meta.key_bucket
         return state
@@ -235,7 +246,18 @@ class LakeTables:
     def empty_frame(self, columns: Sequence[ArrowColumn]) -> DataFrame:
         """An empty DataFrame with ``columns``."""
         schema = pa.schema([pa.field(c.name, c.arrow) for c in columns])
-        return self._spark.createDataFrame(schema.empty_table(), schema=ddl(columns))
+        return self._spark.createDataFrame(schema.empty_table(), schema=self._schema(columns))
+
+    def _schema(self, columns: Sequence[ArrowColumn]) -> StructType | str:
+        """``columns`` as the schema of a DataFrame made from Arrow, worked out once per
+        column set: a ``StructType`` built from the Arrow types (a DDL string costs a round
+        trip to the engine to parse, each time), or the DDL string when Arrow's mapping to
+        Spark disagrees with a column's Spark type."""
+        text = ddl(columns)
+        schema = self._schemas.get(text)
+        if schema is None:
+            schema = self._schemas[text] = _struct_type(columns) or text
+        return schema
 
     @contextmanager
     def view(self, table: pa.Table, columns: Sequence[ArrowColumn]) -> Iterator[str]:
@@ -254,7 +276,9 @@ class LakeTables:
                     self._files.remove(path)
             return
         name = f"__w2d_source_{next(self._view_numbers)}"
-        self._spark.createDataFrame(table, schema=ddl(columns)).createOrReplaceTempView(name)
+        self._spark.createDataFrame(table, schema=self._schema(columns)).createOrReplaceTempView(
+            name
+        )
         try:
             yield quote(name)
         finally:
@@ -300,7 +324,7 @@ class LakeTables:
         merge_schema: bool = False,
     ) -> None:
         """Append ``table`` (typed as ``columns``) to the Delta table at ``path``, one commit."""
-        writer = self._spark.createDataFrame(table, schema=ddl(columns)).write
+        writer = self._spark.createDataFrame(table, schema=self._schema(columns)).write
         writer = writer.format("delta").mode("append")
         if merge_schema:
             writer = writer.option("mergeSchema", "true")
@@ -354,3 +378,19 @@ class LakeTables:
         """The integer in ``column`` of the first row of ``query`` (0 without rows)."""
         rows = self._spark.sql(query).collect()
         return int(rows[0][column]) if rows else 0
+
+
+def _struct_type(columns: Sequence[ArrowColumn]) -> StructType | None:
+    """``columns`` as a Spark ``StructType`` (every field nullable, as a parsed DDL string
+    makes them) from their Arrow types; None when Arrow's mapping gives another Spark type
+    than a column's ``spark_sql``."""
+    from pyspark.sql.pandas.types import from_arrow_type  # noqa: PLC0415 - pyspark is heavy
+    from pyspark.sql.types import StructField, StructType  # noqa: PLC0415
+
+    fields = []
+    for column in columns:
+        spark_type = from_arrow_type(column.arrow, prefer_timestamp_ntz=True)
+        if delta_type_name(spark_type.simpleString()) != delta_type_name(column.spark_sql):
+            return None
+        fields.append(StructField(column.name, spark_type, nullable=True))
+    return StructType(fields)

@@ -79,6 +79,9 @@ one landed, at a random time (a table added or a resync asked for meanwhile, or 
 KILLS = 1 + len(TRIGGERS)
 COPY_KILLS = 3
 """Kills that must fall while a copy runs, at the least."""
+MAKE_UP_KILLS = 4
+"""Runs added after the last trigger, each killed early in a copy, while fewer than
+``COPY_KILLS`` kills fell during one (a copy can end before the kill meant for it)."""
 NOTICE_WAIT = 20.0
 """Seconds a table added to the publication counts as a copy to come before it is noticed."""
 COPY_WAIT = 60.0
@@ -427,6 +430,8 @@ def test_sigkill_during_online_copies_loses_and_duplicates_nothing(
                                 note += "; " + requests.make_one(conn)
                         if trigger == "copy" and (tables := run.copying()) is not None:
                             span = 4.0 if "oc.big" in tables else 1.0
+                            if kills >= KILLS:
+                                span = 0.2  # a make-up run: kill before the copy can end
                             deadline = now + rng.uniform(0.0, span)
                         elif trigger == "landed" and run.count(COPY_LANDED):
                             deadline = now + rng.uniform(0.0, 1.5)
@@ -452,6 +457,9 @@ def test_sigkill_during_online_copies_loses_and_duplicates_nothing(
             daemon.wait(30)
             kills += 1
             copy_kills += during is not None
+            if kills == len(triggers) and copy_kills < COPY_KILLS:
+                if len(triggers) < KILLS + MAKE_UP_KILLS:
+                    triggers.append("copy")
             print(
                 f"kill {kills} ({trigger} +{time.monotonic() - begun:.1f}s) "
                 f"{'during the copy of ' + ', '.join(during) if during is not None else ''}"
