@@ -42,7 +42,7 @@ its next use); any other database error is a terminal ``SinkError``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Self
@@ -65,29 +65,32 @@ from sink import CatalogColumn, CatalogTable, SinkError
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
-_TABLE = """
-SELECT c.oid FROM pg_catalog.pg_class c
-JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = %s AND c.relname = %s
+# One query each for any number of tables: the live and dropped attributes, the primary
+# keys. The names arrive as two arrays, so a batch's new tables cost three round trips.
+_TABLES = """
+SELECT w.schema_name, w.table_name, c.oid
+FROM unnest(%s::text[], %s::text[]) AS w(schema_name, table_name)
+JOIN pg_catalog.pg_namespace n ON n.nspname = w.schema_name
+JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = w.table_name
 """
 
 # attmissingval is an anyarray holding the one missing value; its text form is an array
 # literal whose single element, read back as text[], is the value's own text form.
 _COLUMNS = """
-SELECT a.attname, a.attnum, a.attisdropped,
+SELECT a.attrelid, a.attname, a.attnum, a.attisdropped,
        CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END
 FROM pg_catalog.pg_attribute a
-WHERE a.attrelid = %s AND a.attnum > 0
-ORDER BY a.attnum
+WHERE a.attrelid = ANY(%s::oid[]) AND a.attnum > 0
+ORDER BY a.attrelid, a.attnum
 """
 
-_PRIMARY_KEY = """
-SELECT a.attname
+_PRIMARY_KEYS = """
+SELECT i.indrelid, a.attname
 FROM pg_catalog.pg_index i
 CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, position)
 JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-WHERE i.indrelid = %s AND i.indisprimary
-ORDER BY k.position
+WHERE i.indrelid = ANY(%s::oid[]) AND i.indisprimary
+ORDER BY i.indrelid, k.position
 """
 
 
@@ -160,41 +163,63 @@ def _oid(value: object) -> int:
 
 
 def describe_table(conn: Conn, schema: str, table: str) -> CatalogTable | None:
-    """Read what the sink needs about ``schema.table`` from the catalog.
+    """Read what the sink needs about ``schema.table`` from the catalog
+    (``describe_tables`` of the one table)."""
+    return describe_tables(conn, [(schema, table)])[(schema, table)]
+
+
+def describe_tables(
+    conn: Conn, names: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], CatalogTable | None]:
+    """Read what the sink needs about each ``(schema, table)`` of ``names``, in three
+    queries whatever their number.
 
     Args:
         conn: a regular connection to the source database.
-        schema: exact schema name.
-        table: exact table name.
+        names: exact schema and table names.
 
     Returns:
-        The table's OID, live columns with their ``attnum`` and fast default, the
-        ``attnum``s of dropped attributes and the primary key; None when the table does
-        not exist.
+        Per name: the table's OID, live columns with their ``attnum`` and fast default,
+        the ``attnum``s of dropped attributes and the primary key; None when the table
+        does not exist.
     """
-    row = conn.execute(_TABLE, (schema, table)).fetchone()
-    if row is None:
-        return None
-    oid = row[0]
-    columns: dict[str, CatalogColumn] = {}
-    dropped: set[int] = set()
-    for name, attnum, is_dropped, missing in conn.execute(_COLUMNS, (oid,)).fetchall():
-        if is_dropped:
-            dropped.add(int(str(attnum)))
-            continue
-        columns[str(name)] = CatalogColumn(
-            name=str(name),
-            attnum=int(str(attnum)),
-            missing_value=None if missing is None else str(missing),
+    found = conn.execute(
+        _TABLES, ([schema for schema, _ in names], [table for _, table in names])
+    ).fetchall()
+    oids = {(str(schema), str(table)): _oid(oid) for schema, table, oid in found}
+    columns: dict[int, dict[str, CatalogColumn]] = {oid: {} for oid in oids.values()}
+    dropped: dict[int, set[int]] = {oid: set() for oid in oids.values()}
+    keys: dict[int, list[str]] = {oid: [] for oid in oids.values()}
+    if oids:
+        listed = list(oids.values())
+        for relid, name, attnum, is_dropped, missing in conn.execute(
+            _COLUMNS, (listed,)
+        ).fetchall():
+            if is_dropped:
+                dropped[_oid(relid)].add(_oid(attnum))
+                continue
+            columns[_oid(relid)][str(name)] = CatalogColumn(
+                name=str(name),
+                attnum=_oid(attnum),
+                missing_value=None if missing is None else str(missing),
+            )
+        for relid, name in conn.execute(_PRIMARY_KEYS, (listed,)).fetchall():
+            keys[_oid(relid)].append(str(name))
+    described: dict[tuple[str, str], CatalogTable | None] = {}
+    for name in names:
+        oid = oids.get(name)
+        described[name] = (
+            None
+            if oid is None
+            else CatalogTable(
+                columns=columns[oid],
+                dropped_columns=len(dropped[oid]),
+                primary_key=tuple(keys[oid]),
+                oid=oid,
+                dropped_attnums=frozenset(dropped[oid]),
+            )
         )
-    primary_key = tuple(str(r[0]) for r in conn.execute(_PRIMARY_KEY, (oid,)).fetchall())
-    return CatalogTable(
-        columns=columns,
-        dropped_columns=len(dropped),
-        primary_key=primary_key,
-        oid=int(str(oid)),
-        dropped_attnums=frozenset(dropped),
-    )
+    return described
 
 
 class PostgresCatalog:
@@ -243,6 +268,22 @@ class PostgresCatalog:
         """
         with self._reading(f"reading the catalog entry of {schema}.{table}") as conn:
             return describe_table(conn, schema, table)
+
+    def tables(
+        self, names: Sequence[tuple[str, str]]
+    ) -> Mapping[tuple[str, str], CatalogTable | None]:
+        """Describe each ``(schema, table)`` of ``names`` as the catalog shows it now, in
+        three queries (``describe_tables``); None for a table that is gone.
+
+        Raises:
+            ReplicationConnectionLostError: the connection to PostgreSQL was lost
+                (retryable); the next call reconnects.
+            SinkError: the catalog query failed otherwise.
+        """
+        if not names:
+            return {}
+        with self._reading(f"reading the catalog entries of {len(names)} tables") as conn:
+            return describe_tables(conn, names)
 
     def describe_type(self, type_oid: int) -> TypeDescription | None:
         """Describe type ``type_oid`` (kind, base, element, fields); None when it is gone.

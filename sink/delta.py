@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
     from sink.planning.evolution import SourceCatalog
     from sink.planning.plan import MergePlan
-    from sink.steps.writer import TableOutcome
+    from sink.steps.writer import TableOutcome, TableWriter
 
 log = structlog.get_logger("wal2delta.sink")
 
@@ -239,6 +239,16 @@ class DeltaSink:
         nothing of it is acknowledged (invariant 1).
         """
         writer = self._parts.writer
+        writer.expect(tables)
+        try:
+            return self._write_each(writer, tables, new_tables)
+        finally:
+            writer.expect(())
+
+    def _write_each(
+        self, writer: TableWriter, tables: Sequence[MergePlan], new_tables: frozenset[str]
+    ) -> list[TableOutcome]:
+        """``_write_tables``' work, from up to ``settings.concurrency`` threads."""
         if len(tables) <= 1 or self._settings.concurrency <= 1:
             return [writer.write(table, table.qualified_name in new_tables) for table in tables]
         pool = self._pool

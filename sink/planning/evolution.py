@@ -148,6 +148,18 @@ class SourceCatalog(Protocol):
         """
         ...
 
+    def tables(
+        self, names: Sequence[tuple[str, str]]
+    ) -> Mapping[tuple[str, str], CatalogTable | None]:
+        """Describe each ``(schema, table)`` of ``names`` at once (what ``table`` gives
+        for each, in fewer round trips); None for a table that no longer exists.
+
+        Raises:
+            Wal2DeltaError: the catalog could not be read (a retryable error when the
+                connection was lost).
+        """
+        ...
+
     def describe_type(self, type_oid: int) -> TypeDescription | None:
         """Describe what decides type ``type_oid``'s binary layout; None when it is gone.
 

@@ -61,11 +61,22 @@ class RelationFollower:
         self._meta = settings.metadata
         self._catalog = catalog
         self._decoder = decoder
+        self._described: dict[tuple[str, str], CatalogTable | None] = {}
+        """Catalog entries read ahead for the tables of the batch being written
+        (``expect``); each is used once, by the table's first follow."""
         self._metadata = {
             row_ids: tuple(metadata_columns(self._meta, row_ids=row_ids))
             for row_ids in (False, True)
         }
         """The metadata columns of keyed (False) and keyless (True) tables."""
+
+    def expect(self, names: Sequence[tuple[str, str]]) -> None:
+        """Read the catalog entries of the tables ``names`` in one request, for their
+        first ``follow`` in this batch; drops the entries an earlier call read and no
+        follow used (they would be older than the catalog by now)."""
+        self._described = (
+            dict(self._catalog.tables(names)) if self._catalog is not None and names else {}
+        )
 
     def follow(
         self,
@@ -90,7 +101,11 @@ class RelationFollower:
         catalog: CatalogTable | None = None
         origins: dict[str, ColumnOrigin] = {}
         if self._catalog is not None:
-            catalog = self._delta_named(self._catalog.table(plan.schema, plan.table))
+            name = (plan.schema, plan.table)
+            described = (
+                self._described.pop(name) if name in self._described else self._catalog.table(*name)
+            )
+            catalog = self._delta_named(described)
             origins = self._bookkeeping.column_origins(plan.schema, plan.table)
         change = evolve(
             plan.qualified_name,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -145,6 +146,17 @@ class TableWriter:
             return self._appends.apply(target, step)
         return self._keyed.apply(target, step)
 
+    def expect(self, plans: Sequence[MergePlan]) -> None:
+        """Tell the writer the tables of the batch about to be written: those whose
+        relation this process has not followed yet get their catalog entries in one
+        request (``follow.py``); an empty ``plans`` after the batch drops what is left."""
+        names = []
+        for plan in plans:
+            state = self._lake.state(self._path(plan))
+            if state is None or state.relation is None:
+                names.append((plan.schema, plan.table))
+        self._follower.expect(names)
+
     def truncate(self, target: TableTarget, step: TruncateStep) -> StepOutcome:
         """Apply a TRUNCATE step (the bulk path's truncate at its consistent point)."""
         return self._truncates.apply(target, step)
@@ -162,11 +174,7 @@ class TableWriter:
     def prepare(self, plan: MergePlan, staging: str | None = None) -> TableTarget:
         """The table (``staging`` for an online copy's staging table), created (and given
         missing columns) when new."""
-        path = staging or self._paths.get(plan.qualified_name)
-        if path is None:
-            path = self._paths[plan.qualified_name] = table_path(
-                self._settings.path, plan.schema, plan.table
-            )
+        path = staging or self._path(plan)
         state = self._lake.state(path)
         if state is None or state.stale:
             # A new table gets the columns of its first relation, also when the batch only
@@ -197,6 +205,15 @@ class TableWriter:
             missing = [c for c in wanted if c.name not in state.columns and c not in data]
             self._lake.add_columns(path, plan.qualified_name, state, missing)
         return TableTarget(plan.qualified_name, path, state, state.reference)
+
+    def _path(self, plan: MergePlan) -> str:
+        """The location of ``plan``'s table, worked out once per process."""
+        path = self._paths.get(plan.qualified_name)
+        if path is None:
+            path = self._paths[plan.qualified_name] = table_path(
+                self._settings.path, plan.schema, plan.table
+            )
+        return path
 
     def clear(self) -> None:
         """Forget the change histories' floors (the process closes its sink)."""

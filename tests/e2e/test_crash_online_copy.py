@@ -457,9 +457,12 @@ def test_sigkill_during_online_copies_loses_and_duplicates_nothing(
             daemon.wait(30)
             kills += 1
             copy_kills += during is not None
-            if kills == len(triggers) and copy_kills < COPY_KILLS:
-                if len(triggers) < KILLS + MAKE_UP_KILLS:
-                    triggers.append("copy")
+            if (
+                kills == len(triggers)
+                and copy_kills < COPY_KILLS
+                and len(triggers) < KILLS + MAKE_UP_KILLS
+            ):
+                triggers.append("copy")
             print(
                 f"kill {kills} ({trigger} +{time.monotonic() - begun:.1f}s) "
                 f"{'during the copy of ' + ', '.join(during) if during is not None else ''}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import tempfile
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -370,6 +371,11 @@ class FakeCatalog:
             dropped_attnums=self.dropped_attnums,
         )
 
+    def tables(
+        self, names: Sequence[tuple[str, str]]
+    ) -> Mapping[tuple[str, str], CatalogTable | None]:
+        return {name: self.table(*name) for name in names}
+
 
 TAGGED = rel(
     "public.docs",
@@ -379,6 +385,56 @@ TAGGED = rel(
     col("tag"),
     col("n", INT4),
 )
+
+
+class CountingCatalog(FakeCatalog):
+    """A ``FakeCatalog`` that records which tables it was asked about, and how."""
+
+    def __init__(self, columns: dict[str, dict[str, str | None]]) -> None:
+        super().__init__(columns)
+        self.one_by_one: list[tuple[str, str]] = []
+        self.together: list[list[tuple[str, str]]] = []
+
+    def table(self, schema: str, table: str) -> CatalogTable | None:
+        self.one_by_one.append((schema, table))
+        return super().table(schema, table)
+
+    def tables(
+        self, names: Sequence[tuple[str, str]]
+    ) -> Mapping[tuple[str, str], CatalogTable | None]:
+        self.together.append(list(names))
+        return {name: super(CountingCatalog, self).table(*name) for name in names}
+
+
+def test_a_batchs_new_tables_are_read_from_the_catalog_in_one_request(
+    spark_session: Any, lake: Path
+) -> None:
+    notes = rel("public.notes", col("id", INT4, key=True), col("body"), relation_id=16390)
+    catalog = CountingCatalog(
+        {
+            "public.docs": {"id": None, "body": None, "rev": None, "tag": None, "n": None},
+            "public.notes": {"id": None, "body": None},
+        }
+    )
+    sink = DeltaSink(spark_session, sink_settings(lake), catalog=catalog)
+    sink.apply(batch(insert(DOCS, "1", "one", "1", lsn=10), insert(notes, "1", "a", lsn=10)))
+    assert sorted(catalog.together[0]) == [("public", "docs"), ("public", "notes")]
+    assert catalog.one_by_one == []
+    # Tables followed already need no catalog; a relation that changes asks for its table
+    # alone, fresh (what the first batch read ahead and used is not kept).
+    sink.apply(batch(insert(DOCS, "2", "two", "1", lsn=20)))
+    assert len(catalog.together) == 1
+    sink.apply(batch(insert(TAGGED, "3", "three", "1", "red", "3", lsn=30)))
+    assert catalog.one_by_one == [("public", "docs")]
+    assert_delta_matches(
+        docs_path(lake),
+        [
+            {**doc(1, "one", 1), "tag": None, "n": None},
+            {**doc(2, "two", 1), "tag": None, "n": None},
+            {**doc(3, "three", 1), "tag": "red", "n": 3},
+        ],
+        key=["id"],
+    )
 
 
 def test_columns_added_with_a_fast_default_are_backfilled_in_older_rows_in_the_same_commit(

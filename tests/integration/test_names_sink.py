@@ -8,6 +8,7 @@ mapped under ``column_names: map`` and refused under ``error``.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,11 @@ class Catalog:
         columns = {n: CatalogColumn(n, i) for i, n in enumerate(names, start=1)}
         columns["new col"] = CatalogColumn("new col", 6, missing_value="d")
         return CatalogTable(columns=columns, primary_key=("order id",))
+
+    def tables(
+        self, names: Sequence[tuple[str, str]]
+    ) -> Mapping[tuple[str, str], CatalogTable | None]:
+        return {name: self.table(*name) for name in names}
 
 
 def test_mapped_columns_take_every_path_of_the_sink(spark_session: Any, tmp_path: Path) -> None:
