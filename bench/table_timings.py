@@ -63,7 +63,7 @@ PHASES: Final = (
     ("sink.engine.sources", "SourceFiles", "write", "engine input: Parquet source file"),
     ("sink.lake.tables", "LakeTables", "sql", "engine: statement (MERGE)"),
     ("sink.lake.tables", "LakeTables", "append", "engine: DataFrame append"),
-    ("sink.lake.tables", "LakeTables", "append_query", "engine: append of a query"),
+    ("sink.lake.tables", "LakeTables", "append_rows", "engine: append of rows"),
     ("sink.lake.tables", "LakeTables", "count", "engine: count query"),
     ("sink.lake.tables", "LakeTables", "rows", "engine: row query"),
     ("sink.lake.tables", "LakeTables", "load", "engine: create or read a table"),

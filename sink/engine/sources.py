@@ -23,6 +23,11 @@ Spark, whose local relation is never run here (``sink/engine/spark.py``). So doe
 file could not be written (no writable temporary directory, a full disk): it logs a
 warning once and sends every later source inline (``tables.py``).
 
+Appends (``LakeTables.append_rows``) read no target, so nothing is planned from the
+source's row count: a small one (``INLINE_APPEND_BYTES``) goes inline, which for a few
+hundred rows is cheaper than a file; a larger one is written to a file like a MERGE
+source and read with the DataFrame reader.
+
 Files go to a private directory under the system temporary directory (``TMPDIR``; the
 Kubernetes manifests mount an ``emptyDir`` at ``/tmp``), created on first use and removed
 by ``close`` - or, for an owner never closed, when it is collected or the interpreter
@@ -56,6 +61,12 @@ LOCK_NAME: Final = ".lock"
 UNLOCKED_GRACE_SECONDS: Final = 60.0
 FILE_FORMAT: Final = "parquet"
 """The engine's name of the files' format (``parquet.`path``` in SQL)."""
+INLINE_APPEND_BYTES: Final = 256 * 1024
+"""An append's rows up to this many Arrow bytes go to the engine inline even when it could
+read a file (``LakeTables.append_rows``): for a few hundred rows the request costs less than
+writing the file and reading it back, from about 2,000 rows the two are even, and at 100k
+rows the file is a third cheaper (docs/performance.md). Appends have no join to plan, so
+an inline source's unknown row count costs nothing."""
 
 
 class SourceFiles:

@@ -30,9 +30,9 @@ with ``__w2d_``:
   deletes it).
 
 New rows: a step whose keys cannot be in the table (``step_append.py``) is not merged
-but appended - ``render_new_rows`` selects, from the same source, the rows and columns
-the MERGE would insert, and the lake port appends them with the DataFrame writer
-(``LakeTables.append_query``): no read of the target.
+but appended - the source's rows that are not deleted, in the columns the MERGE would
+insert (``new_row_columns``), handed to the lake port's DataFrame writer
+(``LakeTables.append_rows``): no SQL, no read of the target.
 
 Replay guard: a target row is updated or deleted only when its LSN is at or below the
 source row's (``t.lsn <= s.lsn``), so replaying an older transaction never regresses a row
@@ -242,7 +242,7 @@ def render_merge(
             f"WHEN MATCHED AND NOT {is_delete} AND {guard} THEN UPDATE SET\n  "
             + ",\n  ".join(assignments)
         )
-    insert_names = _inserted_columns(step, meta, buckets)
+    insert_names = new_row_columns(step, meta, buckets)
     insert_values = [_col("s", name) for name in insert_names]
     if meta.soft_delete:
         # A delete of a row the target does not hold leaves a tombstone, so replaying the
@@ -263,52 +263,22 @@ def render_merge(
     return "\n".join(lines)
 
 
-def _inserted_columns(
-    step: MergeStep, meta: MetadataColumns, buckets: BucketFilter | None
+def new_row_columns(
+    step: MergeStep, meta: MetadataColumns, buckets: BucketFilter | None = None
 ) -> list[str]:
     """The columns a new row of ``step`` is written with, besides the soft-delete flag: the
-    step's columns, the change's stamp, and the key-range partition when there is one."""
+    step's columns, the change's stamp, and the key-range partition when there is one.
+
+    The MERGE's ``WHEN NOT MATCHED`` inserts these; an append (``step_append.py``) writes
+    the source's rows that are not deleted with exactly these, so an appended row is the
+    row the MERGE would have inserted. A target column the step does not carry is NULL in
+    new rows either way (Delta appends match columns by name).
+    """
     names = [column.name for column in step.columns]
     names += [meta.lsn, meta.commit_time, meta.ordinal]
     if buckets is not None:
         names.append(buckets.column)
     return names
-
-
-def render_new_rows(
-    step: MergeStep,
-    meta: MetadataColumns,
-    *,
-    view: str,
-    buckets: BucketFilter | None = None,
-) -> str:
-    """Select the rows ``step`` appends: its rows that are not deleted, with the columns a
-    MERGE would insert them with (``render_merge``'s ``WHEN NOT MATCHED``).
-
-    Only for a step whose keys cannot be in the table (``step_append.py``) and a table
-    without soft deletes: a deleted row of such a step was never in the table, so it is
-    left out, where soft deletes would keep its tombstone. A target column the step does
-    not carry is NULL in the appended rows, as in rows a MERGE inserts (the engine fills
-    it: Delta appends match columns by name).
-
-    Args:
-        step: the planned rows and their shape; no row keeps a column.
-        meta: metadata column names.
-        view: the temporary view holding ``source_columns(step, meta)`` (and the partition
-            column with ``buckets``).
-        buckets: the key-range partition, for a table partitioned by key range.
-
-    Returns:
-        One ``SELECT`` for a DataFrame append.
-    """
-    assert not meta.soft_delete, "soft deletes keep tombstones: such steps MERGE"
-    assert not step.kept_indexes, "a row keeping a column reads the target: such steps MERGE"
-    names = _inserted_columns(step, meta, buckets)
-    return (
-        f"SELECT {', '.join(_col('s', name) for name in names)}\n"
-        f"FROM {view} AS s\n"
-        f"WHERE NOT {_col('s', DELETE_FLAG)}"
-    )
 
 
 def render_toast_anomaly_count(

@@ -3,14 +3,17 @@
 ``LakeTables`` wraps the Spark session for the sink - no other sink module holds it. SQL is
 rendered in ``sql.py`` and executed here: statements (``sql``), queries whose rows the
 sink reads (``rows``, ``count``, ``newest_position``), appends of Arrow tables
-(``append``) and of a query's rows (``append_query``), rewrites of a table from a query
-(``overwrite``) and whole reads of the lake's small bookkeeping tables (``read``). It also
-creates a table with its columns unless it exists (an empty DataFrame written with save
-mode ``ignore``: Sail rejects ``CREATE TABLE delta.`path```), caches each table's columns
-after the first look (``TableState``), adds missing columns (``mergeSchema``, a
-metadata-only commit), checks a table's key-range partitioning against the configuration,
-and runs statements over temporary views of Arrow tables (read from a local Parquet file
-by the embedded engine, ``sources.py``; sent inline through the session otherwise).
+(``append``; ``append_rows`` for a step's new rows, inline or from a file), rewrites of
+a table from a query (``overwrite``) and whole reads of the lake's small bookkeeping
+tables (``read``). It also creates a table with its columns unless it exists (an empty
+DataFrame written with save mode ``ignore``: Sail rejects ``CREATE TABLE
+delta.`path```; a table made here is not read back, its columns are the ones it was made
+with), caches each table's columns after the first look (``TableState``), adds missing
+columns (``mergeSchema``, a metadata-only commit), checks a table's key-range
+partitioning against the configuration, and runs statements over temporary views of
+Arrow tables (read from a local Parquet file by the embedded engine, ``sources.py``; sent
+inline through the session otherwise). DataFrame schemas are built from the Arrow types
+once per column set, not parsed by the engine each time.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import structlog
 from decoder import Relation
 from sink.base import SinkDataError
 from sink.engine.arrow import ArrowColumn, ddl
-from sink.engine.sources import FILE_FORMAT, SourceFiles
+from sink.engine.sources import FILE_FORMAT, INLINE_APPEND_BYTES, SourceFiles
 from sink.engine.spark import engine_errors
 from sink.engine.sql import (
     MetadataColumns,
@@ -332,17 +335,35 @@ class LakeTables:
             writer = writer.partitionBy(*partitions)
         writer.save(path)
 
-    def append_query(self, path: str, query: str, *, partitions: Sequence[str] = ()) -> None:
-        """Append the rows of ``query`` to the Delta table at ``path``, in one commit.
+    def append_rows(
+        self,
+        path: str,
+        table: pa.Table,
+        columns: Sequence[ArrowColumn],
+        *,
+        partitions: Sequence[str] = (),
+    ) -> None:
+        """Append ``table`` (typed as ``columns``) to the Delta table at ``path``, in one
+        commit and one engine call, without SQL: inline up to ``INLINE_APPEND_BYTES``, read
+        from a source file the embedded engine sees above it (``sources.py``).
 
-        Columns are matched by name; a table column the query lacks is NULL in the new
+        Columns are matched by name; a table column ``table`` lacks is NULL in the new
         rows. ``partitions`` names the table's partition column (Sail rejects an append to
         a partitioned table without it).
         """
-        writer = self._spark.sql(query).write.format("delta").mode("append")
-        if partitions:
-            writer = writer.partitionBy(*partitions)
-        writer.save(path)
+        file = None if table.nbytes <= INLINE_APPEND_BYTES else self._source_file(table, columns)
+        if file is None:
+            self.append(path, table, columns, partitions=partitions)
+            return
+        try:
+            frame = self._spark.read.format(FILE_FORMAT).load(str(file))
+            writer = frame.write.format("delta").mode("append")
+            if partitions:
+                writer = writer.partitionBy(*partitions)
+            writer.save(path)
+        finally:
+            if self._files is not None:
+                self._files.remove(file)
 
     def overwrite(
         self, path: str, query: str, *, merge_schema: bool = False, partitions: Sequence[str] = ()

@@ -26,9 +26,10 @@ case. A step with both new and old keys is one MERGE: the MERGE's price is its s
 the target, which the old keys need anyway, and one commit is cheaper than two (decision
 0122).
 
-The rows are those the MERGE would insert (``sql.render_new_rows``: the same source, the
-same columns, the same stamps); a row inserted and deleted within the step was never in
-the table and is not written. One append is one Delta commit, as one MERGE is, so a crash
+The rows are those the MERGE would insert (the same source, the columns of
+``sql.new_row_columns``, the same stamps), handed to the engine as a DataFrame, inline
+when small (``LakeTables.append_rows``); a row inserted and deleted within the step was
+never in the table and is not written. One append is one Delta commit, as one MERGE is, so a crash
 between the append and the batch's commit-log record leaves the batch's intent, and the
 replay MERGEs (invariants 1 and 2).
 """
@@ -38,7 +39,7 @@ from __future__ import annotations
 import pyarrow.compute as pc
 
 from sink.engine.spark import engine_errors
-from sink.engine.sql import DELETE_FLAG, MetadataColumns, render_new_rows
+from sink.engine.sql import DELETE_FLAG, MetadataColumns, new_row_columns
 from sink.lake.tables import LakeTables
 from sink.planning.plan import MergePlan, MergeStep
 from sink.steps.executor import NOTHING_WRITTEN, StepOutcome, TableTarget
@@ -80,13 +81,14 @@ class KeyedAppendExecutor:
         if target.state.row_ids_complete:
             self._lake.rows_without_row_ids(target.state)
         source = self._sources.build(target.name, target.reference, step, target.state)
-        if not pc.any(pc.invert(source.rows.column(DELETE_FLAG))).as_py():
+        rows = source.rows.filter(pc.invert(source.rows.column(DELETE_FLAG)))
+        if not rows.num_rows:
             return NOTHING_WRITTEN
+        names = new_row_columns(step, self._meta, source.buckets)
+        typed = {column.name: column for column in source.columns}
         partitions = () if source.buckets is None else (source.buckets.column,)
-        with (
-            engine_errors(f"appending to {target.name}"),
-            self._lake.view(source.rows, source.columns) as view,
-        ):
-            query = render_new_rows(step, self._meta, view=view, buckets=source.buckets)
-            self._lake.append_query(target.path, query, partitions=partitions)
+        with engine_errors(f"appending to {target.name}"):
+            self._lake.append_rows(
+                target.path, rows.select(names), [typed[n] for n in names], partitions=partitions
+            )
         return StepOutcome("append")

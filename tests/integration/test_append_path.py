@@ -12,10 +12,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
 from sink import SinkRetryableError, table_path
+from sink.engine.sources import SourceFiles
 from sink.lake.tables import LakeTables
 from tests.support.oracle import assert_delta_matches, delta_rows
 from tests.support.settings import SinkFactory
@@ -130,22 +132,22 @@ def test_a_batch_sent_again_after_a_failed_attempt_is_merged(
     sink = make_sink()
     sink.apply(batch(insert(NOTES, "1", "n", lsn=5)))
     failing = batch(insert(ORDERS, "1", "a", lsn=10), insert(NOTES, "2", "m", lsn=10, ordinal=1))
-    append_query = LakeTables.append_query
+    append_rows = LakeTables.append_rows
     calls = 0
 
-    def append_then_fail(self: LakeTables, path: str, query: str, **kwargs: Any) -> None:
+    def append_then_fail(self: LakeTables, path: str, *args: Any, **kwargs: Any) -> None:
         # The append commits, then the engine connection drops before the answer: the
         # batch is not durable as a whole, and the server sends it again.
         nonlocal calls
         calls += 1
-        append_query(self, path, query, **kwargs)
+        append_rows(self, path, *args, **kwargs)
         if path == path_of(lake, "orders"):
             raise SinkRetryableError("the engine went away after the commit")
 
-    monkeypatch.setattr(LakeTables, "append_query", append_then_fail)
+    monkeypatch.setattr(LakeTables, "append_rows", append_then_fail)
     with pytest.raises(SinkRetryableError):
         sink.apply(failing)
-    monkeypatch.setattr(LakeTables, "append_query", append_query)
+    monkeypatch.setattr(LakeTables, "append_rows", append_rows)
     sink.apply(failing)
     assert calls == 2  # orders and notes were appended once each
     assert writes(lake, "orders") == {"WRITE": 1, "MERGE": 1}
@@ -186,3 +188,39 @@ def test_a_table_partitioned_by_key_range_gets_its_buckets_in_the_append(
         for r in table.to_pyarrow_table(columns=["id", "_wal2delta_key_bucket"]).to_pylist()
     )
     assert buckets == [(1, 0), (150, 1), (420, 4)]
+
+
+@pytest.mark.parametrize("partitioned", [False, True], ids=["plain", "key-range-partitioned"])
+def test_small_appends_go_inline_and_large_ones_through_a_source_file(
+    make_sink: SinkFactory, lake: Path, monkeypatch: pytest.MonkeyPatch, *, partitioned: bool
+) -> None:
+    written: list[int] = []
+    removed: list[Path] = []
+    write, remove = SourceFiles.write, SourceFiles.remove
+
+    def spy_write(files: SourceFiles, table: pa.Table) -> Path:
+        written.append(table.num_rows)
+        return write(files, table)
+
+    def spy_remove(files: SourceFiles, path: Path) -> None:
+        removed.append(path)
+        remove(files, path)
+
+    monkeypatch.setattr(SourceFiles, "write", spy_write)
+    monkeypatch.setattr(SourceFiles, "remove", spy_remove)
+    sink = make_sink(partition_by_key={"public.orders": {"width": 1000}} if partitioned else {})
+    sink.apply(batch(*(insert(ORDERS, str(i), f"small {i}", lsn=10, ordinal=i) for i in range(5))))
+    assert written == []  # inline: a few rows cost less in the request than in a file
+    body = "b" * 120
+    large = [insert(ORDERS, str(i), f"{body} {i}", lsn=20, ordinal=i) for i in range(5, 3005)]
+    large.append(delete(ORDERS, "7", None, lsn=30))  # inserted and deleted: never written
+    assert sink.apply(batch(*large)).table_writes == {"append": 1}
+    assert written == [2999]  # 3,000 rows of 120 bytes: through a file, then removed
+    assert len(removed) == 1
+    assert not removed[0].exists()
+    assert writes(lake, "orders") == {"WRITE": 2}
+    expected = rows(
+        *((i, f"small {i}") for i in range(5)),
+        *((i, f"{body} {i}") for i in range(5, 3005) if i != 7),
+    )
+    assert_delta_matches(path_of(lake, "orders"), expected, key=["id"])

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from decoder import Lsn
 from sink import Batch
-from sink.engine.sql import render_new_rows
+from sink.engine.sql import new_row_columns, render_merge
 from sink.planning.fold import plan_batch
 from sink.planning.kernel import COMPILED
 from sink.planning.plan import MergePlan, MergeStep
@@ -172,11 +172,10 @@ def test_appends_need_new_keys_a_new_table_no_rejects_and_no_soft_deletes() -> N
 
 def test_the_appended_rows_are_the_rows_a_merge_would_insert() -> None:
     (step,) = steps(batch(insert(DOCS, "1", "a", lsn=10)))
-    query = render_new_rows(step, metadata_columns(), view="`v`")
-    assert query == (
-        "SELECT s.`id`, s.`body`, s.`_wal2delta_lsn`, s.`_wal2delta_commit_ts`, "
-        "s.`_wal2delta_ordinal`\nFROM `v` AS s\nWHERE NOT s.`__w2d_delete`"
-    )
+    names = new_row_columns(step, metadata_columns())
+    assert names == ["id", "body", "_wal2delta_lsn", "_wal2delta_commit_ts", "_wal2delta_ordinal"]
+    merge = render_merge(step, metadata_columns(), target="t", view="v")
+    assert f"THEN INSERT ({', '.join(f'`{n}`' for n in names)})" in merge
 
 
 def _plan(name: str, lsn: int) -> MergePlan:
