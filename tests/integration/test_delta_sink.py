@@ -836,13 +836,21 @@ def test_every_type_of_the_mapping_round_trips_exactly(
         return write(files, table)
 
     monkeypatch.setattr(SourceFiles, "write", spy)
+    # Small appends go inline even to the embedded engine; here every append takes the
+    # source's path, so each type crosses both.
+    monkeypatch.setattr("sink.lake.tables.INLINE_APPEND_BYTES", -1)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute(every_type_ddl())
         skip = NOT_IN_BINARY if binary else frozenset()
         relation = catalog_relation(conn, "public.every_type", skip)
-        result: BatchResult = make_sink(inline_sources=inline).apply(
-            batch(*wire_inserts(conn, relation, binary=binary, lsn=10))
-        )
+        inserts = batch(*wire_inserts(conn, relation, binary=binary, lsn=10))
+        sink = make_sink(inline_sources=inline)
+        result: BatchResult = sink.apply(inserts)
+        assert result.table_writes == {"append": 1}
+        assert bool(files_written) is not inline
+        # The same batch again (a replay) MERGEs the same values over themselves.
+        files_written.clear()
+        assert sink.apply(inserts).table_writes == {"merge": 1}
     assert bool(files_written) is not inline
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         expected = [
