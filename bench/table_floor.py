@@ -15,9 +15,10 @@ count, the same columns), four ways, one after the other:
   and one ``MERGE INTO ... ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED
   THEN INSERT *``, table after table;
 * ``merge, concurrent``: the same from ``concurrency`` threads (``sink.concurrency``);
-* ``append, serial`` and ``append, concurrent``: one DataFrame append of the share from
-  the same source (``spark.sql("SELECT * FROM source").write.format("delta")
-  .mode("append")``, as the sink's append path writes, ``sink/steps/step_append.py``).
+* ``append, serial`` and ``append, concurrent``: one DataFrame append of the share, as
+  the sink's append path writes (``sink/steps/step_append.py``, decision 0128): inline
+  (``createDataFrame(arrow).write.format("delta").mode("append")``) up to
+  ``INLINE_APPEND_BYTES``, from a Parquet file the embedded engine reads above it.
 
 The share's rows follow the mix: insert-only shares are new keys only; the 70/30 mix's are
 70% new keys and 30% keys the table holds (a MERGE updates those; an append writes the same
@@ -51,6 +52,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sink import MetadataColumns
+from sink.engine.sources import INLINE_APPEND_BYTES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -139,11 +141,23 @@ class _Writer:
             file.unlink(missing_ok=True)
 
     def append(self, path: str, rows: pa.Table) -> None:
-        """One DataFrame append of ``rows`` from the source (a new table when ``path`` has
-        none)."""
-        with self.source(rows) as source:
-            frame = self._spark.sql(f"SELECT * FROM {source}")
+        """One DataFrame append of ``rows`` (a new table when ``path`` has none), as the
+        sink's append path hands rows to the engine (``LakeTables.append_rows``): inline
+        up to ``INLINE_APPEND_BYTES``, otherwise from a Parquet file the embedded engine
+        reads."""
+        if self._files is None or rows.nbytes <= INLINE_APPEND_BYTES:
+            frame = self._spark.createDataFrame(rows)
             frame.write.format("delta").mode("append").save(path)
+            return
+        file = self._files / f"{self._number()}.parquet"
+        pq.write_table(
+            rows, str(file), compression="none", use_dictionary=False, write_statistics=False
+        )
+        try:
+            frame = self._spark.read.format("parquet").load(str(file))
+            frame.write.format("delta").mode("append").save(path)
+        finally:
+            file.unlink(missing_ok=True)
 
     def merge(self, path: str, rows: pa.Table) -> None:
         """One MERGE of ``rows`` into the table at ``path`` by ``id``."""

@@ -98,8 +98,8 @@ class LakeTables:
         self._meta = meta
         self._files = files
         self._states: dict[str, TableState] = {}
-        self._schemas: dict[str, StructType | str] = {}
-        """``_schema``'s results by DDL string: one per column set the process writes."""
+        self._schemas: dict[tuple[ArrowColumn, ...], StructType | str] = {}
+        """``_schema``'s results: one per column set the process writes."""
         self._view_numbers = itertools.count(1)
 
     def state(self, path: str) -> TableState | None:
@@ -256,10 +256,10 @@ class LakeTables:
         column set: a ``StructType`` built from the Arrow types (a DDL string costs a round
         trip to the engine to parse, each time), or the DDL string when Arrow's mapping to
         Spark disagrees with a column's Spark type."""
-        text = ddl(columns)
-        schema = self._schemas.get(text)
+        key = tuple(columns)
+        schema = self._schemas.get(key)
         if schema is None:
-            schema = self._schemas[text] = _struct_type(columns) or text
+            schema = self._schemas[key] = _struct_type(columns) or ddl(columns)
         return schema
 
     @contextmanager

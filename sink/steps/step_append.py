@@ -86,9 +86,8 @@ class KeyedAppendExecutor:
             return NOTHING_WRITTEN
         names = new_row_columns(step, self._meta, source.buckets)
         typed = {column.name: column for column in source.columns}
+        columns = [typed[name] for name in names]
         partitions = () if source.buckets is None else (source.buckets.column,)
         with engine_errors(f"appending to {target.name}"):
-            self._lake.append_rows(
-                target.path, rows.select(names), [typed[n] for n in names], partitions=partitions
-            )
+            self._lake.append_rows(target.path, rows.select(names), columns, partitions=partitions)
         return StepOutcome("append")
