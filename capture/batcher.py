@@ -14,10 +14,7 @@ Adaptive batching: while the sink is still busy with earlier batches (a backlog)
 neither closes on age nor at ``max_rows``; it keeps growing up to ``max_rows_ceiling``.
 A MERGE costs about the same whatever its size (it scans the target), so under load
 fewer, larger batches raise throughput, while at low load batches stay small and lag
-stays near one MERGE time plus ``max_age``. The capture loop also reports a backlog while
-the read it handles found frames waiting, for at most ``max_age`` from the batch's first
-change (``Session._backlogged``, decision 0129): a backlog being read is not cut at the
-sink's first idle moment into a tiny batch and batches that each write every table.
+stays near one MERGE time plus ``max_age``.
 
 Memory: a batch also closes once the changes in it weigh ``max_bytes`` (as the caller
 measures them: the capture loop counts each change's message bytes plus a fixed object

@@ -189,8 +189,6 @@ class Session:
         self._metrics_due = 0.0
         self._flowing = False
         """The last read brought frames: the next wait reads in bulk (``_wait``)."""
-        self._reading = False
-        """The read being handled brought frames: more may be waiting (``_backlogged``)."""
         self._unrepresentable_seen: set[tuple[str, str, str]] = set()
         """(table, column, reason) of the values under a convention logged so far."""
 
@@ -203,7 +201,6 @@ class Session:
                 raise fatal
             self.state.last_loop_at = clock()
             frames = self.stream.read_frames()
-            self._reading = bool(frames)
             self._on_frames(frames)
             if frames:
                 self.tracker.on_data(self._burst_wal_start)
@@ -211,7 +208,7 @@ class Session:
             now = clock()
             if frames and now >= self._metrics_due:
                 self._publish_metrics(now)
-            if self.batcher.due(now, backlog=self._backlogged()):
+            if self.batcher.due(now, backlog=self._sink_busy()):
                 self._hand_off(self.batcher.take())
             self._send_feedback_if_due(now)
             if frames:
@@ -461,25 +458,6 @@ class Session:
         """No transaction, prepare or stream block is being received right now."""
         return self.assembler.state is AssemblerState.IDLE
 
-    def _backlogged(self) -> bool:
-        """Let the open batch grow rather than close it (``Batcher.due``): the sink still
-        works on an earlier batch, or - for at most ``max_age`` from the batch's first
-        change - the read being handled found frames waiting, so a backlog is being read.
-
-        Closing a batch at the sink's first idle moment while a backlog was read cut the
-        backlog into a tiny first batch and then batches that each wrote nearly every
-        table again; with many tables every table write is an engine commit (decision
-        0129). ``max_age`` bounds the wait: a stream that always has frames waiting (a
-        busy server's transactions without published changes) delays a batch by at most
-        that.
-        """
-        if self._sink_busy():
-            return True
-        if not self._reading:
-            return False
-        deadline = self.batcher.next_deadline()
-        return deadline is None or self.clock() < deadline
-
     def _sink_busy(self) -> bool:
         """The sink still works on an earlier batch: let the open batch grow instead.
 
@@ -534,7 +512,7 @@ class Session:
             # carries the transaction's end, durable once the recording is synced.
             self.assembler.discard(txn)
             batcher.end_transaction(txn.end_lsn, txn.commit_time, clock())
-            if batcher.due(clock(), backlog=self._backlogged()):
+            if batcher.due(clock(), backlog=self._sink_busy()):
                 self._hand_off(batcher.take())
             return
         counts: dict[tuple[int, str], int] = {}
@@ -547,18 +525,18 @@ class Session:
             # the sink-busy answer (adaptive batching) stays fresh: one clock reading and
             # busy check per slice instead of per change.
             limits = ChunkLimits(change_overhead=CHANGE_OVERHEAD_BYTES)
-            busy = self._backlogged()
+            busy = self._sink_busy()
             self._set_limits(limits, busy)
             for chunk in self.assembler.replay_chunks(txn, limits, counts, relations):
                 self._hand_off(
                     batcher.add_many(chunk.changes, clock(), backlog=busy, size=chunk.weight)
                 )
-                busy = self._backlogged()
+                busy = self._sink_busy()
                 self._set_limits(limits, busy)
         for key, count in counts.items():
             self._change_counter(relations[key].qualified_name, key[1]).inc(count)
         batcher.end_transaction(txn.end_lsn, txn.commit_time, clock())
-        if batcher.row_count == 0 and batcher.due(clock(), backlog=self._backlogged()):
+        if batcher.row_count == 0 and batcher.due(clock(), backlog=self._sink_busy()):
             self._hand_off(batcher.take())
 
     def _set_limits(self, limits: ChunkLimits, busy: bool) -> None:

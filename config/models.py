@@ -882,9 +882,8 @@ class BatchConfig(_Section):
         description=(
             "Group commit: hand the batch to the sink as soon as it holds a whole "
             "transaction and the sink has nothing to do, rather than waiting for `max_age`. "
-            "While the sink works, or changes are still waiting to be read (for at most "
-            "`max_age`), the batch keeps growing. Lag is then about one MERGE time at low "
-            "rates, and batches grow by themselves under load and over a backlog."
+            "While the sink works, the batch keeps growing. Lag is then about one MERGE "
+            "time at low rates, and batches grow by themselves under load."
         ),
     )
     max_rows_ceiling: int = Field(

@@ -47,35 +47,3 @@ def test_an_overdue_batch_ends_the_wait_only_while_the_worker_can_take_it() -> N
     sink.release.set()
     assert worker.wait_report(5) is not None
     assert worker.stop(timeout=10)
-
-
-@pytest.mark.timeout(30)
-def test_a_batch_grows_while_frames_wait_to_be_read_for_at_most_max_age() -> None:
-    sink = HeldSink()
-    worker = SinkWorker(sink)
-    batcher = Batcher(max_rows=1000, max_age=1.0, close_when_idle=True)
-    batcher.end_transaction(Lsn(100), 0, now=10.0)  # a whole transaction, opened at 10
-    session = _session(worker, batcher, now=10.0)
-    clock = [10.2]
-    session.clock = lambda: clock[0]
-    # The read found nothing more: group commit hands the batch to the idle worker.
-    session._reading = False
-    assert not session._backlogged()
-    assert batcher.due(clock[0], backlog=session._backlogged())
-    # The read being handled brought frames (a backlog being read): the batch grows.
-    session._reading = True
-    assert session._backlogged()
-    assert not batcher.due(clock[0], backlog=session._backlogged())
-    # ... but for no longer than max_age from its first change: frames always waiting
-    # (a server's transactions without published changes) delay it by that at most.
-    clock[0] = 11.0
-    assert not session._backlogged()
-    assert batcher.due(clock[0], backlog=session._backlogged())
-    # A busy worker lets it grow whatever the reads (adaptive batching, as before).
-    session._reading = False
-    assert worker.offer(Batch((), None, 0, None), timeout=5)
-    assert sink.started.wait(5)
-    assert session._backlogged()
-    sink.release.set()
-    assert worker.wait_report(5) is not None
-    assert worker.stop(timeout=10)
