@@ -131,14 +131,20 @@ class _Writer:
             finally:
                 self._spark.catalog.dropTempView(name)
             return
-        file = self._files / f"{number}.parquet"
-        pq.write_table(
-            rows, str(file), compression="none", use_dictionary=False, write_statistics=False
-        )
+        file = self._file(rows, number)
         try:
             yield f"parquet.`{file}`"
         finally:
             file.unlink(missing_ok=True)
+
+    def _file(self, rows: pa.Table, number: int) -> Path:
+        """``rows`` written as the sink writes a source file (``sources.py``)."""
+        assert self._files is not None
+        file = self._files / f"{number}.parquet"
+        pq.write_table(
+            rows, str(file), compression="none", use_dictionary=False, write_statistics=False
+        )
+        return file
 
     def append(self, path: str, rows: pa.Table) -> None:
         """One DataFrame append of ``rows`` (a new table when ``path`` has none), as the
@@ -149,10 +155,7 @@ class _Writer:
             frame = self._spark.createDataFrame(rows)
             frame.write.format("delta").mode("append").save(path)
             return
-        file = self._files / f"{self._number()}.parquet"
-        pq.write_table(
-            rows, str(file), compression="none", use_dictionary=False, write_statistics=False
-        )
+        file = self._file(rows, self._number())
         try:
             frame = self._spark.read.format("parquet").load(str(file))
             frame.write.format("delta").mode("append").save(path)

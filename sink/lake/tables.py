@@ -194,7 +194,7 @@ class LakeTables:
                 # Made here, so its schema is ``wanted`` (no read back: one engine call per
                 # new table saved). ``ignore`` keeps a table another writer made meanwhile,
                 # which only a second daemon on the same lake could (unsupported).
-                columns = {c.name: delta_type_name(c.spark_sql) for c in wanted}
+                columns = dict(_column_types(wanted))
         state = self._states[path] = TableState(columns, delta_table(path))
         if self._meta.key_bucket in state.columns:
             state.partition_column = self._meta.key_bucket
@@ -244,7 +244,7 @@ class LakeTables:
             if partition is not None:
                 writer = writer.partitionBy(partition)
             writer.save(path)
-        state.columns.update((c.name, delta_type_name(c.spark_sql)) for c in columns)
+        state.columns.update(_column_types(columns))
 
     def empty_frame(self, columns: Sequence[ArrowColumn]) -> DataFrame:
         """An empty DataFrame with ``columns``."""
@@ -399,6 +399,12 @@ class LakeTables:
         """The integer in ``column`` of the first row of ``query`` (0 without rows)."""
         rows = self._spark.sql(query).collect()
         return int(rows[0][column]) if rows else 0
+
+
+def _column_types(columns: Sequence[ArrowColumn]) -> Iterator[tuple[str, str]]:
+    """Each column's name and type as ``TableState.columns`` holds them, for columns this
+    port wrote itself (a table's schema read back gives the same forms)."""
+    return ((column.name, delta_type_name(column.spark_sql)) for column in columns)
 
 
 def _struct_type(columns: Sequence[ArrowColumn]) -> StructType | None:

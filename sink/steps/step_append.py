@@ -80,6 +80,9 @@ class KeyedAppendExecutor:
         # only a table that had keyless steps has them all.
         if target.state.row_ids_complete:
             self._lake.rows_without_row_ids(target.state)
+        # ``appends`` admits neither: a tombstone is a row, a kept column reads the target.
+        assert not self._meta.soft_delete, "soft deletes keep tombstones: such steps MERGE"
+        assert not step.kept_indexes, "a row keeping a column reads the target: such steps MERGE"
         source = self._sources.build(target.name, target.reference, step, target.state)
         rows = source.rows.filter(pc.invert(source.rows.column(DELETE_FLAG)))
         if not rows.num_rows:
