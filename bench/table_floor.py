@@ -11,7 +11,7 @@ count, the same columns), four ways, one after the other:
 
 * ``merge, serial``: each table's share as a MERGE source - a Parquet file the engine
   reads (``parquet.`path```) with the embedded engine, a temporary view of the Arrow table
-  sent inline through Spark Connect otherwise, as the sink does (``sink/engine/sources.py``) -
+  sent inline through Spark Connect otherwise, as the sink does (``sink/lake/sources.py``) -
   and one ``MERGE INTO ... ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED
   THEN INSERT *``, table after table;
 * ``merge, concurrent``: the same from ``concurrency`` threads (``sink.concurrency``);
@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sink import MetadataColumns
-from sink.engine.sources import INLINE_APPEND_BYTES
+from sink.lake.sources import INLINE_APPEND_BYTES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -17,9 +17,9 @@ from sink.copies.copies import TableCopies
 from sink.copies.online import OnlineCopies
 from sink.copies.snapshot import BulkLoader
 from sink.copies.step_bulk import BulkAppendExecutor
-from sink.engine.sources import SourceFiles
 from sink.engine.spark import is_embedded
 from sink.lake.deltars import DeltaRsAppender
+from sink.lake.sources import SourceFiles
 from sink.lake.tables import LakeTables
 from sink.planning.evolution import SourceCatalog
 from sink.planning.holdback import HeldChanges

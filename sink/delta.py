@@ -203,7 +203,7 @@ class DeltaSink:
 
     def close(self) -> None:
         """Write the deferred records, then forget cached table schemas (and remove the
-        directory of MERGE source files, ``engine/sources.py``).
+        directory of MERGE source files, ``lake/sources.py``).
 
         No compaction: a worker that outlived its stop may still be applying a batch, and
         a compaction due waits for the next process. The Spark session and the catalog

@@ -84,7 +84,7 @@ class OnlineCopies:
         """Whether ``schema.table`` has a Delta table (this process wrote or read it, or
         its log exists)."""
         path = table_path(self._settings.path, schema, table)
-        return self._lake.state(path) is not None or is_delta_table(path)
+        return self._lake.states.get(path) is not None or is_delta_table(path)
 
     def knows_table(self, schema: str, table: str) -> bool:
         """Whether ``schema.table`` has a Delta table or a copy record."""

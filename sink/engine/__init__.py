@@ -2,9 +2,9 @@
 
 Owns the process's Spark Connect session and the translation of Spark errors into
 ``SinkError`` (``spark``), the deadline on every engine and store call (``deadline``), the
-one SQL renderer (``sql``), the Arrow sources built from planned steps (``arrow``) and the
-local Parquet files the embedded engine reads them from (``sources``). Nothing here knows a
-table's state: that is the lake port's.
+one SQL renderer (``sql``) and the Arrow sources built from planned steps (``arrow``).
+Nothing here knows a table's state, nor stages rows for the engine to read: that is the
+lake port's.
 
 May import: sink.base, sink.constants, sink.settings, sink.values, sink.planning
 """

@@ -13,7 +13,11 @@ the query whose result it writes when new columns need values).
 The ``view`` argument of every renderer is a relation reference the lake port made
 (``tables.LakeTables.view``), used as it is: the embedded engine reads the Parquet file of
 the rows itself (``parquet.`/tmp/.../1.parquet```, no temporary view to register and
-drop), other engines a quoted temporary view.
+drop), other engines a quoted temporary view. A keyed step's statements are rendered
+before its rows are staged, with ``SOURCE_MARK`` as the view; the lake port puts the
+reference in its place when it runs them (``LakeTables.merge``), so a table's write goes
+from the executor through the renderer to the lake port once (docs/architecture.md, the
+walk of one table).
 
 The source of a MERGE is such a relation holding one row per ``PlannedRow``: the step's
 columns, the LSN and commit time metadata columns, and helper columns whose names start
@@ -68,8 +72,20 @@ def moved_from_column(position: int) -> str:
     return f"{HELPER_PREFIX}from_{position}"
 
 
+SOURCE_MARK: Final = "\x00source\x00"
+"""The ``view`` of a statement rendered before its rows are staged; the lake port replaces
+it with the staged rows' reference (``LakeTables.merge``). It holds a NUL, which no
+identifier ``quote`` renders can hold, so it stands for nothing else in the SQL."""
+
+
 def quote(identifier: str) -> str:
-    """Quote an identifier for Spark SQL: backticks, with embedded backticks doubled."""
+    """Quote an identifier for Spark SQL: backticks, with embedded backticks doubled.
+
+    Raises:
+        ValueError: ``identifier`` holds a NUL (no PostgreSQL name or path can).
+    """
+    if "\x00" in identifier:
+        raise ValueError(f"an identifier cannot hold a NUL character: {identifier!r}")
     return "`" + identifier.replace("`", "``") + "`"
 
 

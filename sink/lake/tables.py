@@ -1,7 +1,8 @@
 """The lake port: every engine call of the sink goes through ``LakeTables``.
 
 ``LakeTables`` wraps the Spark session for the sink - no other sink module holds it. SQL is
-rendered in ``sql.py`` and executed here: statements (``sql``), queries whose rows the
+rendered in ``sql.py`` and executed here: statements (``sql``; ``merge`` stages a keyed
+step's rows, runs its MERGE over them and removes them, one call), queries whose rows the
 sink reads (``rows``, ``count``, ``newest_position``), appends of Arrow tables
 (``append``; ``append_rows`` for a step's new rows, inline or from a file), rewrites of
 a table from a query (``overwrite``) and whole reads of the lake's small bookkeeping
@@ -21,9 +22,9 @@ from __future__ import annotations
 import itertools
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -32,9 +33,10 @@ import structlog
 from decoder import Relation
 from sink.base import SinkDataError
 from sink.engine.arrow import ArrowColumn, ddl
-from sink.engine.sources import FILE_FORMAT, INLINE_APPEND_BYTES, SourceFiles
 from sink.engine.spark import engine_errors
 from sink.engine.sql import (
+    ANOMALY_COUNT,
+    SOURCE_MARK,
     MetadataColumns,
     delta_table,
     quote,
@@ -42,6 +44,7 @@ from sink.engine.sql import (
     render_newest_position,
 )
 from sink.lake.deltars import is_delta_table
+from sink.lake.sources import FILE_FORMAT, INLINE_APPEND_BYTES, SourceFiles, StagedFile
 from sink.planning.evolution import delta_type_name
 from sink.planning.plan import NO_POSITION, Position
 from sink.settings import KeyBuckets
@@ -98,13 +101,12 @@ class LakeTables:
         self._meta = meta
         self._files = files
         self._states: dict[str, TableState] = {}
+        self.states: Mapping[str, TableState] = MappingProxyType(self._states)
+        """The cached state of each table ``load`` made or read, by location (read-only:
+        a state changes through this port's methods alone)."""
         self._schemas: dict[tuple[ArrowColumn, ...], StructType | str] = {}
         """``_schema``'s results: one per column set the process writes."""
         self._view_numbers = itertools.count(1)
-
-    def state(self, path: str) -> TableState | None:
-        """The cached state of the table at ``path``, None before ``load``."""
-        return self._states.get(path)
 
     # --- what the sink learns of a table: every change of a TableState is made here ---
 
@@ -270,14 +272,10 @@ class LakeTables:
         ``sources.py``); otherwise the table is sent inline and registered as a temporary
         view, dropped at the end.
         """
-        path = self._source_file(table, columns)
-        if path is not None:
-            try:
-                yield f"{FILE_FORMAT}.{quote(str(path))}"
-            finally:
-                if self._files is not None:
-                    self._files.remove(path)
-            return
+        with self._staged_file(table, columns) as staged:
+            if staged is not None:
+                yield staged.reference
+                return
         name = f"__w2d_source_{next(self._view_numbers)}"
         self._spark.createDataFrame(table, schema=self._schema(columns)).createOrReplaceTempView(
             name
@@ -287,27 +285,54 @@ class LakeTables:
         finally:
             self._spark.catalog.dropTempView(name)
 
-    def _source_file(self, table: pa.Table, columns: Sequence[ArrowColumn]) -> Path | None:
-        """``table`` written for the engine to read (``sources.py``); None: send it inline."""
+    def merge(
+        self,
+        table: pa.Table,
+        columns: Sequence[ArrowColumn],
+        statement: str,
+        anomaly_count: str | None = None,
+    ) -> int:
+        """Run ``statement`` (a MERGE) over ``table`` (typed as ``columns``), after the
+        query ``anomaly_count`` when given; return the count that query gives (0 without).
+
+        Both were rendered with ``sql.SOURCE_MARK`` as their view: the staged rows'
+        reference (``view``) takes its place.
+        """
+        with self.view(table, columns) as reference:
+            anomalies = 0
+            if anomaly_count is not None:
+                anomalies = self.count(anomaly_count.replace(SOURCE_MARK, reference), ANOMALY_COUNT)
+            self._spark.sql(statement.replace(SOURCE_MARK, reference))
+        return anomalies
+
+    @contextmanager
+    def _staged_file(
+        self, table: pa.Table, columns: Sequence[ArrowColumn]
+    ) -> Iterator[StagedFile | None]:
+        """``table`` in a file the engine reads, for the duration of the block
+        (``sources.py``); None: send it inline."""
         if self._files is None:
-            return None
+            yield None
+            return
         # The engine takes the types from the file: cast to those of ``columns``, as the
         # inline path's explicit schema does.
         schema = pa.schema([pa.field(c.name, c.arrow) for c in columns])
         if not table.schema.equals(schema):
             table = table.cast(schema)
-        try:
-            return self._files.write(table)
-        except OSError as exc:
-            log.warning(
-                "MERGE sources cannot be written to local files",
-                directory=str(self._files.directory or tempfile.gettempdir()),
-                error=f"{type(exc).__name__}: {exc}",
-                consequence="every later source goes to the engine inline, which is slower",
-            )
-            self._files.close()
-            self._files = None
-            return None
+        with ExitStack() as stack:
+            try:
+                staged: StagedFile | None = stack.enter_context(self._files.staged(table))
+            except OSError as exc:
+                log.warning(
+                    "MERGE sources cannot be written to local files",
+                    directory=str(self._files.directory or tempfile.gettempdir()),
+                    error=f"{type(exc).__name__}: {exc}",
+                    consequence="every later source goes to the engine inline, which is slower",
+                )
+                self._files.close()
+                self._files = None
+                staged = None
+            yield staged
 
     def rows(self, query: str) -> list[Any]:
         """The rows of ``query`` (pyspark ``Row`` objects, read by column name)."""
@@ -341,29 +366,32 @@ class LakeTables:
         table: pa.Table,
         columns: Sequence[ArrowColumn],
         *,
+        names: Sequence[str] | None = None,
         partitions: Sequence[str] = (),
     ) -> None:
-        """Append ``table`` (typed as ``columns``) to the Delta table at ``path``, in one
-        commit and one engine call, without SQL: inline up to ``INLINE_APPEND_BYTES``, read
-        from a source file the embedded engine sees above it (``sources.py``).
+        """Append the columns ``names`` of ``table`` (every column when None), typed as
+        ``columns`` say (by name), to the Delta table at ``path``, in one commit and one
+        engine call, without SQL: inline up to ``INLINE_APPEND_BYTES``, read from a source
+        file the embedded engine sees above it (``sources.py``).
 
-        Columns are matched by name; a table column ``table`` lacks is NULL in the new
-        rows. ``partitions`` names the table's partition column (Sail rejects an append to
-        a partitioned table without it).
+        Columns are matched by name; a table column the rows lack is NULL in them.
+        ``partitions`` names the table's partition column (Sail rejects an append to a
+        partitioned table without it).
         """
-        file = None if table.nbytes <= INLINE_APPEND_BYTES else self._source_file(table, columns)
-        if file is None:
-            self.append(path, table, columns, partitions=partitions)
-            return
-        try:
-            frame = self._spark.read.format(FILE_FORMAT).load(str(file))
-            writer = frame.write.format("delta").mode("append")
-            if partitions:
-                writer = writer.partitionBy(*partitions)
-            writer.save(path)
-        finally:
-            if self._files is not None:
-                self._files.remove(file)
+        if names is not None:
+            typed = {column.name: column for column in columns}
+            columns = [typed[name] for name in names]
+            table = table.select(names)
+        if table.nbytes > INLINE_APPEND_BYTES:
+            with self._staged_file(table, columns) as staged:
+                if staged is not None:
+                    writer = self._spark.read.format(FILE_FORMAT).load(str(staged.path)).write
+                    writer = writer.format("delta").mode("append")
+                    if partitions:
+                        writer = writer.partitionBy(*partitions)
+                    writer.save(path)
+                    return
+        self.append(path, table, columns, partitions=partitions)
 
     def overwrite(
         self, path: str, query: str, *, merge_schema: bool = False, partitions: Sequence[str] = ()

@@ -262,7 +262,7 @@ class CommitLog:
         Raises:
             SinkError: the commit log could not be read.
         """
-        if self._lake.state(self._path) is None and not is_delta_table(self._path):
+        if self._lake.states.get(self._path) is None and not is_delta_table(self._path):
             return None  # a new lake: nothing written yet
         target = delta_table(self._path)
         with engine_errors("reading the commit log"):

@@ -88,9 +88,9 @@ class KeyedAppendExecutor:
         if not rows.num_rows:
             return NOTHING_WRITTEN
         names = new_row_columns(step, self._meta, source.buckets)
-        typed = {column.name: column for column in source.columns}
-        columns = [typed[name] for name in names]
         partitions = () if source.buckets is None else (source.buckets.column,)
         with engine_errors(f"appending to {target.name}"):
-            self._lake.append_rows(target.path, rows.select(names), columns, partitions=partitions)
+            self._lake.append_rows(
+                target.path, rows, source.columns, names=names, partitions=partitions
+            )
         return StepOutcome("append")

@@ -1,12 +1,13 @@
 """The keyed MERGE step: a merge step's rows, one per identity value, into the table.
 
 The step's rows ship as one Arrow table (``KeyedSources``: ``arrow.source_table``, the
-row path's objects and the columnar rows) to a temporary view of the lake port, and one
-MERGE (``sql.render_merge``) applies them: the replay guard makes a row change only for a
-change at or after the one stored in it (docs/architecture.md, invariant 2), kept columns
-stay as they are (invariant 7), deletes remove or flag. When rows keep unchanged-TOAST
-columns, a count query first finds those whose value exists nowhere in the target; they
-are not inserted (the MERGE excludes them), but counted and logged. A table partitioned
+row path's objects and the columnar rows) to the lake port, which stages them for the
+engine and runs the one MERGE (``sql.render_merge``, ``LakeTables.merge``) that applies
+them: the replay guard makes a row change only for a change at or after the one stored
+in it (docs/architecture.md, invariant 2), kept columns stay as they are (invariant 7),
+deletes remove or flag. When rows keep unchanged-TOAST columns, a count query first finds
+those whose value exists nowhere in the target; they are not inserted (the MERGE
+excludes them), but counted and logged. A table partitioned
 by key range (``partitioning.py``) gets the rows' buckets, and the MERGE reads only those
 partitions; the first write of a process compares a stored row's bucket with the
 configured width. A step whose keys cannot be in the table is appended instead
@@ -25,7 +26,7 @@ from sink.base import SinkDataError
 from sink.engine.arrow import ArrowColumn, source_table
 from sink.engine.spark import engine_errors
 from sink.engine.sql import (
-    ANOMALY_COUNT,
+    SOURCE_MARK,
     MetadataColumns,
     render_bucket_sample,
     render_merge,
@@ -130,24 +131,16 @@ class KeyedMergeExecutor:
         if target.state.row_ids_complete:
             self._lake.rows_without_row_ids(target.state)
         source = self._sources.build(table, target.reference, step, target.state)
-        anomalies = 0
-        with (
-            engine_errors(f"merging into {table}"),
-            self._lake.view(source.rows, source.columns) as view,
-        ):
-            count_query = render_toast_anomaly_count(
-                step, self._meta, target=target.reference, view=view, buckets=source.buckets
-            )
-            if count_query is not None:
-                anomalies = self._lake.count(count_query, ANOMALY_COUNT)
-            merge = render_merge(
-                step,
-                self._meta,
-                target=target.reference,
-                view=view,
-                buckets=source.buckets,
-            )
-            self._lake.sql(merge)
+        # Rendered before the rows are staged (``sql.SOURCE_MARK``): the lake port runs
+        # both over its source, so the write goes executor -> renderer -> lake port once.
+        anomaly_count = render_toast_anomaly_count(
+            step, self._meta, target=target.reference, view=SOURCE_MARK, buckets=source.buckets
+        )
+        merge = render_merge(
+            step, self._meta, target=target.reference, view=SOURCE_MARK, buckets=source.buckets
+        )
+        with engine_errors(f"merging into {table}"):
+            anomalies = self._lake.merge(source.rows, source.columns, merge, anomaly_count)
         if anomalies:
             log.warning(
                 "toast value missing in target",

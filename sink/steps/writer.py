@@ -152,7 +152,7 @@ class TableWriter:
         request (``follow.py``); an empty ``plans`` after the batch drops what is left."""
         names = []
         for plan in plans:
-            state = self._lake.state(self._path(plan))
+            state = self._lake.states.get(self._path(plan))
             if state is None or state.relation is None:
                 names.append((plan.schema, plan.table))
         self._follower.expect(names)
@@ -175,7 +175,7 @@ class TableWriter:
         """The table (``staging`` for an online copy's staging table), created (and given
         missing columns) when new."""
         path = staging or self._path(plan)
-        state = self._lake.state(path)
+        state = self._lake.states.get(path)
         if state is None or state.stale:
             # A new table gets the columns of its first relation, also when the batch only
             # truncates it (the TRUNCATE's relation is then in ``plan.columns``).

@@ -17,7 +17,7 @@ import pytest
 from deltalake import DeltaTable
 
 from sink import SinkRetryableError, table_path
-from sink.engine.sources import SourceFiles
+from sink.lake.sources import SourceFiles
 from sink.lake.tables import LakeTables
 from tests.support.oracle import assert_delta_matches, delta_rows
 from tests.support.settings import SinkFactory
@@ -195,19 +195,15 @@ def test_small_appends_go_inline_and_large_ones_through_a_source_file(
     make_sink: SinkFactory, lake: Path, monkeypatch: pytest.MonkeyPatch, *, partitioned: bool
 ) -> None:
     written: list[int] = []
-    removed: list[Path] = []
-    write, remove = SourceFiles.write, SourceFiles.remove
+    paths: list[Path] = []
+    write = SourceFiles.write
 
     def spy_write(files: SourceFiles, table: pa.Table) -> Path:
         written.append(table.num_rows)
-        return write(files, table)
-
-    def spy_remove(files: SourceFiles, path: Path) -> None:
-        removed.append(path)
-        remove(files, path)
+        paths.append(write(files, table))
+        return paths[-1]
 
     monkeypatch.setattr(SourceFiles, "write", spy_write)
-    monkeypatch.setattr(SourceFiles, "remove", spy_remove)
     sink = make_sink(partition_by_key={"public.orders": {"width": 1000}} if partitioned else {})
     sink.apply(batch(*(insert(ORDERS, str(i), f"small {i}", lsn=10, ordinal=i) for i in range(5))))
     assert written == []  # inline: a few rows cost less in the request than in a file
@@ -216,8 +212,8 @@ def test_small_appends_go_inline_and_large_ones_through_a_source_file(
     large.append(delete(ORDERS, "7", None, lsn=30))  # inserted and deleted: never written
     assert sink.apply(batch(*large)).table_writes == {"append": 1}
     assert written == [2999]  # 3,000 rows of 120 bytes: through a file, then removed
-    assert len(removed) == 1
-    assert not removed[0].exists()
+    assert len(paths) == 1
+    assert not paths[0].exists()
     assert writes(lake, "orders") == {"WRITE": 2}
     expected = rows(
         *((i, f"small {i}") for i in range(5)),

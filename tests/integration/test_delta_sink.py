@@ -44,7 +44,7 @@ from sink import (
     stop_spark_session,
     table_path,
 )
-from sink.engine.sources import SourceFiles
+from sink.lake.sources import SourceFiles
 from tests.support.oracle import assert_delta_matches, delta_rows, postgres_rows
 from tests.support.settings import SinkFactory, sink_settings, spark_settings
 from tests.support.sink_changes import (
@@ -826,7 +826,7 @@ def test_every_type_of_the_mapping_round_trips_exactly(
     binary: bool,
     inline: bool,
 ) -> None:
-    # The embedded engine reads MERGE sources from Parquet files (sink/engine/sources.py), any other
+    # The embedded engine reads MERGE sources from Parquet files (sink/lake/sources.py), any other
     # engine gets them inline: both must give the same exact values.
     files_written: list[pa.Table] = []
     write = SourceFiles.write
@@ -873,7 +873,7 @@ def test_every_type_of_the_mapping_round_trips_exactly(
 def test_without_a_writable_temporary_directory_sources_go_inline_after_one_warning(
     make_sink: SinkFactory, lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # sink/engine/sources.py: a read-only file system without a /tmp volume, or a full disk.
+    # sink/lake/sources.py: a read-only file system without a /tmp volume, or a full disk.
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-directory"))
     sink = make_sink()
     with capture_logs() as logs:

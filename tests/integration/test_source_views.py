@@ -1,5 +1,5 @@
 """A MERGE source's view on the embedded engine: read from a local Parquet file
-(``sink/engine/sources.py``) or sent inline, it has the types of the sink's columns, and leaves
+(``sink/lake/sources.py``) or sent inline, it has the types of the sink's columns, and leaves
 no file behind."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from sink.engine.arrow import ArrowColumn
-from sink.engine.sources import LOCK_NAME, SourceFiles
+from sink.lake.sources import LOCK_NAME, SourceFiles
 from sink.lake.tables import LakeTables
 from sink.values.typemap import BIGINT, STRING
 from tests.support.settings import sink_settings

@@ -1,4 +1,4 @@
-"""Parquet files the embedded engine reads MERGE sources from (``sink/engine/sources.py``): one
+"""Parquet files the embedded engine reads MERGE sources from (``sink/lake/sources.py``): one
 file per view, gone after it; a private directory, removed on close, and directories
 left by a dead process removed by the next one. The engine reading them is covered by
 ``tests/integration/test_delta_sink.py`` (every type, inline and from a file)."""
@@ -19,24 +19,36 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sink.engine.sources import DIRECTORY_PREFIX, LOCK_NAME, SourceFiles, remove_abandoned
+from sink.engine.sql import quote
+from sink.lake.sources import (
+    DIRECTORY_PREFIX,
+    FILE_FORMAT,
+    LOCK_NAME,
+    SourceFiles,
+    remove_abandoned,
+)
 
 TABLE = pa.table(
     {"id": pa.array([1, 2, None], pa.int64()), "note": pa.array(["a", None, "ü"], pa.string())}
 )
 
 
-def test_a_file_holds_the_table_until_it_is_removed(tmp_path: Path) -> None:
-    files = SourceFiles(tmp_path)
-    path = files.write(TABLE)
-    assert path.parent == files.directory
-    assert pq.read_table(path).equals(TABLE)
-    other = files.write(TABLE)
-    assert other != path  # every view gets its own file
-    files.remove(path)
-    files.remove(path)  # gone already is fine
-    assert not path.exists()
-    assert other.exists()
+def test_a_staged_file_holds_the_table_for_the_block_and_is_named_as_sql_quotes_it(
+    tmp_path: Path,
+) -> None:
+    parent = tmp_path / "a `quoted` dir"  # the reference must escape what quote escapes
+    parent.mkdir()
+    files = SourceFiles(parent)
+    with files.staged(TABLE) as staged, files.staged(TABLE) as other:
+        assert staged.path.parent == files.directory
+        assert pq.read_table(staged.path).equals(TABLE)
+        assert other.path != staged.path  # every source gets its own file
+        assert staged.reference == f"{FILE_FORMAT}.{quote(str(staged.path))}"
+    assert not staged.path.exists()
+    assert not other.path.exists()
+    with pytest.raises(RuntimeError), files.staged(TABLE) as failed:
+        raise RuntimeError("the statement failed")
+    assert not failed.path.exists()  # removed however the block ends
     files.close()
 
 
@@ -58,7 +70,7 @@ def test_a_file_that_cannot_be_written_leaves_nothing_behind(tmp_path: Path) -> 
 def test_close_removes_the_directory_and_the_next_file_makes_a_new_one(tmp_path: Path) -> None:
     files = SourceFiles(tmp_path)
     assert files.directory is None
-    files.remove(files.write(TABLE))
+    files.write(TABLE).unlink()
     first = files.directory
     assert first is not None
     assert first.is_dir()
@@ -106,7 +118,7 @@ def _child_writing_a_file(tmp_path: Path, ending: str) -> tuple[int, Path]:
         import os, signal, sys
         from pathlib import Path
         import pyarrow as pa
-        from sink.engine.sources import SourceFiles
+        from sink.lake.sources import SourceFiles
         files = SourceFiles(Path({str(tmp_path)!r}))
         print(files.write(pa.table({{"id": [1]}})), flush=True)
         {ending}

@@ -8,6 +8,7 @@ import pytest
 
 from decoder import RowChange
 from sink.engine.sql import (
+    SOURCE_MARK,
     delta_table,
     quote,
     render_added_columns_select,
@@ -42,6 +43,20 @@ def test_identifiers_and_paths_are_backtick_quoted_with_backticks_doubled() -> N
     assert quote("plain") == "`plain`"
     assert quote("we`ird") == "`we``ird`"
     assert delta_table("/lake/a`b") == "delta.`/lake/a``b`"
+
+
+def test_no_identifier_can_hold_the_source_mark() -> None:
+    # The lake port replaces SOURCE_MARK in rendered statements: it must stand for nothing
+    # else, and a quoted name can never contain it.
+    assert "\x00" in SOURCE_MARK
+    with pytest.raises(ValueError, match="NUL"):
+        quote(f"a{SOURCE_MARK}b")
+    step = step_of(insert(DOCS, "1", "a", "1", lsn=10))
+    merge = render_merge(step, META, target=TARGET, view=SOURCE_MARK)
+    assert merge.count(SOURCE_MARK) == 1
+    assert merge.replace(SOURCE_MARK, "`src`") == render_merge(
+        step, META, target=TARGET, view="`src`"
+    )
 
 
 def test_upsert_and_delete_merge_with_lsn_guard() -> None:

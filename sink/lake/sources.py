@@ -47,12 +47,17 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import structlog
+
+from sink.engine.sql import quote
 
 log = structlog.get_logger("wal2delta.sink")
 
@@ -69,6 +74,15 @@ rows the file is a third cheaper (docs/performance.md). Appends have no join to 
 an inline source's unknown row count costs nothing."""
 
 
+@dataclass(frozen=True, slots=True)
+class StagedFile:
+    """A file of rows the engine reads: where it is, and the relation reference SQL names
+    it by (``parquet.`path```)."""
+
+    path: Path
+    reference: str
+
+
 class SourceFiles:
     """A private directory of Parquet files, one per MERGE source an engine reads."""
 
@@ -77,6 +91,9 @@ class SourceFiles:
         directory), made on first use."""
         self._parent = parent
         self._directory: Path | None = None
+        self._quoted_directory = ""
+        """The directory with a trailing slash, quoted for SQL (``sql.quote``) without the
+        closing backtick: the start of every file's reference."""
         self._removal: weakref.finalize[[Path, int], SourceFiles] | None = None
         self._numbers = itertools.count(1)
         self._guard = threading.Lock()
@@ -87,7 +104,7 @@ class SourceFiles:
         return self._directory
 
     def write(self, table: pa.Table) -> Path:
-        """Write ``table`` to a new file; ``remove`` it once the engine has read it.
+        """Write ``table`` to a new file (``staged`` removes it after the block).
 
         Raises:
             OSError: the directory or the file could not be written (nothing is left).
@@ -108,9 +125,20 @@ class SourceFiles:
             raise
         return path
 
-    def remove(self, path: Path) -> None:
-        """Remove a file ``write`` made (gone already is fine)."""
-        path.unlink(missing_ok=True)
+    @contextmanager
+    def staged(self, table: pa.Table) -> Iterator[StagedFile]:
+        """``table`` in a new file (``write``) for the duration of the block, removed
+        however the block ends.
+
+        Raises:
+            OSError: the file could not be written (nothing is left).
+        """
+        path = self.write(table)
+        try:
+            # ``quote(str(path))``: a file's own name, a number, needs no escaping.
+            yield StagedFile(path, f"{FILE_FORMAT}.{self._quoted_directory}{path.name}`")
+        finally:
+            path.unlink(missing_ok=True)
 
     def close(self) -> None:
         """Remove the directory and every file still in it; the next file makes a new one."""
@@ -137,6 +165,7 @@ class SourceFiles:
                     shutil.rmtree(directory, ignore_errors=True)
                     raise
                 self._directory = directory
+                self._quoted_directory = quote(f"{directory}/").removesuffix("`")
                 self._removal = weakref.finalize(self, _remove_directory, directory, lock_file)
             return self._directory
 
