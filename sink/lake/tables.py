@@ -51,7 +51,7 @@ from sink.settings import KeyBuckets
 from sink.values.typemap import BIGINT, PlanColumn
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
     from pyspark.sql.types import StructType
 
 log = structlog.get_logger("wal2delta.sink")
@@ -76,6 +76,8 @@ class TableState:
             first keyless step; a keyed step may insert rows without them).
         keyless_floor: the newest change of the table known to be applied; keyless changes
             at or before it are replays (``keyless.py``). Read from the table once.
+        creation: how the table is made, while ``load`` left its making to its first
+            append (``append_rows``); None once it exists.
     """
 
     columns: dict[str, str]
@@ -87,6 +89,21 @@ class TableState:
     buckets_checked: bool = False
     row_ids_complete: bool = False
     keyless_floor: Position | None = None
+    creation: TableCreation | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TableCreation:
+    """What a new table is made with (``LakeTables.load``): its location, its source name
+    (for messages), its columns, whether it holds data (the ``timestampNtz`` feature), its
+    partition column and its Delta table properties."""
+
+    path: str
+    table: str
+    columns: tuple[ArrowColumn, ...]
+    data: bool
+    partition: str | None
+    properties: tuple[tuple[str, str], ...]
 
 
 class LakeTables:
@@ -165,18 +182,24 @@ class LakeTables:
         data: bool = False,
         partition: str | None = None,
         properties: Mapping[str, str] | None = None,
+        made_by_first_append: bool = False,
     ) -> TableState:
         """Create the table with ``wanted`` unless it exists; read and cache its schema.
 
         ``partition`` names the partition column of a table created here (an existing
         table keeps its layout; ``check_partitioning`` compares); ``properties`` are the
         Delta table properties it is created with (``layout.table_properties``).
+        ``made_by_first_append``: a table that does not exist is not made now but by its
+        first ``append_rows``, in the same engine call and Delta commit as its rows
+        (``TableState.creation``; ``create`` makes it empty when no row comes first).
 
         A data table is created with the ``timestampNtz`` table feature even when it has
         no ``TIMESTAMP_NTZ`` column yet: Delta refuses to add such a column (a PostgreSQL
         ``timestamp`` added later) to a table whose protocol lacks the feature, and the
         protocol cannot be upgraded through Sail afterwards.
         """
+        creation = None
+        made_here = False
         with engine_errors(f"creating or reading the Delta table of {table}"):
             if is_delta_table(path):
                 schema = self._spark.read.format("delta").load(path).schema
@@ -185,22 +208,33 @@ class LakeTables:
                     for field in schema.fields
                 }
             else:
-                writer = self.empty_frame(wanted).write.format("delta").mode("ignore")
-                if data:
-                    writer = writer.option("delta.feature.timestampNtz", "supported")
-                if partition is not None:
-                    writer = writer.partitionBy(partition)
-                for key, value in (properties or {}).items():
-                    writer = writer.option(key, value)
-                writer.save(path)
+                made_here = True
+                creation = TableCreation(
+                    path, table, tuple(wanted), data, partition, tuple((properties or {}).items())
+                )
+                if not made_by_first_append:
+                    _made(self.empty_frame(wanted).write.format("delta").mode("ignore"), creation)
+                    creation = None
                 # Made here, so its schema is ``wanted`` (no read back: one engine call per
                 # new table saved). ``ignore`` keeps a table another writer made meanwhile,
                 # which only a second daemon on the same lake could (unsupported).
                 columns = dict(_column_types(wanted))
-        state = self._states[path] = TableState(columns, delta_table(path))
+        state = self._states[path] = TableState(columns, delta_table(path), creation=creation)
         if self._meta.key_bucket in state.columns:
             state.partition_column = self._meta.key_bucket
+            # Made by this process, so with the configured width: no stored row to compare.
+            state.buckets_checked = made_here
         return state
+
+    def create(self, state: TableState) -> None:
+        """Make the table ``load`` left to its first append (``state.creation``), empty,
+        now: a step other than an append, or a change of its schema, needs it to exist."""
+        creation = state.creation
+        if creation is None:
+            return
+        with engine_errors(f"creating the Delta table of {creation.table}"):
+            _made(self.empty_frame(creation.columns).write.format("delta").mode("ignore"), creation)
+        state.creation = None
 
     def check_partitioning(self, table: str, state: TableState, spec: KeyBuckets | None) -> None:
         """The table's layout must be the configured one: a MERGE relies on it."""
@@ -231,6 +265,7 @@ class LakeTables:
         """Append ``columns`` to the table's schema; a metadata-only Delta commit."""
         if not columns:
             return
+        self.create(state)
         frame_columns = list(columns)
         partition = state.partition_column
         if partition is not None:
@@ -352,10 +387,25 @@ class LakeTables:
         merge_schema: bool = False,
     ) -> None:
         """Append ``table`` (typed as ``columns``) to the Delta table at ``path``, one commit."""
+        self._append(path, table, columns, partitions=partitions, merge_schema=merge_schema)
+
+    def _append(
+        self,
+        path: str,
+        table: pa.Table,
+        columns: Sequence[ArrowColumn],
+        *,
+        partitions: Sequence[str] = (),
+        merge_schema: bool = False,
+        creation: TableCreation | None = None,
+    ) -> None:
         writer = self._spark.createDataFrame(table, schema=self._schema(columns)).write
         writer = writer.format("delta").mode("append")
         if merge_schema:
             writer = writer.option("mergeSchema", "true")
+        if creation is not None:
+            _made(writer, creation)
+            return
         if partitions:
             writer = writer.partitionBy(*partitions)
         writer.save(path)
@@ -376,13 +426,20 @@ class LakeTables:
 
         Columns are matched by name; a table column the rows lack is NULL in them.
         ``partitions`` names the table's partition column (Sail rejects an append to a
-        partitioned table without it).
+        partitioned table without it). A table ``load`` left to its first append is made
+        by this one, with its rows: the inline rows get every column of the new table,
+        NULL where they have none, so the table is made as ``load`` makes it; rows that go
+        through a file go into a table made just before.
         """
         if names is not None:
             typed = {column.name: column for column in columns}
             columns = [typed[name] for name in names]
             table = table.select(names)
+        state = self._states.get(path)
+        creation = None if state is None else state.creation
         if table.nbytes > INLINE_APPEND_BYTES:
+            if state is not None:
+                self.create(state)
             with self._staged_file(table, columns) as staged:
                 if staged is not None:
                     writer = self._spark.read.format(FILE_FORMAT).load(str(staged.path)).write
@@ -391,7 +448,13 @@ class LakeTables:
                         writer = writer.partitionBy(*partitions)
                     writer.save(path)
                     return
-        self.append(path, table, columns, partitions=partitions)
+            creation = None  # made above
+        if creation is not None:
+            table = _with_every_column(table, creation.columns)
+            columns = creation.columns
+        self._append(path, table, columns, partitions=partitions, creation=creation)
+        if state is not None:
+            state.creation = None
 
     def overwrite(
         self, path: str, query: str, *, merge_schema: bool = False, partitions: Sequence[str] = ()
@@ -427,6 +490,30 @@ class LakeTables:
         """The integer in ``column`` of the first row of ``query`` (0 without rows)."""
         rows = self._spark.sql(query).collect()
         return int(rows[0][column]) if rows else 0
+
+
+def _made(writer: DataFrameWriter, creation: TableCreation) -> None:
+    """Save with ``writer`` the first commit of the table ``creation`` describes: its
+    partition column, its table features and properties."""
+    if creation.data:
+        writer = writer.option("delta.feature.timestampNtz", "supported")
+    if creation.partition is not None:
+        writer = writer.partitionBy(creation.partition)
+    for key, value in creation.properties:
+        writer = writer.option(key, value)
+    writer.save(creation.path)
+
+
+def _with_every_column(table: pa.Table, columns: Sequence[ArrowColumn]) -> pa.Table:
+    """``table`` with exactly ``columns``, in their order: NULL where it has none."""
+    present = set(table.column_names)
+    return pa.table(
+        [
+            table.column(c.name) if c.name in present else pa.nulls(table.num_rows, c.arrow)
+            for c in columns
+        ],
+        names=[c.name for c in columns],
+    )
 
 
 def _column_types(columns: Sequence[ArrowColumn]) -> Iterator[tuple[str, str]]:

@@ -121,11 +121,13 @@ class RelationFollower:
         plain = [plan_column(c) for c in change.added if c.name not in values] + metadata
         self._lake.add_columns(path, table, state, plain)
         defaulted = [c for c in change.added if c.name in values]
-        if defaulted:
-            self._add_filled_columns(path, table, state, defaulted, values, lsn=step.first_lsn)
         # A column the catalog no longer has lost its default with it: resetting would
         # replace what an earlier run backfilled with NULL, so it is left alone.
         reset = [c for c in change.returned if catalog is None or c.name in catalog.columns]
+        if defaulted or reset:
+            self._lake.create(state)  # a table left to its first append is made first
+        if defaulted:
+            self._add_filled_columns(path, table, state, defaulted, values, lsn=step.first_lsn)
         if reset:
             self._reset_columns(path, table, reset, values, lsn=step.first_lsn)
         # Recorded only now: a crash before this line finds the old origins and repeats

@@ -6,7 +6,10 @@ Theory of operation
 up to ``sink.concurrency`` threads, never two for one table). The writer:
 
 1. makes the table ready (``prepare``): created with its first relation's columns and the
-   metadata columns, or given missing ones, through the lake port (``lake/tables.py``);
+   metadata columns, or given missing ones, through the lake port (``lake/tables.py``). A
+   new table whose first step appends (none of its changes can be in the lake) is made by
+   that append, in the same engine call and Delta commit as its rows; made empty at once
+   if that step writes no row, or before anything else touches it (decision 0130);
 2. hands each step, in order, to the executor of its kind (``executor.py``'s contract):
    ``step_truncate``; after the table follows the step's relation (``follow.py``: added,
    reset and renamed columns, type changes refused before any row of the new shape is
@@ -98,7 +101,7 @@ class TableWriter:
         """Apply the table's steps in order, then its change history. ``new_table``: the
         lake cannot hold any of its changes in the batch yet (``planning/replays.py``)."""
         started = time.monotonic()
-        target = self.prepare(plan)
+        target = self.prepare(plan, new_table=new_table)
         writes: Counter[WriteKind] = Counter()
         anomalies = 0
         try:
@@ -107,6 +110,10 @@ class TableWriter:
                 outcome = self._apply_step(plan, target, step, message, new_table)
                 writes[outcome.write] += 1
                 anomalies += outcome.toast_anomalies
+                if target.state.creation is not None:
+                    # The first step was to make the table with its rows, and wrote none
+                    # (each was deleted within it): the table is made empty.
+                    self._lake.create(target.state)
         except BaseException:
             # A failed schema change may or may not have committed: read the schema again
             # before the batch is replayed.
@@ -171,9 +178,13 @@ class TableWriter:
         """Make the table follow ``step``'s relation (``follow.py``)."""
         self._follower.follow(plan, target.path, target.state, step, message)
 
-    def prepare(self, plan: MergePlan, staging: str | None = None) -> TableTarget:
+    def prepare(
+        self, plan: MergePlan, staging: str | None = None, *, new_table: bool = False
+    ) -> TableTarget:
         """The table (``staging`` for an online copy's staging table), created (and given
-        missing columns) when new."""
+        missing columns) when new. With ``new_table`` (``write``'s) a new table whose first
+        step appends rows is made by that append, in its engine call and Delta commit
+        (``LakeTables.load``)."""
         path = staging or self._path(plan)
         state = self._lake.states.get(path)
         if state is None or state.stale:
@@ -194,6 +205,7 @@ class TableWriter:
                 data=True,
                 partition=partition,
                 properties=table_properties(self._settings, plan.qualified_name),
+                made_by_first_append=new_table and self._appends_first(plan),
             )
             self._lake.followed(state, relation, None)
             try:
@@ -205,6 +217,16 @@ class TableWriter:
             missing = [c for c in wanted if c.name not in state.columns and c not in data]
             self._lake.add_columns(path, plan.qualified_name, state, missing)
         return TableTarget(plan.qualified_name, path, state, state.reference)
+
+    def _appends_first(self, plan: MergePlan) -> bool:
+        """Whether ``plan``'s first step appends rows (``step_append.appends``), for a
+        table none of whose changes in the batch the lake can hold."""
+        first = plan.steps[0] if plan.steps else None
+        return (
+            isinstance(first, MergeStep)
+            and first.row_count > 0
+            and appends(plan, first, self._meta, new_table=True)
+        )
 
     def _path(self, plan: MergePlan) -> str:
         """The location of ``plan``'s table, worked out once per process."""

@@ -37,9 +37,11 @@ def path_of(lake: Path, table: str) -> str:
 
 
 def writes(lake: Path, table: str) -> Counter[str]:
-    """The table's Delta commits by operation, past its creation (version 0)."""
+    """The table's Delta commits by operation, the one that made it included (version 0,
+    ``CREATE TABLE``): a table whose first step appends is made by that append, with its
+    rows; any other is made empty, then written."""
     history = DeltaTable(path_of(lake, table)).history()
-    return Counter(str(entry["operation"]) for entry in history if entry["version"] > 0)
+    return Counter(str(entry["operation"]) for entry in history)
 
 
 def rows(*pairs: tuple[int, str | None]) -> list[dict[str, object]]:
@@ -54,8 +56,10 @@ def test_inserts_of_new_keys_are_appended_without_a_merge(
         batch(*(insert(ORDERS, str(i), f"item {i}", lsn=10, ordinal=i) for i in range(5)))
     )
     assert result.table_writes == {"append": 1}
+    # The first append made the table: one engine call and one commit, rows included.
+    assert DeltaTable(path_of(lake, "orders"), version=0).to_pyarrow_table().num_rows == 5
     sink.apply(batch(insert(ORDERS, "5", "item 5", lsn=20), insert(ORDERS, "6", None, lsn=30)))
-    assert writes(lake, "orders") == {"WRITE": 2}
+    assert writes(lake, "orders") == {"CREATE TABLE": 1, "WRITE": 1}
     expected = rows(*((i, f"item {i}") for i in range(6)), (6, None))
     assert_delta_matches(path_of(lake, "orders"), expected, key=["id"])
     stamps = {
@@ -81,12 +85,12 @@ def test_insert_then_update_and_insert_then_delete_in_one_batch_are_appended_as_
             insert(ORDERS, "3", "c3", lsn=30, ordinal=1),
         )
     )
-    assert writes(lake, "orders") == {"WRITE": 1}
+    assert writes(lake, "orders") == {"CREATE TABLE": 1}
     assert_delta_matches(path_of(lake, "orders"), rows((1, "a2"), (3, "c3")), key=["id"])
     # Every row of a batch inserted and deleted again: nothing to write, no commit.
     result = sink.apply(batch(insert(ORDERS, "9", "x", lsn=40), delete(ORDERS, "9", None, lsn=50)))
     assert result.table_writes == {"none": 1}
-    assert writes(lake, "orders") == {"WRITE": 1}
+    assert writes(lake, "orders") == {"CREATE TABLE": 1}
     assert_delta_matches(path_of(lake, "orders"), rows((1, "a2"), (3, "c3")), key=["id"])
 
 
@@ -107,7 +111,7 @@ def test_a_step_that_touches_a_key_it_did_not_insert_is_one_merge(
     sink.apply(
         batch(update(ORDERS, "2", "b2", lsn=40), insert(ORDERS, "4", "d", lsn=40, ordinal=1))
     )
-    assert writes(lake, "orders") == {"WRITE": 1, "MERGE": 2}
+    assert writes(lake, "orders") == {"CREATE TABLE": 1, "MERGE": 2}
     expected = rows((1, "a again"), (2, "b2"), (3, "c"), (4, "d"))
     assert_delta_matches(path_of(lake, "orders"), expected, key=["id"])
 
@@ -122,7 +126,7 @@ def test_a_batch_the_lake_may_hold_already_is_merged_after_a_restart(
     restarted = make_sink()
     restarted.apply(first)
     restarted.apply(batch(insert(ORDERS, "3", "c", lsn=20)))
-    assert writes(lake, "orders") == {"WRITE": 2, "MERGE": 1}
+    assert writes(lake, "orders") == {"CREATE TABLE": 1, "MERGE": 1, "WRITE": 1}
     assert_delta_matches(path_of(lake, "orders"), rows((1, "a"), (2, "b"), (3, "c")), key=["id"])
 
 
@@ -150,8 +154,8 @@ def test_a_batch_sent_again_after_a_failed_attempt_is_merged(
     monkeypatch.setattr(LakeTables, "append_rows", append_rows)
     sink.apply(failing)
     assert calls == 2  # orders and notes were appended once each
-    assert writes(lake, "orders") == {"WRITE": 1, "MERGE": 1}
-    assert writes(lake, "notes") == {"WRITE": 2, "MERGE": 1}
+    assert writes(lake, "orders") == {"CREATE TABLE": 1, "MERGE": 1}
+    assert writes(lake, "notes") == {"CREATE TABLE": 1, "WRITE": 1, "MERGE": 1}
     assert_delta_matches(path_of(lake, "orders"), rows((1, "a")), key=["id"])
     notes = [{"id": 1, "body": "n"}, {"id": 2, "body": "m"}]
     assert_delta_matches(path_of(lake, "notes"), notes, key=["id"])
@@ -160,13 +164,14 @@ def test_a_batch_sent_again_after_a_failed_attempt_is_merged(
 def test_a_configured_key_and_soft_deletes_always_merge(make_sink: SinkFactory, lake: Path) -> None:
     sink = make_sink(keys={"public.tags": ["id"]})
     sink.apply(batch(insert(TAGS, "1", "x", lsn=10), insert(TAGS, "2", "y", lsn=10, ordinal=1)))
-    assert writes(lake, "tags") == {"MERGE": 1}
+    assert writes(lake, "tags") == {"CREATE TABLE": 1, "MERGE": 1}
+    assert DeltaTable(path_of(lake, "tags"), version=0).to_pyarrow_table().num_rows == 0
     soft = make_sink(soft_delete=True)
     soft.apply(batch(insert(NOTES, "1", "n", lsn=20), insert(NOTES, "2", "m", lsn=20, ordinal=1)))
     soft.apply(batch(delete(NOTES, "1", None, lsn=30)))
     # The tombstone of key 1 is a row with that key: inserting it again must find it.
     soft.apply(batch(insert(NOTES, "1", "back", lsn=40)))
-    assert writes(lake, "notes") == {"MERGE": 3}
+    assert writes(lake, "notes") == {"CREATE TABLE": 1, "MERGE": 3}
     live = [{"id": 1, "body": "back"}, {"id": 2, "body": "m"}]
     assert_delta_matches(path_of(lake, "notes"), live, key=["id"])
 
@@ -177,7 +182,7 @@ def test_a_table_partitioned_by_key_range_gets_its_buckets_in_the_append(
     sink = make_sink(partition_by_key={"public.orders": {"width": 100}})
     sink.apply(batch(*(insert(ORDERS, str(i), "x", lsn=10, ordinal=i) for i in (1, 150, 420))))
     sink.apply(batch(update(ORDERS, "150", "y", lsn=20)))
-    assert writes(lake, "orders") == {"WRITE": 1, "MERGE": 1}
+    assert writes(lake, "orders") == {"CREATE TABLE": 1, "MERGE": 1}
     assert_delta_matches(
         path_of(lake, "orders"), rows((1, "x"), (150, "y"), (420, "x")), key=["id"]
     )
@@ -214,7 +219,7 @@ def test_small_appends_go_inline_and_large_ones_through_a_source_file(
     assert written == [2999]  # 3,000 rows of 120 bytes: through a file, then removed
     assert len(paths) == 1
     assert not paths[0].exists()
-    assert writes(lake, "orders") == {"WRITE": 2}
+    assert writes(lake, "orders") == {"CREATE TABLE": 1, "WRITE": 1}
     expected = rows(
         *((i, f"small {i}") for i in range(5)),
         *((i, f"{body} {i}") for i in range(5, 3005) if i != 7),

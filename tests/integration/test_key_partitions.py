@@ -176,7 +176,8 @@ def test_a_key_that_cannot_be_bucketed_is_a_data_error_before_anything_is_merged
     values = ["1", "1", "b"] if relation is TENANTS else ["k", "b"]
     with pytest.raises(SinkDataError, match=message):
         sink.apply(batch(insert(relation, *values, lsn=10)))
-    assert delta_rows(path_of(lake, relation.relation_name)) == []
+    # Nothing written: the table was to be made by that first append (decision 0130).
+    assert not DeltaTable.is_deltatable(path_of(lake, relation.relation_name))
 
 
 def test_the_configured_layout_must_match_the_existing_table(

@@ -9,12 +9,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 from sink.engine.arrow import ArrowColumn, ddl
 from sink.lake.deltars import read_rows
 from sink.lake.tables import LakeTables
 from sink.planning.evolution import delta_type_name
 from sink.values import typemap
+from tests.support.oracle import read_delta_table
 from tests.support.settings import sink_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -66,3 +68,54 @@ def test_frames_get_the_schema_a_parsed_ddl_string_gives(
     # is built from the DDL string then.
     odd = [ArrowColumn("n", "DOUBLE", pa.int64())]
     assert lake.empty_frame(odd).schema.simpleString() == "struct<n:double>"
+
+
+@pytest.mark.parametrize("rows", [0, 3], ids=["made-empty-when-no-row-comes", "with-its-rows"])
+def test_a_table_made_by_its_first_append_is_the_table_load_makes(
+    spark_session: Any, tmp_path: Path, rows: int
+) -> None:
+    # ``made_by_first_append``: the table is made by the first append, in one engine call
+    # and one commit with its rows; it must be made exactly as ``load`` makes it - the same
+    # schema, partitioning, table properties and features - whatever columns the rows carry.
+    lake = LakeTables(spark_session, sink_settings(tmp_path / "lake").metadata)
+    bucket = ArrowColumn("bucket", "BIGINT", pa.int64())
+    made = {
+        "partition": "bucket",
+        "properties": {"delta.enableDeletionVectors": "true"},
+        "data": True,
+    }
+    eager_path, deferred_path = str(tmp_path / "lake" / "eager"), str(tmp_path / "lake" / "late")
+    lake.load(eager_path, "public.eager", [*COLUMNS, bucket], **made)  # type: ignore[arg-type]
+    state = lake.load(
+        deferred_path,
+        "public.late",
+        [*COLUMNS, bucket],
+        made_by_first_append=True,
+        **made,  # type: ignore[arg-type]
+    )
+    assert state.creation is not None
+    assert not DeltaTable.is_deltatable(deferred_path)  # nothing made yet
+    carried = [COLUMNS[2], COLUMNS[6], bucket]  # INT, STRING and the partition column
+    table = pa.table(
+        {
+            "c_int": pa.array(range(rows), pa.int32()),
+            "c_string": pa.array([f"r{i}" for i in range(rows)], pa.string()),
+            "bucket": pa.array([i % 2 for i in range(rows)], pa.int64()),
+        }
+    )
+    if rows:
+        lake.append_rows(deferred_path, table, carried, partitions=["bucket"])
+    else:
+        lake.create(state)
+    assert state.creation is None
+    eager, deferred = DeltaTable(eager_path), DeltaTable(deferred_path)
+    assert deferred.schema() == eager.schema()
+    assert deferred.metadata().partition_columns == eager.metadata().partition_columns
+    assert deferred.metadata().configuration == eager.metadata().configuration
+    assert deferred.protocol() == eager.protocol()
+    assert deferred.version() == 0  # one commit
+    written = read_delta_table(deferred_path).to_pylist()
+    assert sorted((r["c_int"], r["c_string"], r["bucket"]) for r in written) == [
+        (i, f"r{i}", i % 2) for i in range(rows)
+    ]
+    assert all(r["price"] is None and r["grid"] is None for r in written)
