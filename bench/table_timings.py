@@ -201,6 +201,7 @@ def install(timings: Timings, profilers: _Profilers | None = None) -> list[str]:
                 {
                     "seconds": seconds,
                     "changes": len(batch.changes),
+                    "transactions": batch.transaction_count,
                     "table_writes": len(by_table),
                     "table_seconds": sum(by_table.values()),
                     "rows": sum(sum(ops.values()) for ops in result.rows_by_table.values()),

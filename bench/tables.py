@@ -370,7 +370,8 @@ def _case_figures(case: Case, base: Case, *, phases: bool) -> tuple[list[Figure]
     ]
     if phases:
         batches = ", ".join(
-            f"{int(b['changes']):,}/{int(b['table_writes'])}/{b['seconds']:.1f} s"
+            f"{int(b['changes']):,}/{int(b.get('transactions', 0)):,}/{int(b['table_writes'])}"
+            f"/{b['seconds']:.1f} s"
             for b in case.batches
         )
         figures.append(
@@ -378,7 +379,7 @@ def _case_figures(case: Case, base: Case, *, phases: bool) -> tuple[list[Figure]
                 f"{label}: daemon batches",
                 [len(case.batches)],
                 "batches",
-                note=f"changes/table writes/apply seconds of each: {batches}",
+                note=f"changes/transactions/table writes/apply seconds of each: {batches}",
             )
         )
     if phases and writes:

@@ -16,6 +16,20 @@ A MERGE costs about the same whatever its size (it scans the target), so under l
 fewer, larger batches raise throughput, while at low load batches stay small and lag
 stays near one MERGE time plus ``max_age``.
 
+Catching up (``catch_up_to``): a session that starts behind - the server's WAL position
+when it started lies ahead of what it has read - reads a backlog the server already
+holds. Closing a batch at every idle moment of the sink then cuts that backlog into
+batches by timing alone: when the sink finishes its first batch while the backlog is
+still being read, the rest comes as two batches, and every table of both is written
+twice (a MERGE the second time, when the first write inserted the keys the second
+updates). So past the session's first batch (handed over at once, so the sink's first
+engine calls overlap the reading), until the read position passes ``catch_up_to`` (a
+commit's end, or a keepalive's position: the walsender sends one once it has caught up),
+a batch neither closes when the sink is idle nor at ``max_rows``: it grows as under a
+backlog, to ``max_rows_ceiling`` or ``max_bytes``, and closes ``max_age`` after the last
+change added to it - the read stalled short of ``catch_up_to`` - rather than ``max_age``
+after its first.
+
 Memory: a batch also closes once the changes in it weigh ``max_bytes`` (as the caller
 measures them: the capture loop counts each change's message bytes plus a fixed object
 overhead), whatever ``backlog`` says, so wide rows never make a batch of ``max_rows``
@@ -42,8 +56,11 @@ class Batcher:
         max_bytes: int | None = None,
         close_when_idle: bool = False,
         timeline: int | None = None,
+        catch_up_to: Lsn | None = None,
     ) -> None:
-        """``timeline``: the server's timeline, recorded with every batch (``Batch.timeline``)."""
+        """``timeline``: the server's timeline, recorded with every batch (``Batch.timeline``);
+        ``catch_up_to``: the server's WAL position when the session started (the module
+        docstring), None for no catching up."""
         if max_rows < 1:
             raise ValueError("max_rows must be at least 1")
         self.max_rows = max_rows
@@ -58,6 +75,10 @@ class Batcher:
         self._transactions = 0
         self._last_commit_time: PgTimestamp | None = None
         self._opened_at: float | None = None
+        self._added_at = 0.0
+        """When a change or a transaction's end was last added."""
+        self._catch_up_to = catch_up_to
+        self._handed_over = False
 
     @property
     def row_count(self) -> int:
@@ -81,6 +102,7 @@ class Batcher:
     def _touch(self, now: float) -> None:
         if self._opened_at is None:
             self._opened_at = now
+        self._added_at = now
 
     def add(
         self, change: Change, now: float, *, backlog: bool = False, size: int = 0
@@ -123,25 +145,42 @@ class Batcher:
         self._transactions += 1
         self._last_commit_time = commit_time
 
-    def due(self, now: float, *, backlog: bool = False) -> bool:
+    def catching_up(self, received: int) -> bool:
+        """Whether the session, having read up to ``received``, still reads the backlog the
+        server held when it started, past its first batch (the module docstring). Once
+        past ``catch_up_to`` it never catches up again."""
+        if self._catch_up_to is None or not self._handed_over:
+            return False
+        if received < self._catch_up_to:
+            return True
+        self._catch_up_to = None
+        return False
+
+    def due(self, now: float, *, backlog: bool = False, catching_up: bool = False) -> bool:
         """True when the open batch should be handed over now.
 
         That is when its oldest content is ``max_age`` old, or with ``close_when_idle``
         when it holds a whole transaction - unless the sink has a backlog, in which case
-        the batch keeps growing - or when it is full.
+        the batch keeps growing, or the session is catching up, in which case it closes
+        ``max_age`` after the last change added - or when it is full.
         """
         if self._opened_at is None:
             return False
-        if self._full(backlog):
+        if self._full(backlog or catching_up):
             return True
         if backlog:
             return False
+        if catching_up:
+            return now - self._added_at >= self.max_age
         if self.close_when_idle and self._transactions:
             return True
         return now - self._opened_at >= self.max_age
 
-    def next_deadline(self) -> float | None:
-        return None if self._opened_at is None else self._opened_at + self.max_age
+    def next_deadline(self, *, catching_up: bool = False) -> float | None:
+        """When the open batch is due by age (``due``); None without one."""
+        if self._opened_at is None:
+            return None
+        return (self._added_at if catching_up else self._opened_at) + self.max_age
 
     def take(self) -> Batch | None:
         """Close and return the open batch, or None when there is nothing to hand over."""
@@ -160,4 +199,5 @@ class Batcher:
         self._transactions = 0
         self._last_commit_time = None
         self._opened_at = None
+        self._handed_over = True
         return batch

@@ -208,7 +208,7 @@ class Session:
             now = clock()
             if frames and now >= self._metrics_due:
                 self._publish_metrics(now)
-            if self.batcher.due(now, backlog=self._sink_busy()):
+            if self._batch_due(now):
                 self._hand_off(self.batcher.take())
             self._send_feedback_if_due(now)
             if frames:
@@ -253,7 +253,9 @@ class Session:
         deadlines = [self.policy.next_deadline(), now + 1.0]
         if self.receive_timeout > 0:
             deadlines.append(self._liveness_deadline())
-        batch_deadline = self.batcher.next_deadline()
+        batch_deadline = self.batcher.next_deadline(
+            catching_up=self.batcher.catching_up(self.tracker.received)
+        )
         if batch_deadline is not None and not self._sink_busy():
             deadlines.append(batch_deadline)
         return max(0.0, min(deadlines) - now)
@@ -458,6 +460,22 @@ class Session:
         """No transaction, prepare or stream block is being received right now."""
         return self.assembler.state is AssemblerState.IDLE
 
+    def _batch_due(self, now: float) -> bool:
+        """Whether the open batch is handed over now (``Batcher.due``), given the sink's
+        state and how far the session has read (``Batcher.catching_up``)."""
+        return self.batcher.due(
+            now,
+            backlog=self._sink_busy(),
+            catching_up=self.batcher.catching_up(self.tracker.received),
+        )
+
+    def _batch_grows(self, txn: CommittedTransaction) -> bool:
+        """Whether the open batch may grow past ``max_rows`` while ``txn`` is replayed:
+        the sink is busy, or ``txn`` is part of the backlog the server held when the
+        session started (its commit record starts before that position; ``received`` is
+        past it already, at the transaction's end)."""
+        return self._sink_busy() or self.batcher.catching_up(txn.commit_lsn)
+
     def _sink_busy(self) -> bool:
         """The sink still works on an earlier batch: let the open batch grow instead.
 
@@ -512,7 +530,7 @@ class Session:
             # carries the transaction's end, durable once the recording is synced.
             self.assembler.discard(txn)
             batcher.end_transaction(txn.end_lsn, txn.commit_time, clock())
-            if batcher.due(clock(), backlog=self._sink_busy()):
+            if self._batch_due(clock()):
                 self._hand_off(batcher.take())
             return
         counts: dict[tuple[int, str], int] = {}
@@ -525,18 +543,18 @@ class Session:
             # the sink-busy answer (adaptive batching) stays fresh: one clock reading and
             # busy check per slice instead of per change.
             limits = ChunkLimits(change_overhead=CHANGE_OVERHEAD_BYTES)
-            busy = self._sink_busy()
+            busy = self._batch_grows(txn)
             self._set_limits(limits, busy)
             for chunk in self.assembler.replay_chunks(txn, limits, counts, relations):
                 self._hand_off(
                     batcher.add_many(chunk.changes, clock(), backlog=busy, size=chunk.weight)
                 )
-                busy = self._sink_busy()
+                busy = self._batch_grows(txn)
                 self._set_limits(limits, busy)
         for key, count in counts.items():
             self._change_counter(relations[key].qualified_name, key[1]).inc(count)
         batcher.end_transaction(txn.end_lsn, txn.commit_time, clock())
-        if batcher.row_count == 0 and batcher.due(clock(), backlog=self._sink_busy()):
+        if batcher.row_count == 0 and self._batch_due(clock()):
             self._hand_off(batcher.take())
 
     def _set_limits(self, limits: ChunkLimits, busy: bool) -> None:

@@ -82,6 +82,7 @@ from decoder import (
     Lsn,
     SpoolError,
     Wal2DeltaError,
+    parse_lsn,
     spilling_buffers,
 )
 from sink import (
@@ -434,6 +435,9 @@ class Supervisor:
         ).set(1)
         stream = ReplicationStream.open(settings.conninfo, connect_timeout=settings.connect_timeout)
         try:
+            # Where the server's WAL ends as the session starts: the backlog it already
+            # holds is read in fewer, larger batches (``capture/batcher.py``, catching up).
+            catch_up_to = parse_lsn(stream.identify_system()[2])
             timeline = self._check_timeline(stream)
             if settings.initial_snapshot:
                 consistent_point = ensure_snapshot(settings, stream, info, self.sink, self.metrics)
@@ -475,6 +479,7 @@ class Supervisor:
                     max_bytes=batch.max_bytes,
                     close_when_idle=batch.close_when_idle,
                     timeline=timeline,
+                    catch_up_to=catch_up_to,
                 ),
                 worker=self._worker,
                 metrics=self.metrics,

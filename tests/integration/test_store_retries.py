@@ -70,7 +70,9 @@ def _stream(dsn: str, tmp_path: Path, max_attempts: int) -> tuple[AppConfig, Lsn
         ["public.items"],
         source={"reconnect": {"initial_delay": "100ms", "max_delay": "200ms", "max_attempts": 1}},
         sink={
-            "batch": {"max_rows": 2},
+            # Batches of two rows, also while the daemon catches up with the rows written
+            # before it started (``capture/batcher.py``: it grows batches to the ceiling).
+            "batch": {"max_rows": 2, "max_rows_ceiling": 2},
             "store_retries": {
                 "max_attempts": max_attempts,
                 "initial_delay": "50ms",

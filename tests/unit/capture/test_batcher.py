@@ -165,3 +165,60 @@ def test_a_batch_closes_at_max_bytes_whatever_the_backlog() -> None:
     assert batcher.byte_count == 0
     assert batcher.add_many([change(3), change(4)], 0.0, size=2000) is not None
     assert Batcher(max_rows=5, max_age=60).byte_room() is None
+
+
+def _transaction(batcher: Batcher, n: int, now: float, *, backlog: bool = False) -> None:
+    """One transaction of one change, ending at LSN 1000 + n."""
+    assert batcher.add(change(n), now, backlog=backlog) is None
+    batcher.end_transaction(Lsn(1000 + n), PgTimestamp(n), now)
+
+
+def test_catching_up_the_first_batch_goes_at_once_and_the_backlog_in_one_more() -> None:
+    batcher = Batcher(
+        max_rows=2, max_age=1.0, max_rows_ceiling=100, close_when_idle=True, catch_up_to=Lsn(5000)
+    )
+    assert not batcher.catching_up(1001)  # nothing handed over yet: the sink warms up
+    _transaction(batcher, 1, 0.0)
+    assert batcher.due(0.0, catching_up=batcher.catching_up(1001))
+    first = batcher.take()
+    assert first is not None
+    assert first.transaction_count == 1
+    # The sink is idle, but the server held more when the session started: the batch
+    # grows past max_rows (up to the ceiling) and closes at max_age, not at every commit.
+    for n in range(2, 12):
+        growing = batcher.catching_up(1000 + n)
+        assert growing
+        _transaction(batcher, n, 0.1, backlog=growing)
+        assert not batcher.due(0.1, catching_up=growing)
+    assert batcher.row_count == 10  # five times max_rows
+    # The read stalls short of the position (WAL this stream does not carry): the batch
+    # closes max_age after the last change added, not after its first.
+    assert not batcher.due(1.05, catching_up=True)
+    assert batcher.next_deadline(catching_up=True) == 1.1
+    assert batcher.due(1.1, catching_up=True)
+    # Read past where the server was: group commit again, and for good.
+    assert not batcher.catching_up(5000)
+    assert batcher.due(0.2, catching_up=batcher.catching_up(1011))
+    caught_up = batcher.take()
+    assert caught_up is not None
+    assert caught_up.transaction_count == 10
+    assert not batcher.catching_up(1012)  # once past, it never catches up again
+
+
+def test_catching_up_a_batch_still_closes_at_the_ceiling() -> None:
+    batcher = Batcher(max_rows=2, max_age=60.0, max_rows_ceiling=4, catch_up_to=Lsn(5000))
+    _transaction(batcher, 1, 0.0)
+    assert batcher.take() is not None
+    for n in range(2, 5):
+        _transaction(batcher, n, 0.0, backlog=batcher.catching_up(1000 + n))
+    assert not batcher.due(0.0, catching_up=True)
+    assert batcher.add(change(5), 0.0, backlog=True) is not None  # the fourth change
+
+
+def test_without_a_catch_up_position_nothing_changes() -> None:
+    batcher = Batcher(max_rows=2, max_age=60.0, close_when_idle=True)
+    _transaction(batcher, 1, 0.0)
+    assert batcher.take() is not None
+    assert not batcher.catching_up(0)
+    _transaction(batcher, 2, 0.0)
+    assert batcher.due(0.0, catching_up=batcher.catching_up(0))
