@@ -883,7 +883,11 @@ class BatchConfig(_Section):
             "Group commit: hand the batch to the sink as soon as it holds a whole "
             "transaction and the sink has nothing to do, rather than waiting for `max_age`. "
             "While the sink works, the batch keeps growing. Lag is then about one MERGE "
-            "time at low rates, and batches grow by themselves under load."
+            "time at low rates, and batches grow by themselves under load. A backlog the "
+            "server already held when the daemon connected is read in batches that grow "
+            "to `max_rows_ceiling` (after a first small one), each closing `max_age` after "
+            "its last change, so each table is written once per batch, not once per idle "
+            "moment of the sink."
         ),
     )
     max_rows_ceiling: int = Field(
