@@ -213,7 +213,7 @@ class LakeTables:
                     path, table, tuple(wanted), data, partition, tuple((properties or {}).items())
                 )
                 if not made_by_first_append:
-                    _made(self.empty_frame(wanted).write.format("delta").mode("ignore"), creation)
+                    self._make_empty(creation)
                     creation = None
                 # Made here, so its schema is ``wanted`` (no read back: one engine call per
                 # new table saved). ``ignore`` keeps a table another writer made meanwhile,
@@ -233,8 +233,13 @@ class LakeTables:
         if creation is None:
             return
         with engine_errors(f"creating the Delta table of {creation.table}"):
-            _made(self.empty_frame(creation.columns).write.format("delta").mode("ignore"), creation)
+            self._make_empty(creation)
         state.creation = None
+
+    def _make_empty(self, creation: TableCreation) -> None:
+        """Make the table ``creation`` describes, without rows: an empty frame saved with
+        mode ``ignore``, which keeps a table another writer made meanwhile."""
+        _made(self.empty_frame(creation.columns).write.format("delta").mode("ignore"), creation)
 
     def check_partitioning(self, table: str, state: TableState, spec: KeyBuckets | None) -> None:
         """The table's layout must be the configured one: a MERGE relies on it."""
@@ -385,30 +390,14 @@ class LakeTables:
         *,
         partitions: Sequence[str] = (),
         merge_schema: bool = False,
-    ) -> None:
-        """Append ``table`` (typed as ``columns``) to the Delta table at ``path``, one commit."""
-        self._append(path, table, columns, partitions=partitions, merge_schema=merge_schema)
-
-    def _append(
-        self,
-        path: str,
-        table: pa.Table,
-        columns: Sequence[ArrowColumn],
-        *,
-        partitions: Sequence[str] = (),
-        merge_schema: bool = False,
         creation: TableCreation | None = None,
     ) -> None:
-        writer = self._spark.createDataFrame(table, schema=self._schema(columns)).write
-        writer = writer.format("delta").mode("append")
-        if merge_schema:
-            writer = writer.option("mergeSchema", "true")
-        if creation is not None:
-            _made(writer, creation)
-            return
-        if partitions:
-            writer = writer.partitionBy(*partitions)
-        writer.save(path)
+        """Append ``table`` (typed as ``columns``) to the Delta table at ``path``, one commit;
+        with ``creation``, the commit that makes the table (``TableState.creation``)."""
+        frame = self._spark.createDataFrame(table, schema=self._schema(columns))
+        _save_appended(
+            frame, path, partitions=partitions, merge_schema=merge_schema, creation=creation
+        )
 
     def append_rows(
         self,
@@ -442,6 +431,8 @@ class LakeTables:
                 self.create(state)
             with self._staged_file(table, columns) as staged:
                 if staged is not None:
+                    # Written out here, not through ``_save_appended``: after staging, the
+                    # walk of a table's write returns to no file it left (decision 0129).
                     writer = self._spark.read.format(FILE_FORMAT).load(str(staged.path)).write
                     writer = writer.format("delta").mode("append")
                     if partitions:
@@ -452,7 +443,7 @@ class LakeTables:
         if creation is not None:
             table = _with_every_column(table, creation.columns)
             columns = creation.columns
-        self._append(path, table, columns, partitions=partitions, creation=creation)
+        self.append(path, table, columns, partitions=partitions, creation=creation)
         if state is not None:
             state.creation = None
 
@@ -490,6 +481,27 @@ class LakeTables:
         """The integer in ``column`` of the first row of ``query`` (0 without rows)."""
         rows = self._spark.sql(query).collect()
         return int(rows[0][column]) if rows else 0
+
+
+def _save_appended(
+    frame: DataFrame,
+    path: str,
+    *,
+    partitions: Sequence[str] = (),
+    merge_schema: bool = False,
+    creation: TableCreation | None = None,
+) -> None:
+    """Append ``frame`` to the Delta table at ``path``, one commit; with ``creation``, the
+    commit that makes the table (``_made``: its partition column, features, properties)."""
+    writer = frame.write.format("delta").mode("append")
+    if merge_schema:
+        writer = writer.option("mergeSchema", "true")
+    if creation is not None:
+        _made(writer, creation)
+        return
+    if partitions:
+        writer = writer.partitionBy(*partitions)
+    writer.save(path)
 
 
 def _made(writer: DataFrameWriter, creation: TableCreation) -> None:
