@@ -48,6 +48,7 @@ PHASES: Final = (
     ("sink.delta", "DeltaSink", "settle", "upkeep when idle"),
     ("sink.upkeep.compaction", "Compactor", "compact_due", "compactions due"),
     ("sink.upkeep.compaction", "Compactor", "wrote", "compactor: tables written"),
+    ("sink.upkeep.compaction", "Compactor", "_read_new_tables", "compactor: new tables' logs"),
     ("sink.planning.holdback", "HeldChanges", "admit", "holdback: admit"),
     ("sink.delta", None, "plan_batch", "plan the batch"),
     ("sink.records.commits", "CommitLog", "begin", "commit log: intent"),

@@ -9,7 +9,9 @@ changes/s stream the MERGE of a 100k-row table went from 0.1 s to 0.4 s in 30 se
 it keeps growing with the daemon's uptime (``python -m bench lag``).
 
 So after every ``after_writes`` commits to a table (counted in memory, starting from the
-commits after the newest compaction in the table's log when a process first writes it),
+commits after the newest compaction in the table's log when a process first writes it -
+read by the upkeep after that batch, not on the batch's way to its acknowledgement:
+``docs/decisions/0132-a-new-table-is-counted-for-compaction-by-the-upkeep.md``),
 the sink compacts it with delta-rs (``DeltaTable.optimize.compact``): files smaller than
 the target size are rewritten into few large ones in a commit with ``dataChange: false``.
 Only the partitions (the whole table, when it has none) that hold ``MIN_SMALL_FILES`` small
@@ -115,8 +117,10 @@ class Compactor:
         self._lake = lake
         self._retention = retention
         self._settings = settings
-        self._seen: set[str] = set()
         self._writes: dict[str, int] = {}
+        """Writes since the newest compaction, per table this process has counted."""
+        self._unread: dict[str, None] = {}
+        """Tables written in this process whose log ``compact_due`` has yet to count from."""
         self._due: dict[str, None] = {}
         """Tables to compact at the next ``compact_due``, in the order they became due."""
 
@@ -129,22 +133,24 @@ class Compactor:
         return cls(settings.compact_after_writes, lake=lake, retention=retention, settings=settings)
 
     def wrote(self, paths: Iterable[str]) -> None:
-        """Count one write to each of ``paths``; note those that are due."""
+        """Count one write to each of ``paths``; note those that are due.
+
+        A table this process had not written yet is only noted: its count starts from its
+        own log, read by the next ``compact_due`` (after the batch is reported durable),
+        not here, on the way to the batch's acknowledgement.
+        """
         paths = list(paths)
         if self._retention is not None:
             self._retention.wrote(paths)
-        if self._settings is not None:
-            for path in paths:
-                if path not in self._seen:
-                    self._seen.add(path)
-                    warn_if_without_deletion_vectors(self._settings, path)
-        if self._after_writes <= 0:
-            return
         for path in paths:
-            known = self._writes.get(path)
-            count = known + 1 if known is not None else self._commits_since_compaction(path)
-            if count < self._after_writes:
-                self._writes[path] = count
+            count = self._writes.get(path)
+            if count is None:
+                self._unread[path] = None  # its log, read later, holds this write too
+                continue
+            if self._after_writes <= 0:
+                continue
+            if count + 1 < self._after_writes:
+                self._writes[path] = count + 1
                 continue
             self._writes[path] = 0
             self._due[path] = None
@@ -160,13 +166,14 @@ class Compactor:
         """
         started = time.monotonic()
         deadline = None if budget_seconds is None else started + budget_seconds
+        self._read_new_tables(deadline)
         while self._due:
             path = next(iter(self._due))
             del self._due[path]
             self._compact(path)
             if deadline is not None and time.monotonic() >= deadline:
                 break
-        waiting = bool(self._due)
+        waiting = bool(self._due or self._unread)
         if self._retention is not None:
             waiting = self._retention.vacuum_due(deadline) or waiting
         return waiting
@@ -175,9 +182,27 @@ class Compactor:
         """Forget the counts and what is due (a new process or a reset sink starts again)."""
         self._writes.clear()
         self._due.clear()
-        self._seen.clear()
+        self._unread.clear()
         if self._retention is not None:
             self._retention.clear()
+
+    def _read_new_tables(self, deadline: float | None) -> None:
+        """Count the commits since the newest compaction of the tables first written since
+        the last call, until ``deadline`` (at least one a call, so every call makes
+        progress); warn of a table whose layout is not the configured one."""
+        while self._unread:
+            path = next(iter(self._unread))
+            del self._unread[path]
+            if self._settings is not None:
+                warn_if_without_deletion_vectors(self._settings, path)
+            count = self._commits_since_compaction(path) if self._after_writes > 0 else 0
+            if 0 < self._after_writes <= count:
+                self._writes[path] = 0
+                self._due[path] = None
+            else:
+                self._writes[path] = count
+            if deadline is not None and time.monotonic() >= deadline:
+                return
 
     def _commits_since_compaction(self, path: str) -> int:
         """Commits after the table's newest compaction, read once per process and table.
