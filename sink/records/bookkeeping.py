@@ -46,6 +46,9 @@ class Bookkeeping:
         self._root = root.rstrip("/")
         self._meta = meta
         self._origins: dict[tuple[str, str], dict[str, ColumnOrigin]] | None = None
+        self._stored_origins: set[tuple[str, str, str]] = set()
+        """The (schema, table, column) rows the record holds: read with ``_origins``, and
+        extended by every flush since."""
         self._origins_lock = threading.RLock()
         self._pending_origins: dict[tuple[str, str], dict[str, ColumnOrigin]] = {}
         """Origins recorded and not yet written (``flush_column_origins``)."""
@@ -132,6 +135,11 @@ class Bookkeeping:
                     int(row[names[3]]), int(row[names[4]]), None if since is None else int(since)
                 )
             self._origins = origins
+            self._stored_origins = {
+                (schema, table, name)
+                for (schema, table), entries in origins.items()
+                for name in entries
+            }
         return self._origins.get((schema, table), {})
 
     def record_column_origins(
@@ -140,7 +148,7 @@ class Bookkeeping:
         """Record (replace) the origins of some Delta columns of ``schema.table``.
 
         Kept until ``flush_column_origins``, which writes every table's records of a batch
-        in one MERGE: every table's origins are rows of one Delta table, and a MERGE per
+        in one commit: every table's origins are rows of one Delta table, and a MERGE per
         table would read all of its files each time - with 1,000 new tables a million file
         reads (issue 31). The cache answers ``column_origins`` with them at once.
         """
@@ -153,8 +161,14 @@ class Bookkeeping:
             self._origins.setdefault(key, {}).update(entries)
 
     def flush_column_origins(self) -> str | None:
-        """Write the origins recorded since the last flush, in one MERGE; return the
+        """Write the origins recorded since the last flush in one commit; return the
         record's location when it was written (for the compactor), else None.
+
+        Rows the record cannot hold yet (none of their columns was read from it or written
+        to it since: the new tables of a batch) are appended; otherwise one MERGE replaces
+        the rows it holds. Rows a failed flush tried to write count as held from then on, as
+        it may have committed them: their next flush merges
+        (``docs/decisions/0133-the-origins-of-new-columns-are-appended.md``).
 
         Raises:
             SinkError: they could not be written (they stay pending).
@@ -164,9 +178,11 @@ class Bookkeeping:
                 return None
             path, columns = self._origins_table()
             now = datetime.now(UTC)
+            keys: list[tuple[str, str, str]] = []
             arrays: list[list[object]] = [[] for _ in columns]
             for (schema, table), entries in self._pending_origins.items():
                 for name, origin in entries.items():
+                    keys.append((schema, table, name))
                     row = (
                         schema,
                         table,
@@ -179,11 +195,15 @@ class Bookkeeping:
                     for values, value in zip(arrays, row, strict=True):
                         values.append(value)
             arrow = arrow_table(COLUMNS_TABLE, columns, arrays)
-            with (
-                engine_errors("recording the column origins"),
-                self._lake.view(arrow, columns) as view,
-            ):
-                self._lake.sql(render_column_origins_merge(target=delta_table(path), view=view))
+            new_rows = self._stored_origins.isdisjoint(keys)
+            self._stored_origins.update(keys)  # a write that failed may have committed
+            with engine_errors("recording the column origins"):
+                if new_rows:
+                    self._lake.append(path, arrow, columns)
+                else:
+                    with self._lake.view(arrow, columns) as view:
+                        target = delta_table(path)
+                        self._lake.sql(render_column_origins_merge(target=target, view=view))
             self._pending_origins.clear()
             return path
 
