@@ -33,8 +33,9 @@ The rewrite is a ``WRITE`` commit with ``dataChange: true`` (readers of the chan
 every row rewritten); it was preferred to delta-rs's Z-order, the other full rewrite,
 which took 12 s for 3M rows against the engine's 2 s, and grew the daemon by 300 MB.
 
-``wrote`` only counts and notes the tables that are due; ``compact_due`` compacts or purges
-them, then vacuums the tables whose retention turn has come (``retention.py``, with
+``wrote`` only counts in memory and notes the tables that are due (a table new to the
+process is counted from its log by the next ``compact_due``); ``compact_due`` compacts or
+purges them, then vacuums the tables whose retention turn has come (``retention.py``, with
 ``sink.retention``; without it the daemon never deletes a file). After a batch it works
 for at most ``UPKEEP_BUDGET_SECONDS`` and leaves the rest for the next batch or the next
 idle moment: tables written together come due together (200 tables written by every batch
@@ -156,13 +157,14 @@ class Compactor:
             self._due[path] = None
 
     def compact_due(self, budget_seconds: float | None = None) -> bool:
-        """Compact or purge the tables that are due, then vacuum those whose turn has come
-        (failures only warn); return whether some upkeep is still due.
+        """Count the tables first written since the last call from their logs, compact or
+        purge the tables that are due, then vacuum those whose turn has come (failures
+        only warn); return whether some upkeep is still due.
 
         ``budget_seconds``: stop starting new work once this much time has passed; what is
-        left waits for the next call. One compaction and one vacuum run whatever the
-        budget (when due), so every call makes progress, and one may run past it (a purge
-        is one rewrite). None: everything due is done.
+        left waits for the next call. One log read, one compaction and one vacuum run
+        whatever the budget (when due), so every call makes progress, and one may run past
+        it (a purge is one rewrite). None: everything due is done.
         """
         started = time.monotonic()
         deadline = None if budget_seconds is None else started + budget_seconds
