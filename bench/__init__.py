@@ -101,5 +101,11 @@ BENCHMARKS: Final = (
         "and the 0.3 s target (issue 38)",
         "bench.startup",
     ),
+    Benchmark(
+        11,
+        "logs",
+        "engine appends on a 2,000-version Delta log vs the same log trimmed (decision 0134)",
+        "bench.log_growth",
+    ),
 )
 """Every benchmark of issue 6, in the issue's order, then those of later issues."""

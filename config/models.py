@@ -1120,6 +1120,18 @@ class SinkConfig(_Section):
             "keeps every file for time travel, as before."
         ),
     )
+    log_retention: Duration | None = Field(
+        default=timedelta(minutes=1),
+        description=(
+            "Keep each table's Delta log for its newest 100 versions and the versions of the "
+            "last `log_retention` (or `retention`, when longer), plus a minute; older "
+            "commit files are deleted after a checkpoint, as Delta's own log cleanup does "
+            "(`delta.logRetentionDuration`), once a minute per table, between batches. Time "
+            "travel and `wal2delta cut` reach back that far. Every engine call lists the log, "
+            "which costs time per file (7.5 us on a local lake), and the daemon commits busy "
+            "tables several times a second. Null keeps the whole log."
+        ),
+    )
     store_retries: StoreRetriesConfig = Field(
         default_factory=StoreRetriesConfig,
         description=(

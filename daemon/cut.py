@@ -17,7 +17,10 @@ not written since keep their earlier version; versions after it belong to later 
 With ``sink.retention`` the daemon vacuums each table's old files but keeps every version a
 cut may still name (``sink.retained_versions``): those of the boundaries recorded within
 the retention and of the newest boundary recorded before it. A cut at an older boundary
-is refused (``CutError``), never answered with versions whose files may be gone. Tables
+is refused (``CutError``), never answered with versions whose files may be gone. The
+daemon also trims each table's Delta log to the versions of ``sink.log_retention``
+(``sink/upkeep/logtrim.py``): a cut naming a version its table's log no longer holds is
+refused too (``readable_cut``), naming the table. Tables
 written with deletion vectors (``sink.deletion_vectors``) are read through delta-rs's
 ``DeltaTable.scan`` or ``QueryBuilder``; ``to_pyarrow_table`` refuses them.
 
@@ -37,6 +40,7 @@ from decoder import Lsn, format_lsn, parse_lsn
 from sink import (
     commits_path,
     consistent_boundaries,
+    oldest_readable_version,
     oldest_retained_boundary,
     read_commit_records,
 )
@@ -148,7 +152,33 @@ def take_cut(config: AppConfig, at: Point | None = None) -> Cut:
         ) from None
     retention = config.sink.retention
     vacuumed_before = None if retention is None else datetime.now(UTC) - retention
-    return choose_cut(records, at, vacuumed_before=vacuumed_before)
+    return readable_cut(choose_cut(records, at, vacuumed_before=vacuumed_before))
+
+
+def readable_cut(cut: Cut) -> Cut:
+    """``cut``, once every version it names is checked to be still in its table's log.
+
+    Raises:
+        CutError: a table's log no longer holds its version (trimmed: the boundary is
+            older than ``sink.log_retention``), or cannot be read.
+    """
+    for table in cut.tables:
+        try:
+            oldest = oldest_readable_version(table.path)
+        except Exception as exc:
+            raise CutError(
+                f"cannot read the Delta log of {table.table} at {table.path}: {exc}"
+            ) from exc
+        if oldest is None:
+            raise CutError(f"{table.table} has no Delta log at {table.path}")
+        if table.version < oldest:
+            raise CutError(
+                f"the cut at batch {cut.batch} names version {table.version} of {table.table}, "
+                f"which its Delta log no longer holds (it starts at version {oldest}): the "
+                "boundary is older than sink.log_retention; take a newer cut, or raise "
+                "sink.log_retention to reach further back"
+            )
+    return cut
 
 
 def spark_sql(table: CutTable) -> str:

@@ -187,6 +187,7 @@ def sink_settings(config: AppConfig) -> SinkSettings:
             else frozenset(relation_name(name) for name in sink.deletion_vectors)
         ),
         retention=None if sink.retention is None else sink.retention.total_seconds(),
+        log_retention=None if sink.log_retention is None else sink.log_retention.total_seconds(),
     )
 
 

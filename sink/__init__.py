@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from sink.delta import DeltaSink
     from sink.engine.deadline import CallDeadlines, OverdueCall, engine_call, install_call_deadlines
     from sink.engine.spark import create_spark_session, stop_spark_session
+    from sink.lake.deltalog import oldest_readable_version
     from sink.lake.logversion import local_directory, newest_logged_version
     from sink.planning.evolution import CatalogColumn, CatalogTable, SourceCatalog
     from sink.planning.fold import copy_truncate
@@ -138,6 +139,7 @@ __all__ = [
     "install_call_deadlines",
     "local_directory",
     "newest_logged_version",
+    "oldest_readable_version",
     "oldest_retained_boundary",
     "parts_of",
     "pg_text_form",
@@ -174,6 +176,7 @@ _EXPORTS: Final[dict[str, str]] = {
     "WrittenTimeline": "sink.base",
     "RANGE_ORDINAL_STRIDE": "sink.copies.bulk",
     "BulkTarget": "sink.copies.bulk",
+    "oldest_readable_version": "sink.lake.deltalog",
     "commits_path": "sink.records.commits",
     "consistent_boundaries": "sink.records.commits",
     "oldest_retained_boundary": "sink.records.commits",

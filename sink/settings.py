@@ -141,6 +141,9 @@ class SinkSettings:
             these qualified names (``sink.deletion_vectors``).
         retention: seconds of versions each table keeps when vacuumed; None never vacuums
             (``sink.retention``).
+        log_retention: seconds of versions whose Delta log each table keeps, at least
+            (``sink.log_retention``; ``retention`` when longer); None with no
+            ``retention`` keeps the whole log (``upkeep/logtrim.py``).
     """
 
     path: str
@@ -161,6 +164,7 @@ class SinkSettings:
     table_max_age: float
     deletion_vectors: bool | frozenset[str]
     retention: float | None
+    log_retention: float | None
     inline_sources: bool = False
 
     def unrepresentable_policy(self, table: str) -> UnrepresentablePolicy:

@@ -248,7 +248,7 @@ def read_table_files(path: str, *, with_actions: bool = False) -> TableFiles:
     log_dir = f"{root.rstrip('/')}/_delta_log"
     try:
         listed = fs.get_file_info(pa_fs.FileSelector(log_dir, allow_not_found=True))
-        commits, checkpoints = _log_files(info.base_name for info in listed)
+        commits, checkpoints = log_files(info.base_name for info in listed)
         if not commits and not checkpoints:
             raise LogUnreadableError(f"{path} has no Delta log")
         newest = max([*commits, *checkpoints])
@@ -269,7 +269,35 @@ def read_table_files(path: str, *, with_actions: bool = False) -> TableFiles:
     return files
 
 
-def _log_files(names: Iterable[str]) -> tuple[dict[int, str], dict[int, list[str]]]:
+def oldest_readable_version(path: str) -> int | None:
+    """The oldest version of the table at ``path`` its log can still be read at (a log
+    trimmed by ``upkeep/logtrim.py`` starts at a checkpoint); None when it has no log.
+    Every version from it to the newest reads: a version needs a checkpoint at or
+    before it (or the first commit) and every commit after that checkpoint up to it.
+
+    Raises:
+        OSError: the log could not be listed.
+        LogUnreadableError: the log misses commits no checkpoint covers.
+    """
+    fs, root = table_filesystem(path)
+    listed = fs.get_file_info(
+        pa_fs.FileSelector(f"{root.rstrip('/')}/_delta_log", allow_not_found=True)
+    )
+    commits, checkpoints = log_files(info.base_name for info in listed)
+    if not commits and not checkpoints:
+        return None
+    newest = max([*commits, *checkpoints])
+    oldest = None
+    for start in sorted([*checkpoints, *([-1] if 0 in commits else [])], reverse=True):
+        if not all(v in commits for v in range(start + 1, newest + 1)):
+            break  # an older start needs these commits too
+        oldest = max(start, 0)
+    if oldest is None:
+        raise LogUnreadableError(f"the log of {path} misses commits no checkpoint covers")
+    return oldest
+
+
+def log_files(names: Iterable[str]) -> tuple[dict[int, str], dict[int, list[str]]]:
     """JSON commits by version, and complete classic checkpoints by version (their parts)."""
     commits: dict[int, str] = {}
     parts: dict[int, dict[int, str]] = {}

@@ -1,4 +1,5 @@
-"""Table upkeep between batches: small-file compaction, deletion-vector purges, retention.
+"""Table upkeep between batches: small-file compaction, deletion-vector purges, retention,
+log trimming.
 
 Theory of operation
 -------------------
@@ -36,7 +37,8 @@ which took 12 s for 3M rows against the engine's 2 s, and grew the daemon by 300
 ``wrote`` only counts in memory and notes the tables that are due (a table new to the
 process is counted from its log by the next ``compact_due``); ``compact_due`` compacts or
 purges them, then vacuums the tables whose retention turn has come (``retention.py``, with
-``sink.retention``; without it the daemon never deletes a file). After a batch it works
+``sink.retention``; without it the daemon never deletes a data file) and trims the logs
+whose turn has come (``logtrim.py``, ``sink.log_retention``). After a batch it works
 for at most ``UPKEEP_BUDGET_SECONDS`` and leaves the rest for the next batch or the next
 idle moment: tables written together come due together (200 tables written by every batch
 are due in the same batch every ``after_writes`` batches, and every table of a lake is due
@@ -66,6 +68,7 @@ from sink.lake.deltalog import LogUnreadableError, read_table_files
 from sink.lake.layout import warn_if_without_deletion_vectors
 from sink.lake.tables import LakeTables
 from sink.settings import SinkSettings
+from sink.upkeep.logtrim import LogTrim, log_horizon
 from sink.upkeep.retention import Retention
 
 log = structlog.get_logger("wal2delta.sink")
@@ -107,16 +110,19 @@ class Compactor:
         *,
         lake: LakeTables | None = None,
         retention: Retention | None = None,
+        log_trim: LogTrim | None = None,
         settings: SinkSettings | None = None,
     ) -> None:
         """``lake``: the engine that purges deletion vectors (None: never purged);
-        ``retention``: the vacuum schedule (None: nothing is ever deleted); ``settings``:
-        to warn once per table when its layout is not the configured one."""
+        ``retention``: the vacuum schedule (None: nothing is ever deleted); ``log_trim``:
+        the log-trimming schedule (None: logs keep every version); ``settings``: to warn
+        once per table when its layout is not the configured one."""
         self._after_writes = after_writes
         self._min_files = max(2, min(MIN_SMALL_FILES, after_writes))
         """Small files a partition must hold to be compacted (``_crowded_partitions``)."""
         self._lake = lake
         self._retention = retention
+        self._log_trim = log_trim
         self._settings = settings
         self._writes: dict[str, int] = {}
         """Writes since the newest compaction, per table this process has counted."""
@@ -131,7 +137,14 @@ class Compactor:
         retention = (
             None if settings.retention is None else Retention(settings.retention, settings.path)
         )
-        return cls(settings.compact_after_writes, lake=lake, retention=retention, settings=settings)
+        horizon = log_horizon(settings.log_retention, settings.retention)
+        return cls(
+            settings.compact_after_writes,
+            lake=lake,
+            retention=retention,
+            log_trim=None if horizon is None else LogTrim(horizon),
+            settings=settings,
+        )
 
     def wrote(self, paths: Iterable[str]) -> None:
         """Count one write to each of ``paths``; note those that are due.
@@ -143,6 +156,8 @@ class Compactor:
         paths = list(paths)
         if self._retention is not None:
             self._retention.wrote(paths)
+        if self._log_trim is not None:
+            self._log_trim.wrote(paths)
         for path in paths:
             count = self._writes.get(path)
             if count is None:
@@ -158,12 +173,12 @@ class Compactor:
 
     def compact_due(self, budget_seconds: float | None = None) -> bool:
         """Count the tables first written since the last call from their logs, compact or
-        purge the tables that are due, then vacuum those whose turn has come (failures
-        only warn); return whether some upkeep is still due.
+        purge the tables that are due, then vacuum and trim the logs of those whose turn
+        has come (failures only warn); return whether some upkeep is still due.
 
         ``budget_seconds``: stop starting new work once this much time has passed; what is
-        left waits for the next call. One log read, one compaction and one vacuum run
-        whatever the budget (when due), so every call makes progress, and one may run past
+        left waits for the next call. One log read, one compaction, one vacuum and one log
+        trim run whatever the budget (when due), so every call makes progress, and one may run past
         it (a purge is one rewrite). None: everything due is done.
         """
         started = time.monotonic()
@@ -178,6 +193,8 @@ class Compactor:
         waiting = bool(self._due or self._unread)
         if self._retention is not None:
             waiting = self._retention.vacuum_due(deadline) or waiting
+        if self._log_trim is not None:
+            waiting = self._log_trim.trim_due(deadline) or waiting
         return waiting
 
     def clear(self) -> None:
@@ -187,6 +204,8 @@ class Compactor:
         self._unread.clear()
         if self._retention is not None:
             self._retention.clear()
+        if self._log_trim is not None:
+            self._log_trim.clear()
 
     def _read_new_tables(self, deadline: float | None) -> None:
         """Count the commits since the newest compaction of the tables first written since

@@ -50,6 +50,7 @@ from sink.engine.spark import engine_message
 from sink.lake.deltalog import read_table_files, table_filesystem
 from sink.lake.deltars import file_uris
 from sink.records.commits import read_commit_records, retained_versions
+from sink.upkeep.turns import TableTurns, run_turn
 
 log = structlog.get_logger("wal2delta.sink")
 
@@ -143,16 +144,11 @@ class Retention:
         table (default ``vacuum_interval(retention)``)."""
         self._retention = retention
         self._root = root
-        self._every = vacuum_interval(retention) if every is None else every
-        self._clock = clock
-        self._next: dict[str, float] = {}
-        """When each table written in this process is vacuumed next (a clock reading)."""
+        self._turns = TableTurns(vacuum_interval(retention) if every is None else every, clock)
 
     def wrote(self, paths: Iterable[str]) -> None:
         """Note writes to ``paths``: a table first written in this process is due now."""
-        now = self._clock()
-        for path in paths:
-            self._next.setdefault(path, now)
+        self._turns.wrote(paths)
 
     def vacuum_due(self, deadline: float | None = None) -> bool:
         """Vacuum the tables that are due (failures only warn); return whether some wait.
@@ -161,8 +157,8 @@ class Retention:
         vacuumed wait for the next call; one is vacuumed whatever the deadline, so every
         call makes progress (``Compactor.compact_due``).
         """
-        now = self._clock()
-        due = [path for path, at in self._next.items() if at <= now]
+        now = self._turns.clock()
+        due = self._turns.due(now)
         if not due:
             return False
         cutoff = datetime.fromtimestamp(now - self._retention, UTC)
@@ -172,42 +168,28 @@ class Retention:
         except FileNotFoundError:
             kept = {}  # no commit log: no cut to keep
         except Exception as exc:
-            for path in due:
-                self._next[path] = now + self._every
+            self._turns.postpone(due, now)
             log.warning(
                 "reading the commit log for a vacuum failed; the vacuum waits for its next turn",
                 error=f"{type(exc).__name__}: {engine_message(exc)}",
             )
             return False
-        for done, path in enumerate(due):
-            if done and deadline is not None and time.monotonic() >= deadline:
-                return True
-            self._next[path] = now + self._every
-            self._vacuum(path, cutoff, kept.get(path, set()))
-        return False
+        return self._turns.take(
+            due, now, deadline, lambda path: self._vacuum(path, cutoff, kept.get(path, set()))
+        )
 
     def clear(self) -> None:
         """Forget the schedule (a new process vacuums each table when it first writes it)."""
-        self._next.clear()
+        self._turns.clear()
 
     @staticmethod
     def _vacuum(path: str, cutoff: datetime, keep: set[int]) -> None:
-        started = time.monotonic()
-        try:
-            with engine_call(f"vacuuming {path}"):
-                done = vacuum_table(path, cutoff=cutoff, keep_versions=keep)
-        except Exception as exc:
-            log.warning(
-                "vacuuming a Delta table failed; it is tried again at its next turn",
-                table_path=path,
-                error=f"{type(exc).__name__}: {engine_message(exc)}",
-            )
-            return
-        log.debug(
-            "vacuumed a Delta table",
-            table_path=path,
-            data_files_removed=len(done.data_files),
-            vector_files_removed=len(done.vector_files),
-            versions_kept_for_cuts=sorted(keep),
-            duration_seconds=round(time.monotonic() - started, 3),
-        )
+        def vacuum() -> dict[str, object]:
+            vacuumed = vacuum_table(path, cutoff=cutoff, keep_versions=keep)
+            return {
+                "data_files_removed": len(vacuumed.data_files),
+                "vector_files_removed": len(vacuumed.vector_files),
+                "versions_kept_for_cuts": sorted(keep),
+            }
+
+        run_turn(path, "vacuuming a Delta table", vacuum, done="vacuumed a Delta table")

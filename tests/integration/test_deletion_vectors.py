@@ -22,13 +22,13 @@ from deltalake.exceptions import DeltaProtocolError
 from structlog.testing import capture_logs
 
 from daemon.cut import choose_cut
-from decoder import Lsn, RowChange
-from sink import Batch, DeltaSink, read_commit_records, table_path
+from decoder import RowChange
+from sink import DeltaSink, read_commit_records, table_path
 from sink.lake.deltalog import read_table_files
 from sink.upkeep.compaction import PURGE_AT
 from tests.support.oracle import read_delta_table
 from tests.support.settings import sink_settings
-from tests.support.sink_changes import INT4, col, delete, insert, rel, update
+from tests.support.sink_changes import INT4, col, delete, ended, insert, rel, update
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -38,11 +38,6 @@ ROWS = 400
 
 Table = dict[int, tuple[str, str | None]]
 """A table as the tests expect it: id -> (owner, note)."""
-
-
-def ended(*changes: RowChange) -> Batch:
-    """A batch ending with its transaction (its end LSN follows its commit LSN)."""
-    return Batch(changes, Lsn(max(c.commit_lsn for c in changes) + 1), 1, None)
 
 
 def _features(path: str) -> list[str]:

@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from daemon.cut import choose_cut
-from decoder import Lsn, RowChange
+from decoder import Lsn
 from sink import Batch, DeltaSink, table_path
 from sink.records.commits import commits_path
 from sink.values.naming import history_path
@@ -27,6 +27,7 @@ from tests.support.sink_changes import (
     col,
     commit_time,
     delete,
+    ended,
     insert,
     rel,
     truncate,
@@ -88,11 +89,6 @@ EXPECTED: list[HistoryRow] = [
     ("truncate", 50, 0, None, None, None, None, None),
     ("insert", 50, 1, 7, "seven", 1, None, None),
 ]
-
-
-def ended(*changes: RowChange) -> Batch:
-    """A batch ending with its last transaction, whose end LSN follows its commit LSN."""
-    return Batch(changes, Lsn(max(c.commit_lsn for c in changes) + 1), 1, None)
 
 
 def make_sink(spark_session: Any, lake: Path, history: bool | list[str]) -> DeltaSink:

@@ -22,22 +22,17 @@ from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
 from daemon.cut import CutError, choose_cut
 from decoder import Lsn, RowChange
-from sink import Batch, DeltaSink, commits_path, read_commit_records, table_path
+from sink import DeltaSink, commits_path, read_commit_records, table_path
 from sink.lake.deltalog import read_table_files
 from sink.upkeep.retention import Retention, vacuum_interval
 from tests.support.settings import sink_settings
-from tests.support.sink_changes import INT4, col, delete, insert, rel, update
+from tests.support.sink_changes import INT4, col, delete, ended, insert, rel, update
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 DOCS = rel("public.docs", col("id", INT4, key=True), col("body"))
 TAGS = rel("public.tags", col("id", INT4, key=True), col("tag"), relation_id=16385)
 RETENTION = 6.0
-
-
-def ended(*changes: RowChange) -> Batch:
-    """A batch ending with its transaction (its end LSN follows its commit LSN)."""
-    return Batch(changes, Lsn(max(c.commit_lsn for c in changes) + 1), 1, None)
 
 
 def _rows(path: str, version: int | None = None) -> dict[int, str]:

@@ -179,3 +179,8 @@ def batch(*changes: RowChange | TruncateChange | MessageChange) -> Batch:
         transaction_count=len(set(lsns)),
         last_commit_time=None,
     )
+
+
+def ended(*changes: RowChange) -> Batch:
+    """A batch ending with its last transaction, whose end LSN follows its commit LSN."""
+    return Batch(changes, Lsn(max(c.commit_lsn for c in changes) + 1), 1, None)
