@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
@@ -367,6 +367,11 @@ def main(argv: list[str] | None = None) -> int:
     add_delta_run_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print a JSON line at the end")
     parser.add_argument("--workdir", type=Path, help="keep server and lake here (default: tmp)")
+    parser.add_argument(
+        "--no-log-trim",
+        action="store_true",
+        help="keep every table's whole Delta log (sink.log_retention: null), for comparison",
+    )
     args = parser.parse_args(argv)
     seed = args.table_rows
 
@@ -379,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         stack.callback(stop_spark_session, spark)
         lake = workdir / "lake"
         settings = bucketed_settings(str(lake), args.key_bucket_width or None)
+        if args.no_log_trim:
+            settings = replace(settings, log_retention=None)
         dsn = server.dsn()
         with psycopg.connect(dsn, autocommit=True) as conn:
             create_table(conn, seed_rows=seed)
@@ -419,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         **run.facts(args.rate, args.seconds),
         "table": f"{seed:,} rows before",
         "layout": layout_description(args.key_bucket_width or None),
+        "log trimming": "off" if settings.log_retention is None else "on",
     }
     print_report(
         "Benchmark 4: commit-to-durable lag at a steady rate (embedded Sail)",

@@ -1129,7 +1129,9 @@ class SinkConfig(_Section):
             "(`delta.logRetentionDuration`), once a minute per table, between batches. Time "
             "travel and `wal2delta cut` reach back that far. Every engine call lists the log, "
             "which costs time per file (7.5 us on a local lake), and the daemon commits busy "
-            "tables several times a second. Null keeps the whole log."
+            "tables several times a second. A table whose log outlived it also keeps its removed "
+            "files' tombstones (`delta.deletedFileRetentionDuration`) only that long (or, with "
+            "`retention`, until its vacuum has run). Null keeps the whole log."
         ),
     )
     store_retries: StoreRetriesConfig = Field(

@@ -159,6 +159,23 @@ def table_configuration(path: str) -> dict[str, str]:
     return dict(DeltaTable(path).metadata().configuration)
 
 
+def set_table_properties(path: str, properties: Mapping[str, str]) -> bool:
+    """Give the Delta table at ``path`` these table properties, in one metadata commit,
+    when any differs (its other properties stay); return whether it committed.
+
+    Raises:
+        Exception: delta-rs could not read the table or commit.
+    """
+    from deltalake import DeltaTable  # noqa: PLC0415 - heavy; only needed here
+
+    table = DeltaTable(path)
+    current = table.metadata().configuration
+    if all(current.get(key) == value for key, value in properties.items()):
+        return False
+    table.alter.set_table_properties(dict(properties))
+    return True
+
+
 def file_uris(path: str, version: int | None = None) -> list[str]:
     """The data files ``version`` of the table at ``path`` reads (None: the newest).
 

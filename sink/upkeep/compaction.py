@@ -68,7 +68,7 @@ from sink.lake.deltalog import LogUnreadableError, read_table_files
 from sink.lake.layout import warn_if_without_deletion_vectors
 from sink.lake.tables import LakeTables
 from sink.settings import SinkSettings
-from sink.upkeep.logtrim import LogTrim, log_horizon
+from sink.upkeep.logtrim import LogTrim, log_horizon, tombstone_horizon
 from sink.upkeep.retention import Retention
 
 log = structlog.get_logger("wal2delta.sink")
@@ -142,9 +142,18 @@ class Compactor:
             settings.compact_after_writes,
             lake=lake,
             retention=retention,
-            log_trim=None if horizon is None else LogTrim(horizon),
+            log_trim=None
+            if horizon is None
+            else LogTrim(
+                horizon, tombstones=tombstone_horizon(settings.log_retention, settings.retention)
+            ),
             settings=settings,
         )
+
+    @property
+    def log_trim(self) -> LogTrim | None:
+        """The log-trimming schedule (None: logs keep every version)."""
+        return self._log_trim
 
     def wrote(self, paths: Iterable[str]) -> None:
         """Count one write to each of ``paths``; note those that are due.

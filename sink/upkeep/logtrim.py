@@ -32,6 +32,19 @@ Delta's own metadata cleanup does after a checkpoint (``delta.logRetentionDurati
   order, so an interrupted trim leaves a readable log). Without such a checkpoint nothing
   is deleted; ``_last_checkpoint`` and files of other names are never touched.
 
+The checkpoints are part of the log too: each carries a tombstone for every file removed
+within the table's ``delta.deletedFileRetentionDuration`` (a week by default), so vacuums
+can find them. At two removes a commit a busy table's checkpoint (written every ten
+commits, read by every engine call) held 1,315 tombstones after two and a half minutes of
+``bench lag``: a week would be millions. So once a table's log has outlived the horizon
+(the first trim in a process that deletes files), the trim sets that property to
+``tombstone_horizon`` (with delta-rs: one metadata commit, only when it differs; tables
+that never get old are left as they were): with ``sink.retention``, until the vacuum that
+may delete a removed file has surely run; without it, the log's horizon and grace
+(nothing of the daemon's reads older ones; a vacuum of your own then needs
+``vacuum(full=True)`` or Spark's ``VACUUM``, which list the table's files, as delta-rs's
+default vacuum only deletes what tombstones name).
+
 A commit file's age is its modification time in the listing (as Delta's cleanup reads
 it): the trim needs one listing a table and no read of the log or the commit log.
 ``wal2delta cut`` checks that every version it names is still in its table's log
@@ -45,6 +58,7 @@ that fails only logs a warning and is tried at the next interval.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -55,6 +69,8 @@ import pyarrow.fs as pa_fs
 import structlog
 
 from sink.lake.deltalog import log_files, table_filesystem
+from sink.lake.deltars import set_table_properties
+from sink.upkeep.retention import HOUR, vacuum_interval
 from sink.upkeep.turns import TableTurns, run_turn
 
 log = structlog.get_logger("wal2delta.sink")
@@ -67,6 +83,7 @@ KEEP_VERSIONS: Final = 100
 """A table's newest versions kept whatever their age (the module docstring): about 200 log
 files, a few milliseconds on every engine call on a local lake (500 cost 13 ms more)."""
 _VERSIONED: Final = re.compile(r"^(\d{20})\.")
+TOMBSTONE_RETENTION_PROPERTY: Final = "delta.deletedFileRetentionDuration"
 
 
 def log_horizon(log_retention: float | None, retention: float | None) -> float | None:
@@ -74,6 +91,23 @@ def log_horizon(log_retention: float | None, retention: float | None) -> float |
     ``sink.retention``; None (both None) keeps the whole log."""
     kept = [seconds for seconds in (log_retention, retention) if seconds is not None]
     return max(kept) if kept else None
+
+
+def tombstone_horizon(log_retention: float | None, retention: float | None) -> float | None:
+    """Seconds a removed file's tombstone stays in the checkpoints
+    (``delta.deletedFileRetentionDuration``): with ``sink.retention`` R, until the vacuum
+    that may delete the file has surely run (R, one vacuum interval and an hour); without
+    it, the log's horizon and grace (nothing of the daemon's reads older ones); None (both
+    None) leaves the tables' own setting."""
+    if retention is not None:
+        return retention + vacuum_interval(retention) + HOUR
+    horizon = log_horizon(log_retention, retention)
+    return None if horizon is None else horizon + TRIM_GRACE
+
+
+def tombstone_property(seconds: float) -> dict[str, str]:
+    """The table property keeping tombstones ``seconds`` (an interval Delta and Sail parse)."""
+    return {TOMBSTONE_RETENTION_PROPERTY: f"interval {math.ceil(seconds)} seconds"}
 
 
 def trim_log(path: str, *, cutoff: datetime, keep_versions: int = KEEP_VERSIONS) -> tuple[str, ...]:
@@ -124,15 +158,21 @@ class LogTrim:
         self,
         horizon: float,
         *,
+        tombstones: float | None = None,
         every: float = TRIM_INTERVAL,
         keep_versions: int = KEEP_VERSIONS,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """``horizon``: seconds of versions kept readable (``log_horizon``); ``every``:
+        """``horizon``: seconds of versions kept readable (``log_horizon``); ``tombstones``:
+        seconds each table keeps removed files' tombstones (``tombstone_horizon``; None
+        leaves the tables' setting); ``every``:
         seconds between two trims of a table; ``keep_versions``: newest versions kept
         whatever their age."""
         self._horizon = horizon
+        self._tombstones = None if tombstones is None else tombstone_property(tombstones)
         self._keep_versions = keep_versions
+        self._settled: set[str] = set()
+        """Tables whose tombstone retention this process has set (or found set)."""
         self._turns = TableTurns(every, clock)
 
     def wrote(self, paths: Iterable[str]) -> None:
@@ -152,17 +192,55 @@ class LogTrim:
             self._turns.due(now),
             now,
             deadline,
-            lambda path: self._trim(path, cutoff, self._keep_versions),
+            self._turn_work(cutoff),
+        )
+
+    def _turn_work(self, cutoff: datetime) -> Callable[[str], None]:
+        def turn(path: str) -> None:
+            trimmed = self._trim(path, cutoff, self._keep_versions)
+            # A table whose log outlived the horizon is one whose tombstones pile up.
+            if trimmed and self._tombstones is not None and path not in self._settled:
+                self._settle_tombstones(path, self._tombstones)
+
+        return turn
+
+    def _settle_tombstones(self, path: str, properties: dict[str, str]) -> None:
+        def settle() -> dict[str, object] | None:
+            changed = set_table_properties(path, properties)
+            self._settled.add(path)
+            return dict(properties) if changed else None
+
+        run_turn(
+            path,
+            "setting a Delta table's tombstone retention",
+            settle,
+            done="set a Delta table's tombstone retention",
         )
 
     def clear(self) -> None:
         """Forget the schedule (a new process trims each table when it first writes it)."""
         self._turns.clear()
+        self._settled.clear()
 
     @staticmethod
-    def _trim(path: str, cutoff: datetime, keep_versions: int) -> None:
+    def _trim(path: str, cutoff: datetime, keep_versions: int) -> bool:
+        """Trim one table's log; return whether files were deleted."""
+        deleted: tuple[str, ...] = ()
+
         def trim() -> dict[str, object] | None:
+            nonlocal deleted
             deleted = trim_log(path, cutoff=cutoff, keep_versions=keep_versions)
             return {"log_files_removed": len(deleted)} if deleted else None
 
         run_turn(path, "trimming a Delta log", trim, done="trimmed a Delta log")
+        return bool(deleted)
+
+    @property
+    def horizon(self) -> float:
+        """Seconds of versions kept readable."""
+        return self._horizon
+
+    @property
+    def tombstones(self) -> dict[str, str] | None:
+        """The tombstone retention set on the tables whose log is trimmed, or None."""
+        return self._tombstones

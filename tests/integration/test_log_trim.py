@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError
@@ -28,8 +30,15 @@ from daemon.cut import CutError, choose_cut, readable_cut
 from decoder import Lsn
 from sink import DeltaSink, commits_path, read_commit_records, table_path
 from sink.lake.deltalog import oldest_readable_version, read_table_files
+from sink.lake.tables import LakeTables
 from sink.upkeep.compaction import Compactor
-from sink.upkeep.logtrim import LogTrim, log_horizon, trim_log
+from sink.upkeep.logtrim import (
+    LogTrim,
+    log_horizon,
+    tombstone_horizon,
+    tombstone_property,
+    trim_log,
+)
 from tests.support.settings import sink_settings
 from tests.support.sink_changes import INT4, col, ended, insert, rel, update
 
@@ -74,7 +83,9 @@ def _versioned(names: set[str], below: int) -> set[str]:
 @pytest.fixture
 def written(spark_session: Any, tmp_path: Path) -> tuple[DeltaSink, str, dict[int, dict[int, str]]]:
     """A sink, the table it wrote in ``BATCHES`` batches, and its rows at every version."""
-    sink = DeltaSink(spark_session, sink_settings(tmp_path / "lake", compact_after_writes=0))
+    # The sink's own trims off: these tests run them by hand.
+    settings = sink_settings(tmp_path / "lake", compact_after_writes=0, log_retention=None)
+    sink = DeltaSink(spark_session, settings)
     _write(sink, BATCHES)
     path = table_path(str(tmp_path / "lake"), "public", "docs")
     assert DeltaTable(path).version() == BATCHES - 1
@@ -144,17 +155,34 @@ def test_the_sink_trims_each_table_it_writes_first_and_then_every_interval(
     assert sink_settings(lake).log_retention == 60  # the configuration's default
     assert sink_settings(lake, log_retention=None).log_retention is None
 
+    # The sink's compactor trims with the configured horizon, and keeps tombstones as long.
     sink = DeltaSink(spark_session, settings)
+    trims = Compactor.for_settings(settings, LakeTables(spark_session, settings.metadata))
+    assert trims.log_trim is not None
+    assert trims.log_trim.horizon == 600
+    assert trims.log_trim.tombstones == {
+        "delta.deletedFileRetentionDuration": "interval 660 seconds"
+    }
+    assert (
+        Compactor.for_settings(
+            replace(settings, log_retention=None), LakeTables(spark_session, settings.metadata)
+        ).log_trim
+        is None
+    )
+    # A young table's log is left alone: the sink's own turns write nothing.
     _write(sink, BATCHES)
+    sink.after_apply()
     path = table_path(str(lake), "public", "docs")
     records = commits_path(str(lake))
+    assert DeltaTable(path).version() == BATCHES - 1
+    assert oldest_readable_version(path) == 0
     now = [time.time() + 7200.0]  # two hours on: every commit is older than the horizon
     trim = LogTrim(600, every=60, keep_versions=3, clock=lambda: now[0])
     compactor = Compactor(0, log_trim=trim)
 
     compactor.wrote([path, records])
     assert compactor.compact_due() is False
-    # Keeping versions 22-25: the newest checkpoint at or before 22 is 20.
+    # Keeping the newest three versions (23-25): the newest checkpoint at or before 23 is 20.
     assert oldest_readable_version(path) == 20
     assert _versioned(_log(path), 20) == set()
     commit_log_start = oldest_readable_version(records)
@@ -180,7 +208,8 @@ def test_the_sink_trims_each_table_it_writes_first_and_then_every_interval(
 
 def test_a_cut_naming_a_trimmed_version_is_refused(spark_session: Any, tmp_path: Path) -> None:
     lake = tmp_path / "lake"
-    sink = DeltaSink(spark_session, sink_settings(lake, compact_after_writes=0))
+    settings = sink_settings(lake, compact_after_writes=0, log_retention=None)
+    sink = DeltaSink(spark_session, settings)
     _write(sink, BATCHES)
     sink.close()
     path = table_path(str(lake), "public", "docs")
@@ -197,3 +226,53 @@ def test_a_cut_naming_a_trimmed_version_is_refused(spark_session: Any, tmp_path:
     assert readable_cut(newest) == newest
     docs = next(t for t in newest.tables if t.table == "public.docs")
     assert _rows(path, docs.version)[1] == "v21"
+
+
+def _tombstones(path: str, version: int) -> int:
+    checkpoint = Path(path) / "_delta_log" / f"{version:020d}.checkpoint.parquet"
+    removes = pq.read_table(checkpoint, columns=["remove"]).column("remove")
+    return len(removes.drop_null())
+
+
+def test_the_first_turn_sets_how_long_checkpoints_keep_tombstones(
+    written: tuple[DeltaSink, str, dict[int, dict[int, str]]],
+) -> None:
+    sink, path, before = written
+    assert tombstone_horizon(None, None) is None
+    assert tombstone_horizon(60, None) == 120  # the log's horizon and grace
+    assert tombstone_horizon(60, 7200) == 7200 + 3600 + 3600  # until the vacuum has run
+    assert tombstone_property(120.4) == {
+        "delta.deletedFileRetentionDuration": "interval 121 seconds"
+    }
+    # Sail's checkpoint at 20 holds a tombstone for every file its MERGEs replaced.
+    assert _tombstones(path, 20) >= 15
+    assert "delta.deletedFileRetentionDuration" not in DeltaTable(path).metadata().configuration
+
+    # A turn that deletes nothing leaves the table as it is.
+    trim = LogTrim(600, tombstones=1.0, keep_versions=1000)
+    trim.wrote([path])
+    trim.trim_due()
+    assert DeltaTable(path).version() == BATCHES - 1
+    # Once the log outlived the horizon (a turn deleted files), the tombstones are bounded.
+    now = [time.time() + 7200.0]
+    trim = LogTrim(600, tombstones=1.0, keep_versions=3, clock=lambda: now[0])
+    trim.wrote([path])
+    trim.trim_due()
+    assert oldest_readable_version(path) == 20
+    table = DeltaTable(path)
+    assert table.metadata().configuration["delta.deletedFileRetentionDuration"] == (
+        "interval 1 seconds"
+    )
+    assert table.version() == BATCHES  # one metadata commit
+    _write(sink, 10, first=BATCHES)  # versions 27-36
+    trim = LogTrim(600, tombstones=1.0, keep_versions=3, clock=lambda: now[0])
+    trim.wrote([path])
+    trim.trim_due()  # a new process trims again, finds the property set: no commit
+    assert oldest_readable_version(path) == 30
+    assert DeltaTable(path).version() == BATCHES + 10
+
+    time.sleep(1.5)  # every tombstone so far is older than the table keeps them
+    _write(sink, 4, first=BATCHES + 10)  # versions 37-40: Sail's checkpoint at 40
+    assert _tombstones(path, 40) <= 4, "only the removes of the last second are kept"
+    latest = {n % 5: f"v{n}" for n in range(BATCHES, BATCHES + 14)}
+    assert _rows(path) == {**before[BATCHES - 1], **latest}
