@@ -1,7 +1,8 @@
 """Benchmark 4 of issue 6: commit-to-durable-in-Delta lag under a steady write rate.
 
 Run: ``python -m bench.lag`` (``python -m bench lag``; ``--help`` for the knobs). The
-default (5k changes/s for 2 minutes on a 1M-row table) takes about four minutes;
+default (5k changes/s for 2 minutes on a 1M-row table, then a minute of the engine's
+floor) takes about five minutes;
 ``--seconds 30 --table-rows 100000`` takes one.
 
 Method
@@ -22,9 +23,15 @@ Method
    each transaction, which is what a reader of Delta sees; the daemon's own metric
    (``wal2delta_batch_apply_lag_seconds``) observes only the newest transaction of each
    batch, so it is printed too, as the ``per batch`` figures.
-5. Print p50/p99 lag (target: p99 <= 0.5 s at 5k changes/s, <= 2 s at 50k changes/s,
+5. Then the engine's floor (``bench.lag_floor``, ``--floor-seconds``, 60 by default; 0
+   skips it): the same stream's transactions, continuing the daemon's keys, fall due on the
+   writer's schedule and are applied to the same Delta table by bare engine calls - one
+   MERGE and one commit-record append a batch, a compaction every 20 - with no PostgreSQL,
+   decoding or daemon: the lag the engine alone gives at this rate on this machine.
+6. Print p50/p99 lag (target: p99 <= 0.5 s at 5k changes/s, <= 2 s at 50k changes/s,
    issue 13), the rate actually written, and the batch sizes
-   over time, which show adaptive batching: batches grow while the sink is busy.
+   over time, which show adaptive batching: batches grow while the sink is busy; the
+   floor's lag and the daemon's p99 against it.
 """
 
 from __future__ import annotations
@@ -45,8 +52,9 @@ import psycopg
 from psycopg import sql
 
 from bench.daemon import add_delta_run_arguments, bench_config
+from bench.lag_floor import LagFloor
 from bench.postgres import bench_server
-from bench.report import Figure, Ratio, median_figure, print_report
+from bench.report import Figure, Ratio, median_figure, percentile, print_report
 from bench.settings import bench_spark_settings
 from bench.sink_scaling import bucketed_settings, build_table, layout_description
 from bench.workload import (
@@ -254,11 +262,6 @@ class SteadyWriter:
         self._conn.close()
 
 
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
 @dataclass(frozen=True, slots=True)
 class SteadyRun:
     """What one run at a steady rate measured (``run_steady``)."""
@@ -272,21 +275,21 @@ class SteadyRun:
     @property
     def p99(self) -> float:
         """p99 commit-to-durable lag of the measured transactions, in seconds."""
-        return _percentile(self.sink.transaction_lags, 0.99)
+        return percentile(self.sink.transaction_lags, 0.99)
 
     def figures(self, prefix: str = "") -> list[Figure]:
         """Per-transaction and per-batch lag percentiles, and apply seconds per batch."""
         lags, batch_lags = self.sink.transaction_lags, self.sink.batch_lags
         seconds = [took for at, _, took in self.sink.batches if at >= self.measured_from]
         return [
-            median_figure(f"{prefix}per transaction: p50 lag", [_percentile(lags, 0.5)], "s"),
+            median_figure(f"{prefix}per transaction: p50 lag", [percentile(lags, 0.5)], "s"),
             median_figure(f"{prefix}per transaction: p99 lag", [self.p99], "s"),
             median_figure(f"{prefix}per transaction: max lag", [max(lags)], "s"),
             median_figure(
-                f"{prefix}per batch (daemon metric): p50 lag", [_percentile(batch_lags, 0.5)], "s"
+                f"{prefix}per batch (daemon metric): p50 lag", [percentile(batch_lags, 0.5)], "s"
             ),
             median_figure(
-                f"{prefix}per batch (daemon metric): p99 lag", [_percentile(batch_lags, 0.99)], "s"
+                f"{prefix}per batch (daemon metric): p99 lag", [percentile(batch_lags, 0.99)], "s"
             ),
             median_figure(f"{prefix}apply seconds per batch", seconds, "s"),
         ]
@@ -368,6 +371,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print a JSON line at the end")
     parser.add_argument("--workdir", type=Path, help="keep server and lake here (default: tmp)")
     parser.add_argument(
+        "--floor-seconds",
+        type=float,
+        default=60.0,
+        help="after the daemon, apply the same stream with bare engine calls for this long "
+        "(bench.lag_floor; 0: skip)",
+    )
+    parser.add_argument(
         "--no-log-trim",
         action="store_true",
         help="keep every table's whole Delta log (sink.log_retention: null), for comparison",
@@ -417,20 +427,47 @@ def main(argv: list[str] | None = None) -> int:
             rate=args.rate,
             seconds=args.seconds,
         )
+        floor = None
+        if args.floor_seconds > 0:
+            print("the engine's floor: the same stream, bare engine calls", flush=True)
+            floor = LagFloor(
+                spark,
+                table_path(str(lake), "public", TABLE),
+                meta=settings.metadata,
+                sizes=(writer.inserts, writer.updates, writer.deletes),
+                first_transaction=writer.transactions,
+                bucket_width=args.key_bucket_width or None,
+                workdir=workdir,
+            ).run(rate=args.rate, seconds=args.floor_seconds)
 
     target = lag_target(args.rate)
     ratios = [
         Ratio(f"p99 lag / {target:g} s", run.p99 / target, target=1.0, higher_is_better=False)
     ]
+    figures = run.figures()
+    if floor is not None:
+        floor_p99 = percentile(floor.transaction_lags, 0.99)
+        figures += [
+            median_figure(
+                "engine floor: per transaction: p50 lag",
+                [percentile(floor.transaction_lags, 0.5)],
+                "s",
+            ),
+            median_figure("engine floor: per transaction: p99 lag", [floor_p99], "s"),
+            median_figure("engine floor: seconds per batch", floor.batch_seconds, "s"),
+        ]
+        ratios.append(Ratio("daemon p99 lag / engine floor p99 lag", run.p99 / floor_p99))
     facts: dict[str, object] = {
         **run.facts(args.rate, args.seconds),
         "table": f"{seed:,} rows before",
         "layout": layout_description(args.key_bucket_width or None),
         "log trimming": "off" if settings.log_retention is None else "on",
     }
+    if floor is not None:
+        facts["engine floor"] = f"{args.floor_seconds:g} s: {floor.summary()}"
     print_report(
         "Benchmark 4: commit-to-durable lag at a steady rate (embedded Sail)",
-        run.figures(),
+        figures,
         ratios,
         facts=facts,
         as_json=args.json,

@@ -47,6 +47,12 @@ class Ratio:
         return "met" if met else "NOT met"
 
 
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The value at ``fraction`` of ``values`` sorted (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
 def median_figure(name: str, runs: Sequence[float], unit: str, note: str = "") -> Figure:
     """A figure whose value is the median of ``runs``."""
     return Figure(name, statistics.median(runs), unit, tuple(runs), note)
