@@ -24,7 +24,8 @@ compaction after it delays the next batch, as the daemon's upkeep does). The
 daemon's figure adds the capture side (the server's commit, the WAL sender, decoding,
 batching), the commit log's reads, planning and the rest of its upkeep; the floor's
 log grows untrimmed from the daemon's last trim (at most ``seconds`` of commits, no more
-than the daemon's own trim keeps).
+than the daemon's own trim keeps). Why the floor is part of the benchmark:
+docs/decisions/0135-throughput-targets-are-judged-against-the-engines-floor.md.
 """
 
 from __future__ import annotations
