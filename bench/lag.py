@@ -430,6 +430,10 @@ def main(argv: list[str] | None = None) -> int:
         floor = None
         if args.floor_seconds > 0:
             print("the engine's floor: the same stream, bare engine calls", flush=True)
+            # The floor needs no PostgreSQL, whose work after the run (autovacuum of the rows
+            # it changed, checkpoints) would share the cores with the engine.
+            writer.close()
+            server.stop("immediate")
             floor = LagFloor(
                 spark,
                 table_path(str(lake), "public", TABLE),

@@ -3,7 +3,8 @@ would lag if the daemon added nothing to the engine's work.
 
 ``python -m bench lag`` runs this after the daemon's run, in the same process, on the same
 Spark session and the same Delta table (its layout, its files, its log as the daemon's
-trim leaves it). No PostgreSQL, no decoding, no daemon: transactions of the workload's
+trim leaves it). No PostgreSQL (the benchmark stops its server first), no decoding, no
+daemon: transactions of the workload's
 shape (``bench.workload``: transaction ``k`` inserts keys ``k * inserts + 1 ..``, updates
 the first ``updates`` keys of transaction ``k - 1`` and deletes the ``deletes`` after
 them) fall due on the writer's schedule (``rate`` changes a second), continuing the
