@@ -4,11 +4,11 @@ would lag if the daemon added nothing to the engine's work.
 ``python -m bench lag`` runs this after the daemon's run, in the same process, on the same
 Spark session and the same Delta table (its layout, its files, its log as the daemon's
 trim leaves it). No PostgreSQL (the benchmark stops its server first), no decoding, no
-daemon: transactions of the workload's
-shape (``bench.workload``: transaction ``k`` inserts keys ``k * inserts + 1 ..``, updates
-the first ``updates`` keys of transaction ``k - 1`` and deletes the ``deletes`` after
-them) fall due on the writer's schedule (``rate`` changes a second), continuing the
-daemon's key sequence. One loop applies them, as one sink worker would:
+daemon: transactions of the workload's shape (``bench.workload``: transaction ``k``
+inserts keys ``k * inserts + 1 ..``, updates the first ``updates`` keys of transaction
+``k - 1`` and deletes the ``deletes`` after them) fall due on the writer's schedule
+(``rate`` changes a second), continuing the daemon's key sequence. One loop applies them,
+as one sink worker would:
 
 * a batch takes every transaction due and not yet applied, folded to one row per key (the
   last change of each), and writes it with **one MERGE** - the daemon's statement for this
@@ -21,11 +21,11 @@ daemon's key sequence. One loop applies them, as one sink worker would:
   slows with every file it adds).
 
 A transaction's lag is the end of its batch's append minus the moment it fell due (a
-compaction after it delays the next batch, as the daemon's upkeep does). The
-daemon's figure adds the capture side (the server's commit, the WAL sender, decoding,
-batching), the commit log's reads, planning and the rest of its upkeep; the floor's
-log grows untrimmed from the daemon's last trim (at most ``seconds`` of commits, no more
-than the daemon's own trim keeps). Why the floor is part of the benchmark:
+compaction after it delays the next batch, as the daemon's upkeep does). The daemon's
+figure adds the capture side (the server's commit, the WAL sender, decoding, batching),
+the commit log's reads, planning and the rest of its upkeep. The floor trims the table's
+log once before it starts and then lets it grow (``seconds`` of commits, no more than
+the daemon's own trim keeps). Why the floor is part of the benchmark:
 docs/decisions/0135-throughput-targets-are-judged-against-the-engines-floor.md.
 """
 
