@@ -236,6 +236,24 @@ def table_filesystem(path: str) -> tuple[pa_fs.FileSystem, str]:
     return fs, str(root)
 
 
+def log_directory(path: str) -> tuple[pa_fs.FileSystem, str]:
+    """Arrow's filesystem for the table at ``path`` and its ``_delta_log`` directory."""
+    fs, root = table_filesystem(path)
+    return fs, f"{root.rstrip('/')}/_delta_log"
+
+
+def list_log(fs: pa_fs.FileSystem, log_dir: str) -> list[pa_fs.FileInfo]:
+    """The entries of a table's log directory ``log_dir``; none when it is missing.
+
+    Raises:
+        OSError: the directory could not be listed.
+    """
+    listed: list[pa_fs.FileInfo] = fs.get_file_info(
+        pa_fs.FileSelector(log_dir, allow_not_found=True)
+    )
+    return listed
+
+
 def read_table_files(path: str, *, with_actions: bool = False) -> TableFiles:
     """Replay the log of the table at ``path`` (the module docstring); ``with_actions``
     keeps the live files' ``add`` actions too (``TableFiles.added``).
@@ -244,10 +262,9 @@ def read_table_files(path: str, *, with_actions: bool = False) -> TableFiles:
         LogUnreadableError: the log has no version, misses a commit the replay needs, or holds
             a file that cannot be read.
     """
-    fs, root = table_filesystem(path)
-    log_dir = f"{root.rstrip('/')}/_delta_log"
+    fs, log_dir = log_directory(path)
     try:
-        listed = fs.get_file_info(pa_fs.FileSelector(log_dir, allow_not_found=True))
+        listed = list_log(fs, log_dir)
         commits, checkpoints = log_files(info.base_name for info in listed)
         if not commits and not checkpoints:
             raise LogUnreadableError(f"{path} has no Delta log")
@@ -279,10 +296,7 @@ def oldest_readable_version(path: str) -> int | None:
         OSError: the log could not be listed.
         LogUnreadableError: the log misses commits no checkpoint covers.
     """
-    fs, root = table_filesystem(path)
-    listed = fs.get_file_info(
-        pa_fs.FileSelector(f"{root.rstrip('/')}/_delta_log", allow_not_found=True)
-    )
+    listed = list_log(*log_directory(path))
     commits, checkpoints = log_files(info.base_name for info in listed)
     if not commits and not checkpoints:
         return None

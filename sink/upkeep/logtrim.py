@@ -65,10 +65,9 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Final
 
-import pyarrow.fs as pa_fs
 import structlog
 
-from sink.lake.deltalog import log_files, table_filesystem
+from sink.lake.deltalog import list_log, log_directory, log_files
 from sink.lake.deltars import set_table_properties
 from sink.upkeep.retention import HOUR, vacuum_interval
 from sink.upkeep.turns import TableTurns, run_turn
@@ -119,9 +118,8 @@ def trim_log(path: str, *, cutoff: datetime, keep_versions: int = KEEP_VERSIONS)
         OSError: the log could not be listed, or a file could not be deleted (those
             before it are gone; the log stays readable).
     """
-    fs, root = table_filesystem(path)
-    log_dir = f"{root.rstrip('/')}/_delta_log"
-    listed = fs.get_file_info(pa_fs.FileSelector(log_dir, allow_not_found=True))
+    fs, log_dir = log_directory(path)
+    listed = list_log(fs, log_dir)
     commits, checkpoints = log_files(info.base_name for info in listed)
     cutoff_ns = int(cutoff.timestamp() * 1_000_000_000)
     committed = {info.base_name: info.mtime_ns for info in listed}
